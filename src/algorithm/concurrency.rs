@@ -1,0 +1,136 @@
+//! The concurrency limit: leased permits, released when the work finishes.
+//!
+//! The seeds' `@EntryTimes` deleted a shared counter in `finally`, so one
+//! finishing request wiped the count of every other. Here each admission is a
+//! permit with its own id and lease: releasing one removes only that one, and
+//! a holder that crashed loses its permit when the lease runs out.
+
+use super::dur;
+use crate::decision::{Decision, PermitId};
+use crate::policy::ConcurrencyParams;
+
+/// One permit: who holds it, until when, for how many units.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// The id handed to the holder.
+    pub id: PermitId,
+    /// The permit lapses once `now ≥ expires_at`.
+    pub expires_at: u64,
+    /// Units it holds (the request's cost).
+    pub units: u64,
+}
+
+/// Permits in flight. `Default` is a fresh key.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConcurrencyState {
+    /// Live (and possibly lapsed, until pruned) leases.
+    pub leases: Vec<Lease>,
+}
+
+fn in_flight(s: &ConcurrencyState, now: u64) -> u64 {
+    s.leases
+        .iter()
+        .filter(|l| l.expires_at > now)
+        .map(|l| l.units)
+        .sum()
+}
+
+/// Decides a request of `cost` units; `permit` is the id it will hold if admitted.
+pub fn check(
+    p: &ConcurrencyParams,
+    s: &ConcurrencyState,
+    now: u64,
+    cost: u64,
+    permit: PermitId,
+) -> Decision {
+    let held = in_flight(s, now);
+    let allowed = u128::from(held) + u128::from(cost) <= u128::from(p.max_in_flight);
+    let until = |t: u64| dur(u128::from(t.saturating_sub(now)));
+    let last_expiry = s
+        .leases
+        .iter()
+        .filter(|l| l.expires_at > now)
+        .map(|l| l.expires_at)
+        .max();
+    let reset_at = if allowed && cost > 0 {
+        Some(now.saturating_add(p.lease_ns).max(last_expiry.unwrap_or(0)))
+    } else {
+        last_expiry
+    };
+    let retry_after = if allowed || cost > p.max_in_flight {
+        None
+    } else {
+        // An upper bound: the leases that must lapse if nobody releases.
+        let must_free = held + cost - p.max_in_flight;
+        let mut live: Vec<&Lease> = s.leases.iter().filter(|l| l.expires_at > now).collect();
+        live.sort_by_key(|l| l.expires_at);
+        let mut freed = 0;
+        live.into_iter()
+            .find(|l| {
+                freed += l.units;
+                freed >= must_free
+            })
+            .map(|l| until(l.expires_at))
+    };
+    Decision {
+        allowed,
+        limit: p.max_in_flight,
+        remaining: p
+            .max_in_flight
+            .saturating_sub(if allowed { held + cost } else { held }),
+        retry_after,
+        reset_after: reset_at.map(until).unwrap_or_default(),
+        permit: (allowed && cost > 0).then_some(permit),
+    }
+}
+
+/// Drops lapsed leases (changes no decision).
+pub fn prune(s: &mut ConcurrencyState, now: u64) {
+    s.leases.retain(|l| l.expires_at > now);
+}
+
+/// Records the permit; call only when [`check`] allowed.
+pub fn admit(
+    p: &ConcurrencyParams,
+    s: &mut ConcurrencyState,
+    now: u64,
+    cost: u64,
+    permit: PermitId,
+) {
+    prune(s, now);
+    if cost > 0 {
+        s.leases.push(Lease {
+            id: permit,
+            expires_at: now.saturating_add(p.lease_ns),
+            units: cost,
+        });
+    }
+}
+
+/// Releases one permit. Returns whether it was still held.
+pub fn release(s: &mut ConcurrencyState, permit: PermitId) -> bool {
+    let before = s.leases.len();
+    s.leases.retain(|l| l.id != permit);
+    s.leases.len() != before
+}
+
+/// Releases the `amount` most recently granted units (a refund).
+pub fn refund(s: &mut ConcurrencyState, now: u64, mut amount: u64) {
+    prune(s, now);
+    while amount > 0 {
+        let Some(last) = s.leases.last_mut() else {
+            break;
+        };
+        let take = amount.min(last.units);
+        last.units -= take;
+        amount -= take;
+        if last.units == 0 {
+            s.leases.pop();
+        }
+    }
+}
+
+/// When the state is indistinguishable from a fresh key.
+pub fn expires_at(s: &ConcurrencyState) -> u64 {
+    s.leases.iter().map(|l| l.expires_at).max().unwrap_or(0)
+}

@@ -1,0 +1,73 @@
+//! The fixed-window counter: `INCR` on a key named after `floor(now / window)`.
+
+use super::dur;
+use crate::decision::Decision;
+use crate::policy::WindowParams;
+
+/// The counter of one window. `Default` is a fresh key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FixedWindowState {
+    /// Index of the window the count belongs to: `floor(t / window)`.
+    pub window: u64,
+    /// Units admitted in that window.
+    pub count: u64,
+}
+
+/// The window in force at `now` and its count. A stored window later than
+/// `now` (the clock went back) stays in force rather than being forgotten.
+fn effective(p: &WindowParams, s: &FixedWindowState, now: u64) -> (u64, u64) {
+    let current = now / p.window_ns;
+    if s.window >= current {
+        (s.window, s.count)
+    } else {
+        (current, 0)
+    }
+}
+
+/// Decides a request of `cost` units.
+pub fn check(p: &WindowParams, s: &FixedWindowState, now: u64, cost: u64) -> Decision {
+    let (window, count) = effective(p, s, now);
+    let end = (u128::from(window) + 1) * u128::from(p.window_ns);
+    let until_end = dur(end - u128::from(now));
+    let allowed = u128::from(count) + u128::from(cost) <= u128::from(p.max);
+    let after = if allowed { count + cost } else { count };
+    Decision {
+        allowed,
+        limit: p.max,
+        remaining: p.max.saturating_sub(after),
+        retry_after: (!allowed && cost <= p.max).then_some(until_end),
+        reset_after: if after > 0 {
+            until_end
+        } else {
+            Default::default()
+        },
+        permit: None,
+    }
+}
+
+/// The state after admitting `cost` units; call only when [`check`] allowed.
+pub fn admit(p: &WindowParams, s: &FixedWindowState, now: u64, cost: u64) -> FixedWindowState {
+    let (window, count) = effective(p, s, now);
+    FixedWindowState {
+        window,
+        count: count.saturating_add(cost),
+    }
+}
+
+/// Gives `amount` units back to the current window.
+pub fn refund(p: &WindowParams, s: &FixedWindowState, now: u64, amount: u64) -> FixedWindowState {
+    let (window, count) = effective(p, s, now);
+    FixedWindowState {
+        window,
+        count: count.saturating_sub(amount),
+    }
+}
+
+/// When the state is indistinguishable from a fresh key.
+pub fn expires_at(p: &WindowParams, s: &FixedWindowState) -> u64 {
+    if s.count == 0 {
+        0
+    } else {
+        s.window.saturating_add(1).saturating_mul(p.window_ns)
+    }
+}

@@ -1,0 +1,67 @@
+//! GCRA, exactly as redis-cell's `CL.THROTTLE` computes it.
+//!
+//! State is one number, the theoretical arrival time (`tat`); any value at or
+//! before `now` means a fresh key. Funnels and token buckets are this machine
+//! with T = 1/rate and limit = capacity.
+
+use super::{dur, sat};
+use crate::decision::Decision;
+use crate::policy::GcraParams;
+
+/// Decides a request of `cost` units against `tat` at `now`.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_throttle::{algorithm::gcra, Algorithm, Policy};
+///
+/// let Algorithm::Gcra(p) = *Policy::cell(15, 30, Duration::from_secs(60))?.algorithm() else { unreachable!() };
+/// let now = 1_000_000_000_000;
+/// let d = gcra::check(&p, 0, now, 1);
+/// assert_eq!(d.to_cell_reply(), [0, 16, 15, -1, 2]);
+/// assert_eq!(gcra::admit(&p, 0, now, 1), now + 2_000_000_000);
+/// # Ok::<(), tower_throttle::PolicyError>(())
+/// ```
+pub fn check(p: &GcraParams, tat: u64, now: u64, cost: u64) -> Decision {
+    let t = u128::from(p.emission_interval_ns);
+    let tau = u128::from(p.tolerance_ns);
+    let now_w = u128::from(now);
+    let tat_w = u128::from(tat.max(now));
+    let inc = t * u128::from(cost);
+    let new_tat = tat_w + inc;
+    // allow_at = new_tat − τ; denied iff now < allow_at.
+    let allowed = new_tat <= now_w + tau;
+    let ttl = if allowed {
+        new_tat - now_w
+    } else {
+        tat_w - now_w
+    };
+    let remaining = sat(tau.saturating_sub(ttl) / t);
+    Decision {
+        allowed,
+        limit: p.limit,
+        remaining,
+        retry_after: (!allowed && inc <= tau).then(|| dur(new_tat - tau - now_w)),
+        reset_after: dur(ttl),
+        permit: None,
+    }
+}
+
+/// The new `tat` after admitting `cost` units; call only when [`check`] allowed.
+#[inline]
+pub fn admit(p: &GcraParams, tat: u64, now: u64, cost: u64) -> u64 {
+    let inc = u128::from(p.emission_interval_ns) * u128::from(cost);
+    sat(u128::from(tat.max(now)) + inc)
+}
+
+/// Gives `amount` units back: moves `tat` earlier, never before `now` (so a
+/// refund cannot bank quota beyond a fresh state).
+pub fn refund(p: &GcraParams, tat: u64, now: u64, amount: u64) -> u64 {
+    let back = u128::from(p.emission_interval_ns) * u128::from(amount);
+    sat(u128::from(tat).saturating_sub(back).max(u128::from(now)))
+}
+
+/// When the state `tat` becomes indistinguishable from a fresh key.
+#[inline]
+pub fn expires_at(tat: u64) -> u64 {
+    tat
+}

@@ -1,0 +1,133 @@
+//! The sliding log: the exact record of admitted units over the last window.
+//!
+//! The seeds kept one ZSET member per request with the millisecond as the
+//! member, so two requests in one millisecond collapsed into one. Here every
+//! admitted unit counts; units admitted at the same instant share one entry
+//! with a count, which keeps memory at O(distinct instants) ≤ O(max).
+
+use std::collections::VecDeque;
+
+use super::dur;
+use crate::decision::Decision;
+use crate::policy::WindowParams;
+
+/// Admitted units, oldest first. `Default` is a fresh key.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SlidingLogState {
+    entries: VecDeque<(u64, u64)>,
+    total: u64,
+}
+
+impl SlidingLogState {
+    /// `(instant_ns, units)` pairs, oldest first.
+    pub fn entries(&self) -> impl ExactSizeIterator<Item = (u64, u64)> + '_ {
+        self.entries.iter().copied()
+    }
+}
+
+/// An entry admitted at `t` leaves the window once `now ≥ t + window`.
+#[inline]
+fn expired(p: &WindowParams, t: u64, now: u64) -> bool {
+    u128::from(t) + u128::from(p.window_ns) <= u128::from(now)
+}
+
+/// Units still in the window at `now`, and how many entries have left it.
+fn live(p: &WindowParams, s: &SlidingLogState, now: u64) -> (u64, usize) {
+    let mut total = s.total;
+    let mut gone = 0;
+    for &(t, n) in &s.entries {
+        if !expired(p, t, now) {
+            break;
+        }
+        total -= n;
+        gone += 1;
+    }
+    (total, gone)
+}
+
+/// Decides a request of `cost` units.
+pub fn check(p: &WindowParams, s: &SlidingLogState, now: u64, cost: u64) -> Decision {
+    let (total, gone) = live(p, s, now);
+    let allowed = u128::from(total) + u128::from(cost) <= u128::from(p.max);
+    let newest = if allowed && cost > 0 {
+        Some(now)
+    } else {
+        s.entries.back().map(|&(t, _)| t).filter(|_| total > 0)
+    };
+    let after = if allowed { total + cost } else { total };
+    let until =
+        |t: u64| dur((u128::from(t) + u128::from(p.window_ns)).saturating_sub(u128::from(now)));
+    let retry_after = if allowed || cost > p.max {
+        None
+    } else {
+        // The oldest `must_leave` units have to leave the window first.
+        let must_leave = total + cost - p.max;
+        let mut left = 0;
+        s.entries
+            .iter()
+            .skip(gone)
+            .find(|&&(_, n)| {
+                left += n;
+                left >= must_leave
+            })
+            .map(|&(t, _)| until(t))
+    };
+    Decision {
+        allowed,
+        limit: p.max,
+        remaining: p.max.saturating_sub(after),
+        retry_after,
+        reset_after: newest.map(until).unwrap_or_default(),
+        permit: None,
+    }
+}
+
+/// Drops the entries that have left the window (changes no decision).
+pub fn prune(p: &WindowParams, s: &mut SlidingLogState, now: u64) {
+    while let Some(&(t, n)) = s.entries.front() {
+        if !expired(p, t, now) {
+            break;
+        }
+        s.total -= n;
+        s.entries.pop_front();
+    }
+}
+
+/// Records `cost` units at `now`; call only when [`check`] allowed.
+pub fn admit(p: &WindowParams, s: &mut SlidingLogState, now: u64, cost: u64) {
+    prune(p, s, now);
+    if cost == 0 {
+        return;
+    }
+    s.total += cost;
+    match s.entries.back_mut() {
+        // A clock that went back still appends in order: the entry is kept
+        // at the later instant, which can only hold the units longer.
+        Some((t, n)) if *t >= now => *n += cost,
+        _ => s.entries.push_back((now, cost)),
+    }
+}
+
+/// Gives back the `amount` most recent units (the ones a refund undoes).
+pub fn refund(p: &WindowParams, s: &mut SlidingLogState, now: u64, mut amount: u64) {
+    prune(p, s, now);
+    while amount > 0 {
+        let Some((_, n)) = s.entries.back_mut() else {
+            break;
+        };
+        let take = amount.min(*n);
+        *n -= take;
+        s.total -= take;
+        amount -= take;
+        if *n == 0 {
+            s.entries.pop_back();
+        }
+    }
+}
+
+/// When the state is indistinguishable from a fresh key.
+pub fn expires_at(p: &WindowParams, s: &SlidingLogState) -> u64 {
+    s.entries
+        .back()
+        .map_or(0, |&(t, _)| t.saturating_add(p.window_ns))
+}

@@ -1,0 +1,124 @@
+//! The sliding-window counter: two fixed-window counts, the previous one
+//! weighted by how much of it the sliding window still covers.
+//!
+//! estimate = previous·(1 − elapsed/window) + current, compared in integers
+//! (everything multiplied by `window`) so that every store computes the same
+//! answer bit for bit. The estimate never rises without an admission and is
+//! continuous across window boundaries, so `retry_after` is exact.
+
+use super::{dur, sat};
+use crate::decision::Decision;
+use crate::policy::WindowParams;
+
+/// Counts of the current and previous windows. `Default` is a fresh key.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SlidingWindowState {
+    /// Index of the current window: `floor(t / window)`.
+    pub window: u64,
+    /// Units admitted in the current window.
+    pub current: u64,
+    /// Units admitted in the window before it.
+    pub previous: u64,
+}
+
+/// The state rolled forward to `now`, and the time elapsed in its window. A
+/// stored window later than `now` (the clock went back) is kept, with elapsed
+/// 0, where its estimate is highest.
+fn roll(p: &WindowParams, s: &SlidingWindowState, now: u64) -> (SlidingWindowState, u128) {
+    let w = p.window_ns;
+    let index = now / w;
+    let rolled = if s.window >= index {
+        *s
+    } else if s.window + 1 == index {
+        SlidingWindowState {
+            window: index,
+            current: 0,
+            previous: s.current,
+        }
+    } else {
+        SlidingWindowState {
+            window: index,
+            current: 0,
+            previous: 0,
+        }
+    };
+    let start = u128::from(rolled.window) * u128::from(w);
+    let elapsed = u128::from(now).saturating_sub(start).min(u128::from(w));
+    (rolled, elapsed)
+}
+
+/// Decides a request of `cost` units.
+pub fn check(p: &WindowParams, s: &SlidingWindowState, now: u64, cost: u64) -> Decision {
+    let (s, elapsed) = roll(p, s, now);
+    let w = u128::from(p.window_ns);
+    let (n, cost_w) = (u128::from(p.max), u128::from(cost));
+    let (prev, cur) = (u128::from(s.previous), u128::from(s.current));
+    // All terms scaled by w: estimate·w = prev·(w − elapsed) + cur·w.
+    let used = prev * (w - elapsed) + cur * w;
+    let allowed = used + cost_w * w <= n * w;
+    let used_after = if allowed { used + cost_w * w } else { used };
+    let start = u128::from(s.window) * w;
+    let now_w = u128::from(now).max(start);
+    let current_after = if allowed { cur + cost_w } else { cur };
+    let reset_at = if current_after > 0 {
+        start + 2 * w
+    } else if prev > 0 {
+        start + w
+    } else {
+        now_w
+    };
+    let retry_after = if allowed || cost_w > n {
+        None
+    } else if cur + cost_w <= n {
+        // Within this window, once prev·(w − e) ≤ (n − cur − cost)·w.
+        let room = (n - cur - cost_w) * w;
+        let e = w - (room / prev).min(w);
+        Some(dur(start + e - now_w))
+    } else {
+        // In the next window, `cur` becomes the weighted previous count.
+        let room = (n - cost_w) * w;
+        let e = if cur == 0 { 0 } else { w - (room / cur).min(w) };
+        Some(dur(start + w + e - now_w))
+    };
+    Decision {
+        allowed,
+        limit: p.max,
+        remaining: sat((n * w).saturating_sub(used_after) / w),
+        retry_after,
+        reset_after: dur(reset_at - now_w),
+        permit: None,
+    }
+}
+
+/// The state after admitting `cost` units; call only when [`check`] allowed.
+pub fn admit(p: &WindowParams, s: &SlidingWindowState, now: u64, cost: u64) -> SlidingWindowState {
+    let (mut s, _) = roll(p, s, now);
+    s.current = s.current.saturating_add(cost);
+    s
+}
+
+/// Gives `amount` units back to the current window.
+pub fn refund(
+    p: &WindowParams,
+    s: &SlidingWindowState,
+    now: u64,
+    amount: u64,
+) -> SlidingWindowState {
+    let (mut s, _) = roll(p, s, now);
+    s.current = s.current.saturating_sub(amount);
+    s
+}
+
+/// When the state is indistinguishable from a fresh key.
+pub fn expires_at(p: &WindowParams, s: &SlidingWindowState) -> u64 {
+    let windows_left = if s.current > 0 {
+        2
+    } else if s.previous > 0 {
+        1
+    } else {
+        return 0;
+    };
+    s.window
+        .saturating_add(windows_left)
+        .saturating_mul(p.window_ns)
+}

@@ -1,0 +1,125 @@
+//! The answer to a check.
+
+use std::time::Duration;
+
+/// Identifies a concurrency permit, to release it early.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PermitId(pub u64);
+
+/// What a store answered for one (key, policy, cost).
+///
+/// The same shape as redis-cell's `CL.THROTTLE` reply, with full precision;
+/// [`Decision::to_cell_reply`] renders the five integers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Decision {
+    /// Whether the request was admitted (and its cost consumed).
+    pub allowed: bool,
+    /// Requests admitted at once from a fresh state.
+    pub limit: u64,
+    /// Unit requests that would still be admitted now.
+    pub remaining: u64,
+    /// Denied only: how long until this same request would be admitted.
+    /// `None` when allowed, and when denied forever (see [`Decision::is_never`]).
+    pub retry_after: Option<Duration>,
+    /// How long until the key is back to a fresh state.
+    pub reset_after: Duration,
+    /// Admitted concurrency checks only: the permit to release when done.
+    pub permit: Option<PermitId>,
+}
+
+impl Decision {
+    /// Denied, and no amount of waiting helps: the cost exceeds what the
+    /// policy can ever admit at once.
+    pub fn is_never(&self) -> bool {
+        !self.allowed && self.retry_after.is_none()
+    }
+
+    /// The exact reply of redis-cell's `CL.THROTTLE`:
+    /// `[limited, limit, remaining, retry_after, reset_after]`, times in whole
+    /// seconds rounded up at millisecond granularity, `retry_after` −1 when
+    /// allowed or never.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_throttle::Decision;
+    ///
+    /// let d = Decision {
+    ///     allowed: false,
+    ///     limit: 16,
+    ///     remaining: 0,
+    ///     retry_after: Some(Duration::from_millis(1999)),
+    ///     reset_after: Duration::from_secs(32),
+    ///     permit: None,
+    /// };
+    /// assert_eq!(d.to_cell_reply(), [1, 16, 0, 2, 32]);
+    /// ```
+    pub fn to_cell_reply(&self) -> [i64; 5] {
+        [
+            i64::from(!self.allowed),
+            clamp_i64(self.limit),
+            clamp_i64(self.remaining),
+            self.retry_after.map_or(-1, cell_seconds),
+            cell_seconds(self.reset_after),
+        ]
+    }
+
+    /// `retry_after` in whole seconds, rounded up and never 0, for the
+    /// `Retry-After` header. `None` when allowed or never.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        self.retry_after.map(|d| ceil_secs(d).max(1))
+    }
+}
+
+fn clamp_i64(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// redis-cell's rounding: whole seconds, plus one if any milliseconds remain.
+fn cell_seconds(d: Duration) -> i64 {
+    let ms = d.as_millis();
+    clamp_i64(u64::try_from(ms / 1000 + u128::from(ms % 1000 > 0)).unwrap_or(u64::MAX))
+}
+
+/// Whole seconds rounded up at nanosecond granularity.
+pub(crate) fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn denied(retry: Option<Duration>, reset: Duration) -> Decision {
+        Decision {
+            allowed: false,
+            limit: 1,
+            remaining: 0,
+            retry_after: retry,
+            reset_after: reset,
+            permit: None,
+        }
+    }
+
+    #[test]
+    fn cell_rounding_is_at_millisecond_granularity() {
+        let d = denied(
+            Some(Duration::from_micros(1_000_999)),
+            Duration::from_micros(999),
+        );
+        // 1.000999 s is 1000 ms: no extra second; 999 µs is 0 ms.
+        assert_eq!(d.to_cell_reply(), [1, 1, 0, 1, 0]);
+        let d = denied(Some(Duration::from_millis(1001)), Duration::from_millis(1));
+        assert_eq!(d.to_cell_reply(), [1, 1, 0, 2, 1]);
+        let never = denied(None, Duration::ZERO);
+        assert!(never.is_never());
+        assert_eq!(never.to_cell_reply()[3], -1);
+    }
+
+    #[test]
+    fn retry_after_header_is_never_zero() {
+        let d = denied(Some(Duration::from_nanos(1)), Duration::ZERO);
+        assert_eq!(d.retry_after_secs(), Some(1));
+        let d = denied(Some(Duration::from_millis(2001)), Duration::ZERO);
+        assert_eq!(d.retry_after_secs(), Some(3));
+    }
+}

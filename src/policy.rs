@@ -1,0 +1,338 @@
+//! Policies: what a limit is, validated once at construction.
+//!
+//! Every constructor returns a typed [`PolicyError`] instead of panicking or
+//! wrapping around, so a limit read from configuration can be checked at start-up.
+
+use std::fmt;
+use std::time::Duration;
+
+/// A validated rate-limit policy. Cheap to copy; compare and hash by value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Policy {
+    algorithm: Algorithm,
+}
+
+/// The algorithm behind a [`Policy`] and its validated parameters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Algorithm {
+    /// GCRA: redis-cell's `CL.THROTTLE`, the funnel and the token bucket.
+    Gcra(GcraParams),
+    /// An exact log of admitted events over a sliding window.
+    SlidingLog(WindowParams),
+    /// A counter per aligned window (`INCR` + `EXPIRE`).
+    FixedWindow(WindowParams),
+    /// Two window counters weighted by overlap: O(1) memory, near-exact.
+    SlidingWindow(WindowParams),
+    /// At most `max_in_flight` requests of a key in progress.
+    Concurrency(ConcurrencyParams),
+}
+
+/// GCRA parameters, in redis-cell's terms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct GcraParams {
+    /// T: the time one unit of quota takes to come back, in nanoseconds.
+    pub emission_interval_ns: u64,
+    /// τ = T·limit: how far ahead of now the theoretical arrival time may run.
+    pub tolerance_ns: u64,
+    /// Requests admitted at once from a fresh state (`max_burst + 1`).
+    pub limit: u64,
+}
+
+/// Parameters of the window algorithms.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct WindowParams {
+    /// Units admitted per window.
+    pub max: u64,
+    /// Window length in nanoseconds.
+    pub window_ns: u64,
+}
+
+/// Parameters of the concurrency limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ConcurrencyParams {
+    /// Units that may be in flight at once.
+    pub max_in_flight: u64,
+    /// How long a permit lives if never released (a crashed holder), in nanoseconds.
+    pub lease_ns: u64,
+}
+
+/// Why a policy could not be built.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum PolicyError {
+    /// A count, capacity or maximum was zero.
+    ZeroCount(&'static str),
+    /// A period, window or lease was zero.
+    ZeroPeriod(&'static str),
+    /// A duration or a product of parameters does not fit in 64-bit nanoseconds.
+    Overflow(&'static str),
+    /// The period divided by the count is below one nanosecond.
+    IntervalTooShort {
+        /// The period given.
+        period: Duration,
+        /// The count given.
+        count: u64,
+    },
+    /// A rate was not a finite positive number.
+    InvalidRate(f64),
+}
+
+impl fmt::Display for PolicyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PolicyError::ZeroCount(what) => write!(f, "{what} must be at least 1"),
+            PolicyError::ZeroPeriod(what) => write!(f, "{what} must be longer than zero"),
+            PolicyError::Overflow(what) => {
+                write!(
+                    f,
+                    "{what} does not fit in 64-bit nanoseconds (about 584 years)"
+                )
+            }
+            PolicyError::IntervalTooShort { period, count } => write!(
+                f,
+                "{count} per {period:?} leaves less than one nanosecond per request"
+            ),
+            PolicyError::InvalidRate(rate) => {
+                write!(f, "rate must be a finite number above zero, got {rate}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for PolicyError {}
+
+/// Default lease of a concurrency permit that is never released.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
+
+fn nanos(d: Duration, what: &'static str) -> Result<u64, PolicyError> {
+    let ns = u64::try_from(d.as_nanos()).map_err(|_| PolicyError::Overflow(what))?;
+    if ns == 0 {
+        return Err(PolicyError::ZeroPeriod(what));
+    }
+    Ok(ns)
+}
+
+fn nonzero(n: u64, what: &'static str) -> Result<u64, PolicyError> {
+    if n == 0 {
+        Err(PolicyError::ZeroCount(what))
+    } else {
+        Ok(n)
+    }
+}
+
+fn gcra(emission_interval_ns: u64, limit: u64) -> Result<Policy, PolicyError> {
+    let tolerance_ns = emission_interval_ns
+        .checked_mul(limit)
+        .ok_or(PolicyError::Overflow("emission interval × limit"))?;
+    Ok(Policy {
+        algorithm: Algorithm::Gcra(GcraParams {
+            emission_interval_ns,
+            tolerance_ns,
+            limit,
+        }),
+    })
+}
+
+fn interval_from_rate(per_sec: f64) -> Result<u64, PolicyError> {
+    if !per_sec.is_finite() || per_sec <= 0.0 {
+        return Err(PolicyError::InvalidRate(per_sec));
+    }
+    let interval = (1e9 / per_sec).round();
+    if interval < 1.0 {
+        return Err(PolicyError::InvalidRate(per_sec));
+    }
+    if interval >= u64::MAX as f64 {
+        return Err(PolicyError::Overflow("1 / rate"));
+    }
+    Ok(interval as u64)
+}
+
+impl Policy {
+    /// redis-cell's `CL.THROTTLE key max_burst count period`: `count` requests
+    /// per `period`, with bursts of up to `max_burst + 1` from a fresh state.
+    ///
+    /// T = period / count (whole nanoseconds, as redis-cell divides), τ = T·(max_burst + 1).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_throttle::Policy;
+    ///
+    /// let posts = Policy::cell(15, 30, Duration::from_secs(60))?;
+    /// assert_eq!(posts.limit(), 16);
+    /// assert!(Policy::cell(15, 0, Duration::from_secs(60)).is_err());
+    /// # Ok::<(), tower_throttle::PolicyError>(())
+    /// ```
+    pub fn cell(max_burst: u64, count: u64, period: Duration) -> Result<Policy, PolicyError> {
+        let count = nonzero(count, "count")?;
+        let period_ns = nanos(period, "period")?;
+        let emission_interval_ns = period_ns / count;
+        if emission_interval_ns == 0 {
+            return Err(PolicyError::IntervalTooShort { period, count });
+        }
+        let limit = max_burst
+            .checked_add(1)
+            .ok_or(PolicyError::Overflow("max_burst + 1"))?;
+        gcra(emission_interval_ns, limit)
+    }
+
+    /// A funnel (leaky bucket as a meter) holding `capacity` units that leaks
+    /// `leak_per_sec` units a second. Same machine as [`Policy::cell`] with
+    /// T = 1 s / rate (rounded to the nanosecond) and limit = capacity.
+    pub fn funnel(capacity: u64, leak_per_sec: f64) -> Result<Policy, PolicyError> {
+        let capacity = nonzero(capacity, "capacity")?;
+        gcra(interval_from_rate(leak_per_sec)?, capacity)
+    }
+
+    /// A token bucket (Guava's `RateLimiter` without warm-up) of `capacity`
+    /// tokens refilled at `refill_per_sec`. Same machine as [`Policy::funnel`].
+    pub fn token_bucket(capacity: u64, refill_per_sec: f64) -> Result<Policy, PolicyError> {
+        let capacity = nonzero(capacity, "capacity")?;
+        gcra(interval_from_rate(refill_per_sec)?, capacity)
+    }
+
+    /// At most `max` units in any window of length `window`, exactly: a log of
+    /// admitted events (the seeds' ZSET). Memory grows with `max` per key.
+    pub fn sliding_log(max: u64, window: Duration) -> Result<Policy, PolicyError> {
+        Ok(Policy {
+            algorithm: Algorithm::SlidingLog(window_params(max, window)?),
+        })
+    }
+
+    /// At most `max` units per aligned window (`floor(now / window)`): the
+    /// `INCR` counter. Allows up to 2·max across a window boundary.
+    pub fn fixed_window(max: u64, window: Duration) -> Result<Policy, PolicyError> {
+        Ok(Policy {
+            algorithm: Algorithm::FixedWindow(window_params(max, window)?),
+        })
+    }
+
+    /// The sliding-window counter: `previous·(1 − elapsed/window) + current`
+    /// must stay within `max`. O(1) memory per key whatever `max` is.
+    pub fn sliding_window(max: u64, window: Duration) -> Result<Policy, PolicyError> {
+        Ok(Policy {
+            algorithm: Algorithm::SlidingWindow(window_params(max, window)?),
+        })
+    }
+
+    /// At most `max_in_flight` requests of a key in progress at once, each
+    /// permit leased for [`DEFAULT_LEASE`] in case its holder never releases it.
+    pub fn concurrency(max_in_flight: u64) -> Result<Policy, PolicyError> {
+        Self::concurrency_with_lease(max_in_flight, DEFAULT_LEASE)
+    }
+
+    /// [`Policy::concurrency`] with an explicit lease; make it longer than the
+    /// slowest request you serve, or long requests lose their permit.
+    pub fn concurrency_with_lease(
+        max_in_flight: u64,
+        lease: Duration,
+    ) -> Result<Policy, PolicyError> {
+        Ok(Policy {
+            algorithm: Algorithm::Concurrency(ConcurrencyParams {
+                max_in_flight: nonzero(max_in_flight, "max_in_flight")?,
+                lease_ns: nanos(lease, "lease")?,
+            }),
+        })
+    }
+
+    /// The algorithm and its parameters.
+    pub fn algorithm(&self) -> &Algorithm {
+        &self.algorithm
+    }
+
+    /// Requests admitted at once from a fresh state.
+    pub fn limit(&self) -> u64 {
+        match self.algorithm {
+            Algorithm::Gcra(p) => p.limit,
+            Algorithm::SlidingLog(p) | Algorithm::FixedWindow(p) | Algorithm::SlidingWindow(p) => {
+                p.max
+            }
+            Algorithm::Concurrency(p) => p.max_in_flight,
+        }
+    }
+
+    /// The window over which [`Policy::limit`] is counted: τ for GCRA, the
+    /// window for window algorithms, the lease for concurrency. Used for the
+    /// `w` parameter of the `RateLimit-Policy` header.
+    pub fn window(&self) -> Duration {
+        Duration::from_nanos(match self.algorithm {
+            Algorithm::Gcra(p) => p.tolerance_ns,
+            Algorithm::SlidingLog(p) | Algorithm::FixedWindow(p) | Algorithm::SlidingWindow(p) => {
+                p.window_ns
+            }
+            Algorithm::Concurrency(p) => p.lease_ns,
+        })
+    }
+
+    /// True for [`Policy::concurrency`]: admitted checks hold a permit to release.
+    pub fn is_concurrency(&self) -> bool {
+        matches!(self.algorithm, Algorithm::Concurrency(_))
+    }
+}
+
+fn window_params(max: u64, window: Duration) -> Result<WindowParams, PolicyError> {
+    Ok(WindowParams {
+        max: nonzero(max, "max")?,
+        window_ns: nanos(window, "window")?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cell_matches_redis_cell_parameters() {
+        let p = Policy::cell(15, 30, Duration::from_secs(60)).unwrap();
+        assert_eq!(
+            p.algorithm(),
+            &Algorithm::Gcra(GcraParams {
+                emission_interval_ns: 2_000_000_000,
+                tolerance_ns: 32_000_000_000,
+                limit: 16,
+            })
+        );
+    }
+
+    #[test]
+    fn bad_values_are_typed_errors() {
+        let s = Duration::from_secs(1);
+        assert_eq!(Policy::cell(1, 0, s), Err(PolicyError::ZeroCount("count")));
+        assert_eq!(
+            Policy::cell(1, 1, Duration::ZERO),
+            Err(PolicyError::ZeroPeriod("period"))
+        );
+        assert_eq!(
+            Policy::cell(u64::MAX, 1, s),
+            Err(PolicyError::Overflow("max_burst + 1"))
+        );
+        assert!(matches!(
+            Policy::cell(u64::MAX - 1, 1, s),
+            Err(PolicyError::Overflow(_))
+        ));
+        assert!(matches!(
+            Policy::cell(0, 2, Duration::from_nanos(1)),
+            Err(PolicyError::IntervalTooShort { .. })
+        ));
+        assert!(matches!(
+            Policy::sliding_log(1, Duration::MAX),
+            Err(PolicyError::Overflow(_))
+        ));
+        for rate in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e10] {
+            assert!(Policy::funnel(3, rate).is_err(), "rate {rate}");
+        }
+        assert!(Policy::token_bucket(0, 1.0).is_err());
+        assert!(Policy::fixed_window(0, s).is_err());
+        assert!(Policy::sliding_window(1, Duration::ZERO).is_err());
+        assert!(Policy::concurrency(0).is_err());
+        assert!(Policy::concurrency_with_lease(1, Duration::ZERO).is_err());
+    }
+
+    #[test]
+    fn funnel_and_token_bucket_are_the_same_machine() {
+        let f = Policy::funnel(10, 0.5).unwrap();
+        assert_eq!(f, Policy::token_bucket(10, 0.5).unwrap());
+        assert_eq!(f.limit(), 10);
+        assert_eq!(f.window(), Duration::from_secs(20));
+    }
+}

@@ -1,0 +1,62 @@
+//! Typed store failures, so the layer's fail-open / fail-closed policy can act on them.
+
+use std::fmt;
+use std::time::Duration;
+
+/// A boxed error from a store's backend.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Why a store could not decide.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The memory store holds its maximum number of live keys and none has expired.
+    Full {
+        /// The configured cap.
+        max_keys: usize,
+    },
+    /// The request is malformed (for example two rules on one key in one check).
+    InvalidRequest(&'static str),
+    /// The store does not implement this policy.
+    Unsupported(&'static str),
+    /// The backend did not answer within the configured time.
+    Timeout(Duration),
+    /// The backend could not be reached or the connection broke.
+    Connection(BoxError),
+    /// The backend ran the script or command and it failed.
+    Script(BoxError),
+    /// A cluster could not route the command (moved, down, slots uncovered).
+    Cluster(BoxError),
+    /// The backend answered something this crate does not understand.
+    Protocol(String),
+}
+
+impl fmt::Display for StoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StoreError::Full { max_keys } => {
+                write!(f, "rate-limit store is full ({max_keys} live keys)")
+            }
+            StoreError::InvalidRequest(why) => write!(f, "invalid rate-limit request: {why}"),
+            StoreError::Unsupported(what) => write!(f, "store does not support {what}"),
+            StoreError::Timeout(after) => write!(f, "rate-limit store timed out after {after:?}"),
+            StoreError::Connection(e) => write!(f, "rate-limit store connection failed: {e}"),
+            StoreError::Script(e) => write!(f, "rate-limit store script failed: {e}"),
+            StoreError::Cluster(e) => write!(f, "rate-limit store cluster error: {e}"),
+            StoreError::Protocol(what) => {
+                write!(f, "unexpected reply from rate-limit store: {what}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for StoreError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            StoreError::Connection(e) | StoreError::Script(e) | StoreError::Cluster(e) => {
+                Some(&**e)
+            }
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,495 @@
+//! The in-memory store: sharded maps, GCRA state in one atomic word.
+//!
+//! Keys are stored as a 64-bit keyed hash (random seed per store), not as
+//! bytes, so an idle GCRA key costs one map bucket: 24 bytes plus control.
+//! The hot path takes a shard's read lock and updates the key's state with a
+//! compare-and-swap (GCRA) or a per-key mutex (the others); only new keys take
+//! the write lock. Multi-rule checks take the write locks of every shard they
+//! touch, in index order, which excludes all other writers to those keys.
+//!
+//! Cold keys (back to a fresh state) are swept as a shard grows and by a
+//! background janitor thread, so memory returns without a manual call. The
+//! number of live keys is capped: when full, new keys get [`StoreError::Full`]
+//! (the layer's fail mode decides) rather than evicting live state, which
+//! would hand an attacker a fresh quota.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockWriteGuard, Weak};
+use std::time::Duration;
+
+use super::{Rule, Store, StoreError};
+use crate::clock::{Clock, SystemClock};
+use crate::decision::{Decision, PermitId};
+use crate::policy::Policy;
+
+mod slot;
+
+use slot::Slot;
+
+/// Default cap on live keys.
+pub const DEFAULT_MAX_KEYS: usize = 1 << 22;
+/// Default interval of the background sweep.
+pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(10);
+const MIN_SWEEP_AT: usize = 64;
+
+/// The keys are already uniform 64-bit hashes: use them as they are.
+#[derive(Default)]
+struct IdentityHasher(u64);
+
+impl Hasher for IdentityHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+type Slots = HashMap<u64, Slot, BuildHasherDefault<IdentityHasher>>;
+
+struct Shard {
+    slots: Slots,
+    /// Sweep when `slots.len()` reaches this.
+    sweep_at: usize,
+    /// No slot expires before this: sweeping earlier frees nothing.
+    next_expiry: u64,
+}
+
+impl Shard {
+    fn new() -> Self {
+        Shard {
+            slots: Slots::default(),
+            sweep_at: MIN_SWEEP_AT,
+            next_expiry: 0,
+        }
+    }
+
+    /// Drops every slot back at a fresh state; returns how many.
+    fn sweep(&mut self, policy_cap: usize, now: u64) -> usize {
+        let before = self.slots.len();
+        let mut next_expiry = u64::MAX;
+        self.slots.retain(|_, slot| {
+            let at = slot.expires_at();
+            let live = at > now;
+            if live {
+                next_expiry = next_expiry.min(at);
+            }
+            live
+        });
+        self.next_expiry = next_expiry;
+        let len = self.slots.len();
+        if self.slots.capacity() > 4 * len.max(MIN_SWEEP_AT) {
+            self.slots.shrink_to(2 * len);
+        }
+        self.sweep_at = (2 * len).clamp(MIN_SWEEP_AT, policy_cap.max(1));
+        before - len
+    }
+}
+
+struct Inner<C> {
+    clock: C,
+    hasher: foldhash::fast::RandomState,
+    shards: Box<[RwLock<Shard>]>,
+    shard_bits: u32,
+    shard_cap: usize,
+    max_keys: usize,
+    next_permit: AtomicU64,
+    janitor: Mutex<Option<std::thread::Thread>>,
+}
+
+impl<C> Drop for Inner<C> {
+    fn drop(&mut self) {
+        if let Some(t) = self
+            .janitor
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
+            t.unpark();
+        }
+    }
+}
+
+/// The default store: in process, concurrent, bounded, self-cleaning.
+///
+/// Clones share state.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_throttle::{MemoryStore, Policy, Rule};
+///
+/// let store = MemoryStore::new();
+/// let reply = Policy::sliding_log(5, Duration::from_secs(60))?;
+/// let d = store.check_sync(Rule::new(b"laoqian:reply", &reply, 1))?;
+/// assert!(d.allowed);
+/// assert_eq!(d.remaining, 4);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct MemoryStore<C: Clock = SystemClock> {
+    inner: Arc<Inner<C>>,
+}
+
+impl<C: Clock> Clone for MemoryStore<C> {
+    fn clone(&self) -> Self {
+        MemoryStore {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<C: Clock> std::fmt::Debug for MemoryStore<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("shards", &self.inner.shards.len())
+            .field("max_keys", &self.inner.max_keys)
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+/// Builds a [`MemoryStore`] with explicit limits and clock.
+#[derive(Debug)]
+pub struct MemoryStoreBuilder<C> {
+    clock: C,
+    max_keys: usize,
+    shards: usize,
+    sweep_interval: Option<Duration>,
+}
+
+impl MemoryStoreBuilder<SystemClock> {
+    fn new() -> Self {
+        MemoryStoreBuilder {
+            clock: SystemClock::new(),
+            max_keys: DEFAULT_MAX_KEYS,
+            shards: 64,
+            sweep_interval: Some(DEFAULT_SWEEP_INTERVAL),
+        }
+    }
+}
+
+impl<C: Clock> MemoryStoreBuilder<C> {
+    /// The clock (a [`ManualClock`](crate::clock::ManualClock) in tests).
+    pub fn clock<C2: Clock>(self, clock: C2) -> MemoryStoreBuilder<C2> {
+        MemoryStoreBuilder {
+            clock,
+            max_keys: self.max_keys,
+            shards: self.shards,
+            sweep_interval: self.sweep_interval,
+        }
+    }
+
+    /// Cap on live keys (default [`DEFAULT_MAX_KEYS`]); at least one per shard.
+    pub fn max_keys(mut self, max_keys: usize) -> Self {
+        self.max_keys = max_keys.max(1);
+        self
+    }
+
+    /// Number of lock shards, rounded up to a power of two (default 64).
+    pub fn shards(mut self, shards: usize) -> Self {
+        self.shards = shards.clamp(1, 1 << 16);
+        self
+    }
+
+    /// How often the background thread sweeps cold keys; `None` disables it
+    /// (shards are still swept as they grow). Default [`DEFAULT_SWEEP_INTERVAL`].
+    pub fn sweep_interval(mut self, every: Option<Duration>) -> Self {
+        self.sweep_interval = every;
+        self
+    }
+
+    /// Builds the store, starting the janitor thread if enabled.
+    pub fn build(self) -> MemoryStore<C> {
+        let shards = self.shards.next_power_of_two();
+        let shards = shards.min(self.max_keys.next_power_of_two()).max(1);
+        let inner = Arc::new(Inner {
+            clock: self.clock,
+            hasher: foldhash::fast::RandomState::default(),
+            shards: (0..shards).map(|_| RwLock::new(Shard::new())).collect(),
+            shard_bits: shards.trailing_zeros(),
+            shard_cap: self.max_keys.div_ceil(shards),
+            max_keys: self.max_keys,
+            next_permit: AtomicU64::new(1),
+            janitor: Mutex::new(None),
+        });
+        if let Some(every) = self.sweep_interval {
+            spawn_janitor(&inner, every);
+        }
+        MemoryStore { inner }
+    }
+}
+
+fn spawn_janitor<C: Clock>(inner: &Arc<Inner<C>>, every: Duration) {
+    let weak: Weak<Inner<C>> = Arc::downgrade(inner);
+    let spawned = std::thread::Builder::new()
+        .name("tower-throttle-janitor".into())
+        .spawn(move || loop {
+            std::thread::park_timeout(every);
+            let Some(inner) = weak.upgrade() else { return };
+            MemoryStore { inner }.sweep();
+        });
+    // Without the thread, shards are still swept as they grow.
+    if let Ok(handle) = spawned {
+        *inner.janitor.lock().unwrap_or_else(PoisonError::into_inner) =
+            Some(handle.thread().clone());
+    }
+}
+
+impl MemoryStore<SystemClock> {
+    /// A store with the default limits and the system clock.
+    pub fn new() -> Self {
+        Self::builder().build()
+    }
+
+    /// Configures a store.
+    pub fn builder() -> MemoryStoreBuilder<SystemClock> {
+        MemoryStoreBuilder::new()
+    }
+}
+
+impl Default for MemoryStore<SystemClock> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<C: Clock> MemoryStore<C> {
+    /// The store's clock.
+    pub fn clock(&self) -> &C {
+        &self.inner.clock
+    }
+
+    /// Live keys (including any not yet swept after going cold).
+    pub fn len(&self) -> usize {
+        self.inner.shards.iter().map(|s| read(s).slots.len()).sum()
+    }
+
+    /// True when no key is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Drops every key that is back to a fresh state; returns how many. The
+    /// janitor calls this; call it yourself only to free memory at once.
+    pub fn sweep(&self) -> usize {
+        let now = self.inner.clock.now_ns();
+        self.inner
+            .shards
+            .iter()
+            .map(|s| write(s).sweep(self.inner.shard_cap, now))
+            .sum()
+    }
+
+    /// The key's hash and its shard's index.
+    #[inline]
+    fn locate(&self, key: &[u8]) -> (u64, usize) {
+        let hash = self.inner.hasher.hash_one(key);
+        // Top bits pick the shard; the map uses the low bits for buckets.
+        let index = if self.inner.shard_bits == 0 {
+            0
+        } else {
+            (hash >> (64 - self.inner.shard_bits)) as usize
+        };
+        (hash, index)
+    }
+
+    #[inline]
+    fn shard(&self, index: usize) -> &RwLock<Shard> {
+        &self.inner.shards[index]
+    }
+
+    fn next_permit(&self) -> PermitId {
+        PermitId(self.inner.next_permit.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Decides one rule now, synchronously. [`Store::check`] calls this.
+    pub fn check_sync(&self, rule: Rule<'_>) -> Result<Decision, StoreError> {
+        let now = self.inner.clock.now_ns();
+        let (hash, index) = self.locate(rule.key);
+        let shard = self.shard(index);
+        let permit = rule.policy.is_concurrency().then(|| self.next_permit());
+        if let Some(slot) = read(shard).slots.get(&hash) {
+            if let Some(d) = slot.check(rule.policy, now, rule.cost, permit) {
+                return Ok(d);
+            }
+        }
+        // Absent, or held for another algorithm: decide on a fresh state and
+        // insert only what an admission changes.
+        let mut fresh = Slot::fresh(rule.policy);
+        let decision = fresh
+            .check(rule.policy, now, rule.cost, permit)
+            .expect("a fresh slot matches its policy");
+        let mut shard = write(shard);
+        if let Some(slot) = shard.slots.get(&hash) {
+            // Inserted meanwhile by another caller.
+            if let Some(d) = slot.check(rule.policy, now, rule.cost, permit) {
+                return Ok(d);
+            }
+        }
+        if decision.allowed && rule.cost > 0 {
+            self.make_room(&mut shard, now, 1)?;
+            shard.next_expiry = shard.next_expiry.min(fresh.expires_at());
+            shard.slots.insert(hash, fresh);
+        }
+        Ok(decision)
+    }
+
+    /// Ensures `extra` new keys fit in `shard`.
+    fn make_room(&self, shard: &mut Shard, now: u64, extra: usize) -> Result<(), StoreError> {
+        let cap = self.inner.shard_cap;
+        if shard.slots.len() + extra > shard.sweep_at && now >= shard.next_expiry {
+            shard.sweep(cap, now);
+        }
+        if shard.slots.len() + extra > cap {
+            return Err(StoreError::Full {
+                max_keys: self.inner.max_keys,
+            });
+        }
+        Ok(())
+    }
+
+    /// Decides several rules atomically, synchronously. [`Store::check_all`] calls this.
+    pub fn check_all_sync(&self, rules: &[Rule<'_>]) -> Result<Vec<Decision>, StoreError> {
+        if let [rule] = rules {
+            return self.check_sync(*rule).map(|d| vec![d]);
+        }
+        let now = self.inner.clock.now_ns();
+        let located: Vec<(u64, usize)> = rules.iter().map(|r| self.locate(r.key)).collect();
+        let mut hashes: Vec<u64> = located.iter().map(|&(h, _)| h).collect();
+        hashes.sort_unstable();
+        if hashes.windows(2).any(|w| w[0] == w[1]) {
+            return Err(StoreError::InvalidRequest("two rules name the same key"));
+        }
+        let mut order: Vec<usize> = located.iter().map(|&(_, s)| s).collect();
+        order.sort_unstable();
+        order.dedup();
+        // Lock in index order so concurrent multi-rule checks cannot deadlock.
+        let mut guards: Vec<(usize, RwLockWriteGuard<'_, Shard>)> =
+            order.iter().map(|&i| (i, write(self.shard(i)))).collect();
+        let guard_of = |i: usize| order.binary_search(&i).unwrap_or(0);
+        let permits: Vec<Option<PermitId>> = rules
+            .iter()
+            .map(|r| r.policy.is_concurrency().then(|| self.next_permit()))
+            .collect();
+
+        let mut decisions = Vec::with_capacity(rules.len());
+        let mut new_keys = vec![0usize; order.len()];
+        for ((rule, &(hash, shard)), &permit) in rules.iter().zip(&located).zip(&permits) {
+            let g = guard_of(shard);
+            let existing = guards[g].1.slots.get(&hash);
+            let live = existing.and_then(|s| s.peek_as(rule.policy, now, rule.cost, permit));
+            let d = match live {
+                Some(d) => d,
+                None => {
+                    new_keys[g] += usize::from(rule.cost > 0);
+                    Slot::fresh(rule.policy)
+                        .peek_as(rule.policy, now, rule.cost, permit)
+                        .expect("a fresh slot matches its policy")
+                }
+            };
+            decisions.push(d);
+        }
+        if !super::all_allowed(&decisions) {
+            return Ok(decisions);
+        }
+        for (g, &extra) in new_keys.iter().enumerate() {
+            if extra > 0 {
+                self.make_room(&mut guards[g].1, now, extra)?;
+            }
+        }
+        for ((rule, &(hash, shard)), &permit) in rules.iter().zip(&located).zip(&permits) {
+            if rule.cost == 0 {
+                continue;
+            }
+            let shard = &mut guards[guard_of(shard)].1;
+            let slot = shard
+                .slots
+                .entry(hash)
+                .or_insert_with(|| Slot::fresh(rule.policy));
+            if !slot.matches(rule.policy) {
+                *slot = Slot::fresh(rule.policy);
+            }
+            let d = slot.check(rule.policy, now, rule.cost, permit);
+            debug_assert!(
+                d.is_some_and(|d| d.allowed),
+                "admitted under the same locks"
+            );
+            let at = slot.expires_at();
+            shard.next_expiry = shard.next_expiry.min(at);
+        }
+        Ok(decisions)
+    }
+
+    /// Gives `amount` units back to `key`.
+    pub fn refund_sync(&self, key: &[u8], policy: &Policy, amount: u64) {
+        self.update(key, policy, |slot, now| slot.refund(policy, now, amount));
+    }
+
+    /// Releases a concurrency permit.
+    pub fn release_sync(&self, key: &[u8], policy: &Policy, permit: PermitId) {
+        self.update(key, policy, |slot, _| slot.release(policy, permit));
+    }
+
+    /// Forgets `key`.
+    pub fn reset_sync(&self, key: &[u8]) {
+        let (hash, index) = self.locate(key);
+        write(self.shard(index)).slots.remove(&hash);
+    }
+
+    fn update(&self, key: &[u8], policy: &Policy, f: impl FnOnce(&mut Slot, u64)) {
+        let now = self.inner.clock.now_ns();
+        let (hash, index) = self.locate(key);
+        let mut shard = write(self.shard(index));
+        if let Some(slot) = shard.slots.get_mut(&hash) {
+            if slot.matches(policy) {
+                f(slot, now);
+                let at = slot.expires_at();
+                shard.next_expiry = shard.next_expiry.min(at);
+            }
+        }
+    }
+}
+
+fn read(lock: &RwLock<Shard>) -> std::sync::RwLockReadGuard<'_, Shard> {
+    lock.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn write(lock: &RwLock<Shard>) -> RwLockWriteGuard<'_, Shard> {
+    lock.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl<C: Clock> Store for MemoryStore<C> {
+    async fn check(&self, rule: Rule<'_>) -> Result<Decision, StoreError> {
+        self.check_sync(rule)
+    }
+
+    async fn check_all(&self, rules: &[Rule<'_>]) -> Result<Vec<Decision>, StoreError> {
+        self.check_all_sync(rules)
+    }
+
+    async fn refund(&self, key: &[u8], policy: &Policy, amount: u64) -> Result<(), StoreError> {
+        self.refund_sync(key, policy, amount);
+        Ok(())
+    }
+
+    async fn reset(&self, key: &[u8], _policy: &Policy) -> Result<(), StoreError> {
+        self.reset_sync(key);
+        Ok(())
+    }
+
+    async fn release(
+        &self,
+        key: &[u8],
+        policy: &Policy,
+        permit: PermitId,
+    ) -> Result<(), StoreError> {
+        self.release_sync(key, policy, permit);
+        Ok(())
+    }
+}

@@ -1,0 +1,244 @@
+//! One key's state in the memory store, and the algorithm dispatch.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+use crate::algorithm::concurrency::{self, ConcurrencyState};
+use crate::algorithm::fixed_window::{self, FixedWindowState};
+use crate::algorithm::gcra;
+use crate::algorithm::sliding_log::{self, SlidingLogState};
+use crate::algorithm::sliding_window::{self, SlidingWindowState};
+use crate::decision::{Decision, PermitId};
+use crate::policy::{Algorithm, Policy};
+
+/// A key's state. GCRA is one atomic word (16 bytes with the tag); the others
+/// sit behind a per-key mutex so the shard lock is only ever read-locked.
+pub(super) enum Slot {
+    Gcra(AtomicU64),
+    Other(Box<Mutex<Other>>),
+}
+
+pub(super) struct Other {
+    state: State,
+    /// When `state` is back to fresh; kept here because computing it needs the policy.
+    expires_at: u64,
+}
+
+enum State {
+    Log(SlidingLogState),
+    Fixed(FixedWindowState),
+    Sliding(SlidingWindowState),
+    Concurrency(ConcurrencyState),
+}
+
+impl Slot {
+    pub(super) fn fresh(policy: &Policy) -> Slot {
+        let state = match policy.algorithm() {
+            Algorithm::Gcra(_) => return Slot::Gcra(AtomicU64::new(0)),
+            Algorithm::SlidingLog(_) => State::Log(Default::default()),
+            Algorithm::FixedWindow(_) => State::Fixed(Default::default()),
+            Algorithm::SlidingWindow(_) => State::Sliding(Default::default()),
+            Algorithm::Concurrency(_) => State::Concurrency(Default::default()),
+        };
+        Slot::Other(Box::new(Mutex::new(Other {
+            state,
+            expires_at: 0,
+        })))
+    }
+
+    /// Whether this slot holds the state `policy`'s algorithm needs.
+    pub(super) fn matches(&mut self, policy: &Policy) -> bool {
+        match self {
+            Slot::Gcra(_) => matches!(policy.algorithm(), Algorithm::Gcra(_)),
+            Slot::Other(m) => lock_mut(m).state.matches(policy),
+        }
+    }
+
+    /// When this key is back to a fresh state.
+    pub(super) fn expires_at(&mut self) -> u64 {
+        match self {
+            Slot::Gcra(tat) => gcra::expires_at(*tat.get_mut()),
+            Slot::Other(m) => lock_mut(m).expires_at,
+        }
+    }
+
+    /// Decides and, when allowed, admits. `None` if the slot holds another
+    /// algorithm's state (the caller replaces it under the write lock).
+    #[inline]
+    pub(super) fn check(
+        &self,
+        policy: &Policy,
+        now: u64,
+        cost: u64,
+        permit: Option<PermitId>,
+    ) -> Option<Decision> {
+        self.decide(policy, now, cost, permit, true)
+    }
+
+    /// Decides without admitting.
+    pub(super) fn peek_as(
+        &self,
+        policy: &Policy,
+        now: u64,
+        cost: u64,
+        permit: Option<PermitId>,
+    ) -> Option<Decision> {
+        self.decide(policy, now, cost, permit, false)
+    }
+
+    #[inline]
+    fn decide(
+        &self,
+        policy: &Policy,
+        now: u64,
+        cost: u64,
+        permit: Option<PermitId>,
+        admit: bool,
+    ) -> Option<Decision> {
+        match (self, policy.algorithm()) {
+            (Slot::Gcra(tat), Algorithm::Gcra(p)) => {
+                let mut current = tat.load(Ordering::Acquire);
+                loop {
+                    let d = gcra::check(p, current, now, cost);
+                    if !(admit && d.allowed && cost > 0) {
+                        return Some(d);
+                    }
+                    let next = gcra::admit(p, current, now, cost);
+                    match tat.compare_exchange_weak(
+                        current,
+                        next,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    ) {
+                        Ok(_) => return Some(d),
+                        Err(actual) => current = actual,
+                    }
+                }
+            }
+            (Slot::Other(m), _) => {
+                let mut other = m.lock().unwrap_or_else(PoisonError::into_inner);
+                let permit = permit.unwrap_or(PermitId(0));
+                other.decide(policy, now, cost, permit, admit)
+            }
+            (Slot::Gcra(_), _) => None,
+        }
+    }
+
+    /// Gives `amount` units back.
+    pub(super) fn refund(&mut self, policy: &Policy, now: u64, amount: u64) {
+        match (self, policy.algorithm()) {
+            (Slot::Gcra(tat), Algorithm::Gcra(p)) => {
+                let t = tat.get_mut();
+                *t = gcra::refund(p, *t, now, amount);
+            }
+            (Slot::Other(m), _) => {
+                let other = lock_mut(m);
+                match (&mut other.state, policy.algorithm()) {
+                    (State::Log(s), Algorithm::SlidingLog(p)) => {
+                        sliding_log::refund(p, s, now, amount)
+                    }
+                    (State::Fixed(s), Algorithm::FixedWindow(p)) => {
+                        *s = fixed_window::refund(p, s, now, amount)
+                    }
+                    (State::Sliding(s), Algorithm::SlidingWindow(p)) => {
+                        *s = sliding_window::refund(p, s, now, amount)
+                    }
+                    (State::Concurrency(s), Algorithm::Concurrency(_)) => {
+                        concurrency::refund(s, now, amount)
+                    }
+                    _ => return,
+                }
+                other.refresh_expiry(policy);
+            }
+            _ => {}
+        }
+    }
+
+    /// Releases one concurrency permit.
+    pub(super) fn release(&mut self, policy: &Policy, permit: PermitId) {
+        if let Slot::Other(m) = self {
+            let other = lock_mut(m);
+            if let State::Concurrency(s) = &mut other.state {
+                concurrency::release(s, permit);
+                other.refresh_expiry(policy);
+            }
+        }
+    }
+}
+
+impl State {
+    fn matches(&self, policy: &Policy) -> bool {
+        matches!(
+            (self, policy.algorithm()),
+            (State::Log(_), Algorithm::SlidingLog(_))
+                | (State::Fixed(_), Algorithm::FixedWindow(_))
+                | (State::Sliding(_), Algorithm::SlidingWindow(_))
+                | (State::Concurrency(_), Algorithm::Concurrency(_))
+        )
+    }
+}
+
+impl Other {
+    /// `None` when the state belongs to another algorithm.
+    fn decide(
+        &mut self,
+        policy: &Policy,
+        now: u64,
+        cost: u64,
+        permit: PermitId,
+        admit: bool,
+    ) -> Option<Decision> {
+        let commit = |d: &Decision| admit && d.allowed;
+        let d = match (&mut self.state, policy.algorithm()) {
+            (State::Log(s), Algorithm::SlidingLog(p)) => {
+                sliding_log::prune(p, s, now);
+                let d = sliding_log::check(p, s, now, cost);
+                if commit(&d) {
+                    sliding_log::admit(p, s, now, cost);
+                }
+                d
+            }
+            (State::Fixed(s), Algorithm::FixedWindow(p)) => {
+                let d = fixed_window::check(p, s, now, cost);
+                if commit(&d) {
+                    *s = fixed_window::admit(p, s, now, cost);
+                }
+                d
+            }
+            (State::Sliding(s), Algorithm::SlidingWindow(p)) => {
+                let d = sliding_window::check(p, s, now, cost);
+                if commit(&d) {
+                    *s = sliding_window::admit(p, s, now, cost);
+                }
+                d
+            }
+            (State::Concurrency(s), Algorithm::Concurrency(p)) => {
+                concurrency::prune(s, now);
+                let d = concurrency::check(p, s, now, cost, permit);
+                if commit(&d) {
+                    concurrency::admit(p, s, now, cost, permit);
+                }
+                d
+            }
+            _ => return None,
+        };
+        if commit(&d) && cost > 0 {
+            self.refresh_expiry(policy);
+        }
+        Some(d)
+    }
+
+    fn refresh_expiry(&mut self, policy: &Policy) {
+        self.expires_at = match (&self.state, policy.algorithm()) {
+            (State::Log(s), Algorithm::SlidingLog(p)) => sliding_log::expires_at(p, s),
+            (State::Fixed(s), Algorithm::FixedWindow(p)) => fixed_window::expires_at(p, s),
+            (State::Sliding(s), Algorithm::SlidingWindow(p)) => sliding_window::expires_at(p, s),
+            (State::Concurrency(s), _) => concurrency::expires_at(s),
+            _ => self.expires_at,
+        };
+    }
+}
+
+fn lock_mut(m: &mut Mutex<Other>) -> &mut Other {
+    m.get_mut().unwrap_or_else(PoisonError::into_inner)
+}

@@ -1,0 +1,81 @@
+//! Where limiter state lives.
+//!
+//! A [`Store`] evaluates rules atomically: one call, one answer, no lost or
+//! double-counted request. [`MemoryStore`] is the default; the Redis stores
+//! share one set of limits between app instances.
+
+mod error;
+pub mod memory;
+
+use std::future::Future;
+
+pub use error::{BoxError, StoreError};
+pub use memory::{MemoryStore, MemoryStoreBuilder};
+
+use crate::decision::{Decision, PermitId};
+use crate::policy::Policy;
+
+/// One rule of a check: charge `cost` units of `policy` to `key`.
+#[derive(Clone, Copy, Debug)]
+pub struct Rule<'a> {
+    /// The full key (already prefixed). Any bytes.
+    pub key: &'a [u8],
+    /// The limit to apply.
+    pub policy: &'a Policy,
+    /// Units to charge; 0 peeks without changing state.
+    pub cost: u64,
+}
+
+impl<'a> Rule<'a> {
+    /// A rule charging `cost` units of `policy` to `key`.
+    pub fn new(key: &'a [u8], policy: &'a Policy, cost: u64) -> Self {
+        Rule { key, policy, cost }
+    }
+}
+
+/// A place that keeps rate-limit state and decides atomically.
+///
+/// Every implementation follows the definitions in [`crate::algorithm`]; the
+/// test suite holds each one to the same reference models.
+pub trait Store: Send + Sync + 'static {
+    /// Decides one rule; consumes its cost only if allowed.
+    fn check(&self, rule: Rule<'_>) -> impl Future<Output = Result<Decision, StoreError>> + Send;
+
+    /// Decides several rules at once, all or nothing: the costs are consumed
+    /// only if every rule allows. When one denies, nothing changes and each
+    /// rule's decision is reported as evaluated (rules that would have passed
+    /// keep `allowed: true` with their `remaining` before the charge that did
+    /// not happen). Keys must be distinct.
+    fn check_all(
+        &self,
+        rules: &[Rule<'_>],
+    ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send;
+
+    /// Gives `amount` units back to `key` (for work that turned out not to count).
+    fn refund(
+        &self,
+        key: &[u8],
+        policy: &Policy,
+        amount: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Forgets `key`: its next check sees a fresh state.
+    fn reset(
+        &self,
+        key: &[u8],
+        policy: &Policy,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Releases a concurrency permit before its lease runs out.
+    fn release(
+        &self,
+        key: &[u8],
+        policy: &Policy,
+        permit: PermitId,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+/// True when the verdict of an all-or-nothing check admits the request.
+pub fn all_allowed(decisions: &[Decision]) -> bool {
+    decisions.iter().all(|d| d.allowed)
+}
