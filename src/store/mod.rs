@@ -79,3 +79,42 @@ pub trait Store: Send + Sync + 'static {
 pub fn all_allowed(decisions: &[Decision]) -> bool {
     decisions.iter().all(|d| d.allowed)
 }
+
+impl<S: Store> Store for std::sync::Arc<S> {
+    fn check(&self, rule: Rule<'_>) -> impl Future<Output = Result<Decision, StoreError>> + Send {
+        (**self).check(rule)
+    }
+
+    fn check_all(
+        &self,
+        rules: &[Rule<'_>],
+    ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
+        (**self).check_all(rules)
+    }
+
+    fn refund(
+        &self,
+        key: &[u8],
+        policy: &Policy,
+        amount: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).refund(key, policy, amount)
+    }
+
+    fn reset(
+        &self,
+        key: &[u8],
+        policy: &Policy,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).reset(key, policy)
+    }
+
+    fn release(
+        &self,
+        key: &[u8],
+        policy: &Policy,
+        permit: PermitId,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        (**self).release(key, policy, permit)
+    }
+}
