@@ -396,6 +396,18 @@ impl<C: Clock> MemoryStore<C> {
             decisions.push(d);
         }
         if !super::all_allowed(&decisions) {
+            // Nothing is charged: rules that would have passed report a peek.
+            for ((rule, &(hash, shard)), d) in rules.iter().zip(&located).zip(&mut decisions) {
+                if d.allowed {
+                    let slot = guards[guard_of(shard)].1.slots.get(&hash);
+                    let peek = slot.and_then(|s| s.peek_as(rule.policy, now, 0, None));
+                    *d = peek.unwrap_or_else(|| {
+                        Slot::fresh(rule.policy)
+                            .peek_as(rule.policy, now, 0, None)
+                            .expect("a fresh slot matches its policy")
+                    });
+                }
+            }
             return Ok(decisions);
         }
         for (g, &extra) in new_keys.iter().enumerate() {

@@ -42,10 +42,10 @@ pub trait Store: Send + Sync + 'static {
     fn check(&self, rule: Rule<'_>) -> impl Future<Output = Result<Decision, StoreError>> + Send;
 
     /// Decides several rules at once, all or nothing: the costs are consumed
-    /// only if every rule allows. When one denies, nothing changes and each
-    /// rule's decision is reported as evaluated (rules that would have passed
-    /// keep `allowed: true` with their `remaining` before the charge that did
-    /// not happen). Keys must be distinct.
+    /// only if every rule allows. When one denies, nothing changes: denying
+    /// rules report their denial, and rules that would have passed report a
+    /// peek (`allowed: true`, `remaining` and `reset_after` of the unchanged
+    /// state). Keys must be distinct.
     fn check_all(
         &self,
         rules: &[Rule<'_>],
