@@ -58,4 +58,6 @@ pub use limiter::{Limiter, Permit};
 pub use policy::{
     Algorithm, ConcurrencyParams, GcraParams, Policy, PolicyError, WindowParams, DEFAULT_LEASE,
 };
+#[cfg(feature = "redis")]
+pub use store::{CellStore, RedisClusterStore, RedisStore};
 pub use store::{MemoryStore, Rule, Store, StoreError};

@@ -6,9 +6,13 @@
 
 mod error;
 pub mod memory;
+#[cfg(feature = "redis")]
+pub mod redis;
 
 use std::future::Future;
 
+#[cfg(feature = "redis")]
+pub use self::redis::{CellStore, RedisClusterStore, RedisStore};
 pub use error::{BoxError, StoreError};
 pub use memory::{MemoryStore, MemoryStoreBuilder};
 

@@ -1,0 +1,236 @@
+//! [`CellStore`]: GCRA through redis-cell's native `CL.THROTTLE`.
+
+use std::time::Duration;
+
+use redis::aio::ConnectionManager;
+use redis::{IntoConnectionInfo, Value};
+
+use super::error::timed;
+use super::{keys, reply, RedisStoreBuilder};
+use crate::decision::{Decision, PermitId};
+use crate::policy::{Algorithm, GcraParams, Policy};
+use crate::store::{Rule, Store, StoreError};
+
+const NOT_LOADED: StoreError = StoreError::Unsupported(
+    "CL.THROTTLE: the redis-cell module is not loaded on this Redis server \
+     (load it with `--loadmodule libredis_cell.so`, or use RedisStore)",
+);
+
+/// A [`Store`] that sends GCRA checks to the redis-cell module's
+/// `CL.THROTTLE key max_burst count period quantity`, for deployments that
+/// already run it. Decisions are redis-cell's, in whole seconds.
+///
+/// Only GCRA policies ([`Policy::cell`], funnel, token bucket) whose emission
+/// interval is `period / count` for a whole number of seconds `period`
+/// (redis-cell takes the period in seconds), one rule per check; anything
+/// else is [`StoreError::Unsupported`]. [`Store::refund`] is unsupported
+/// (redis-cell has no refund); [`Store::reset`] deletes the key.
+/// [`CellStore::connect`] fails with a clear [`StoreError::Unsupported`] when
+/// the module is not loaded. Keys are `<prefix>:<key>`, encoded as in
+/// [`RedisStore`](super::RedisStore).
+#[derive(Clone)]
+pub struct CellStore {
+    conn: ConnectionManager,
+    prefix: String,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for CellStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CellStore")
+            .field("prefix", &self.prefix)
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// redis-cell's arguments for GCRA parameters: `(max_burst, count, period_s)`.
+fn cell_args(p: &GcraParams) -> Result<(u64, u64, u64), StoreError> {
+    const SEC: u64 = 1_000_000_000;
+    let t = p.emission_interval_ns;
+    let g = gcd(t, SEC);
+    // The smallest whole-second period holding a whole count of intervals.
+    let (period, count) = (t / g, SEC / g);
+    if period > i64::MAX as u64 || p.tolerance_ns != t.saturating_mul(p.limit) {
+        return Err(StoreError::Unsupported(
+            "GCRA parameters redis-cell cannot express",
+        ));
+    }
+    Ok((p.limit - 1, count, period))
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+fn secs(n: i64) -> Duration {
+    Duration::from_secs(u64::try_from(n).unwrap_or(0))
+}
+
+fn int(v: &Value) -> Result<i64, StoreError> {
+    match v {
+        Value::Int(n) => Ok(*n),
+        other => Err(StoreError::Protocol(format!(
+            "CL.THROTTLE: expected an integer, got {other:?}"
+        ))),
+    }
+}
+
+/// Maps `[limited, limit, remaining, retry_after_s, reset_after_s]`.
+fn decision(v: &Value) -> Result<Decision, StoreError> {
+    let items = reply::array(v)?;
+    let [limited, limit, remaining, retry, reset] = items else {
+        return Err(StoreError::Protocol(format!(
+            "CL.THROTTLE replied {} items, not 5",
+            items.len()
+        )));
+    };
+    let allowed = match int(limited)? {
+        0 => true,
+        1 => false,
+        n => return Err(StoreError::Protocol(format!("CL.THROTTLE limited = {n}"))),
+    };
+    let nonneg = |n: i64| {
+        u64::try_from(n).map_err(|_| StoreError::Protocol(format!("CL.THROTTLE value {n}")))
+    };
+    let retry = int(retry)?;
+    Ok(Decision {
+        allowed,
+        limit: nonneg(int(limit)?)?,
+        remaining: nonneg(int(remaining)?)?,
+        retry_after: (!allowed && retry >= 0).then(|| secs(retry)),
+        reset_after: secs(int(reset)?),
+        permit: None,
+    })
+}
+
+fn is_unknown_command(e: &redis::RedisError) -> bool {
+    let text = e.to_string().to_ascii_lowercase();
+    text.contains("unknown command")
+}
+
+impl CellStore {
+    /// Connects with the builder's prefix and timeout, then checks that the
+    /// module is loaded (`COMMAND INFO CL.THROTTLE`).
+    pub async fn connect(
+        builder: RedisStoreBuilder,
+        info: impl IntoConnectionInfo,
+    ) -> Result<CellStore, StoreError> {
+        let (prefix, timeout) = (builder.prefix.clone(), builder.timeout);
+        let store = builder.connect(info).await?;
+        let cell = CellStore {
+            conn: store.conn,
+            prefix,
+            timeout,
+        };
+        cell.probe().await?;
+        Ok(cell)
+    }
+
+    /// Fails with [`StoreError::Unsupported`] unless `CL.THROTTLE` exists.
+    pub async fn probe(&self) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        let mut cmd = redis::cmd("COMMAND");
+        cmd.arg("INFO").arg("CL.THROTTLE");
+        let v: Value = timed(self.timeout, cmd.query_async(&mut conn)).await?;
+        match reply::array(&v)? {
+            [Value::Array(_)] => Ok(()),
+            _ => Err(NOT_LOADED),
+        }
+    }
+
+    /// The Redis key of `key`.
+    pub fn redis_key(&self, key: &[u8]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.prefix.len() + 2 + key.len());
+        out.extend_from_slice(self.prefix.as_bytes());
+        out.push(b':');
+        keys::push_user_key(&mut out, key);
+        out
+    }
+
+    fn gcra(policy: &Policy) -> Result<GcraParams, StoreError> {
+        match policy.algorithm() {
+            Algorithm::Gcra(p) => Ok(*p),
+            _ => Err(StoreError::Unsupported(
+                "policies other than GCRA on CellStore (redis-cell)",
+            )),
+        }
+    }
+}
+
+impl Store for CellStore {
+    async fn check(&self, rule: Rule<'_>) -> Result<Decision, StoreError> {
+        let (burst, count, period) = cell_args(&Self::gcra(rule.policy)?)?;
+        let mut cmd = redis::cmd("CL.THROTTLE");
+        cmd.arg(self.redis_key(rule.key))
+            .arg(burst)
+            .arg(count)
+            .arg(period)
+            .arg(rule.cost);
+        let mut conn = self.conn.clone();
+        let v: Value = match tokio::time::timeout(self.timeout, cmd.query_async(&mut conn)).await {
+            Err(_) => return Err(StoreError::Timeout(self.timeout)),
+            Ok(Err(e)) if is_unknown_command(&e) => return Err(NOT_LOADED),
+            Ok(r) => r.map_err(|e| super::error::map(e, self.timeout))?,
+        };
+        decision(&v)
+    }
+
+    async fn check_all(&self, rules: &[Rule<'_>]) -> Result<Vec<Decision>, StoreError> {
+        match rules {
+            [] => Ok(Vec::new()),
+            [rule] => Ok(vec![self.check(*rule).await?]),
+            _ => Err(StoreError::Unsupported(
+                "multi-rule checks on CellStore (CL.THROTTLE is one key at a time)",
+            )),
+        }
+    }
+
+    async fn refund(&self, _: &[u8], _: &Policy, _: u64) -> Result<(), StoreError> {
+        Err(StoreError::Unsupported("refunds on CellStore (redis-cell)"))
+    }
+
+    async fn reset(&self, key: &[u8], _: &Policy) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        let mut del = redis::cmd("DEL");
+        del.arg(self.redis_key(key));
+        timed(self.timeout, del.query_async::<Value>(&mut conn))
+            .await
+            .map(drop)
+    }
+
+    async fn release(&self, _: &[u8], _: &Policy, _: PermitId) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redis_cell_arguments_and_reply() {
+        let p = |b, c, s| match *Policy::cell(b, c, Duration::from_secs(s))
+            .unwrap()
+            .algorithm()
+        {
+            Algorithm::Gcra(p) => p,
+            _ => unreachable!(),
+        };
+        assert_eq!(cell_args(&p(15, 30, 60)).unwrap(), (15, 1, 2));
+        assert_eq!(cell_args(&p(4, 10, 1)).unwrap(), (4, 10, 1));
+        let reply = Value::Array([1, 16, 0, 2, 32].map(Value::Int).to_vec());
+        let d = decision(&reply).unwrap();
+        assert_eq!(d.to_cell_reply(), [1, 16, 0, 2, 32]);
+        let fresh = Value::Array([0, 16, 15, -1, 2].map(Value::Int).to_vec());
+        assert_eq!(
+            decision(&fresh).unwrap().to_cell_reply(),
+            [0, 16, 15, -1, 2]
+        );
+        assert!(decision(&Value::Array(vec![Value::Int(0)])).is_err());
+        assert!(decision(&Value::Nil).is_err());
+    }
+}

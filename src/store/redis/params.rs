@@ -1,0 +1,137 @@
+//! Policies as script arguments, in microseconds, with the bounds that keep
+//! every Lua number an exact integer.
+//!
+//! Lua numbers are doubles: integers are exact below 2^53. Times are µs
+//! since the epoch (about 1.8·10^15 today, and the scripts refuse a `now`
+//! at or beyond 2^52, in the year 2112); each policy is checked here so that
+//! nothing a script computes from it can reach 2^53.
+
+use crate::policy::{Algorithm, Policy};
+use crate::store::StoreError;
+
+/// Largest duration a policy may span in the scripts: 2^50 µs (about 35 years).
+pub(crate) const MAX_SPAN_US: u128 = 1 << 50;
+/// Bound on `now` accepted from a client clock (the scripts enforce it too).
+pub(crate) const MAX_NOW_US: u64 = 1 << 52;
+
+/// A policy's two script parameters and its limit, validated.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Params {
+    pub code: &'static str,
+    pub p1: u64,
+    pub p2: u64,
+    pub limit: u64,
+}
+
+fn micros(ns: u64, what: &'static str) -> Result<u64, StoreError> {
+    if !ns.is_multiple_of(1000) {
+        return Err(StoreError::Unsupported(what));
+    }
+    Ok(ns / 1000)
+}
+
+impl Params {
+    /// Validates `policy` for the scripts.
+    pub(crate) fn of(policy: &Policy) -> Result<Params, StoreError> {
+        let code = super::keys::code(policy);
+        let too_big = StoreError::Unsupported(
+            "policies whose limit × window reaches 2^50 µs on Redis (Lua numbers are doubles)",
+        );
+        let (p1, p2, limit) = match *policy.algorithm() {
+            Algorithm::Gcra(p) => {
+                let t = micros(
+                    p.emission_interval_ns,
+                    "GCRA emission intervals that are not whole microseconds on Redis",
+                )?;
+                let tau = micros(
+                    p.tolerance_ns,
+                    "GCRA tolerances that are not whole microseconds on Redis",
+                )?;
+                // A check costs at most limit + 1 units in the script.
+                if u128::from(t) * (u128::from(p.limit) + 2) > MAX_SPAN_US {
+                    return Err(too_big);
+                }
+                (t, tau, p.limit)
+            }
+            Algorithm::SlidingLog(p) | Algorithm::FixedWindow(p) => {
+                let w = micros(
+                    p.window_ns,
+                    "windows that are not whole microseconds on Redis",
+                )?;
+                if u128::from(w) > MAX_SPAN_US || u128::from(p.max) > MAX_SPAN_US {
+                    return Err(too_big);
+                }
+                (p.max, w, p.max)
+            }
+            Algorithm::SlidingWindow(p) => {
+                let w = micros(
+                    p.window_ns,
+                    "windows that are not whole microseconds on Redis",
+                )?;
+                // prev·(w − e) + cur·w + cost·w ≤ (3·max + 1)·w must stay exact.
+                if (3 * u128::from(p.max) + 2) * u128::from(w) > MAX_SPAN_US * 4 {
+                    return Err(too_big);
+                }
+                (p.max, w, p.max)
+            }
+            Algorithm::Concurrency(p) => {
+                let lease = micros(
+                    p.lease_ns,
+                    "concurrency leases that are not whole microseconds on Redis",
+                )?;
+                if u128::from(lease) > MAX_SPAN_US || u128::from(p.max_in_flight) > MAX_SPAN_US {
+                    return Err(too_big);
+                }
+                (p.max_in_flight, lease, p.max_in_flight)
+            }
+        };
+        Ok(Params {
+            code,
+            p1,
+            p2,
+            limit,
+        })
+    }
+
+    /// The cost the script sees: any cost above the limit is denied forever
+    /// whatever the state, so `limit + 1` decides the same and stays exact.
+    pub(crate) fn script_cost(&self, cost: u64) -> u64 {
+        cost.min(self.limit + 1)
+    }
+
+    /// A refund the script can compute exactly: giving back more than the
+    /// state can hold empties it all the same.
+    pub(crate) fn script_amount(&self, amount: u64) -> u64 {
+        let cap = match self.code {
+            // tat − T·amount: beyond 2^52 / T units tat is at `now` anyway.
+            "g" => (MAX_NOW_US / self.p1.max(1)).saturating_add(2),
+            _ => MAX_NOW_US,
+        };
+        amount.min(cap)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn sub_microsecond_and_oversized_policies_are_typed_errors() {
+        let ok = Policy::cell(15, 30, Duration::from_secs(60)).unwrap();
+        assert_eq!(Params::of(&ok).unwrap().p1, 2_000_000);
+        let thirds = Policy::funnel(3, 3.0).unwrap(); // T = 333_333_333 ns
+        assert!(matches!(
+            Params::of(&thirds),
+            Err(StoreError::Unsupported(_))
+        ));
+        let ns = Policy::fixed_window(1, Duration::from_nanos(1500)).unwrap();
+        assert!(Params::of(&ns).is_err());
+        let big = Policy::sliding_window(1 << 40, Duration::from_secs(3600)).unwrap();
+        assert!(Params::of(&big).is_err());
+        let fine = Policy::sliding_window(1_000_000, Duration::from_secs(60)).unwrap();
+        assert!(Params::of(&fine).is_ok());
+        let long = Policy::sliding_log(1, Duration::from_secs(3600 * 24 * 365 * 40)).unwrap();
+        assert!(Params::of(&long).is_err());
+    }
+}

@@ -1,0 +1,56 @@
+-- tower-throttle: helpers shared by every script (this file is prepended).
+--
+-- Times are integer MICROSECONDS held in Lua numbers (doubles): exact below
+-- 2^53. The Rust side rejects policies whose products could reach that bound,
+-- and numbers are always written with '%.0f' (never tostring, which rounds).
+--
+-- ARGV[1] = now in µs, or '' to read the server's TIME (production).
+-- ARGV[2] = extra milliseconds added to every TTL (0 in production).
+
+local LIMIT = 4503599627370496 -- 2^52: `now` must stay below it
+
+local function int(x)
+  return string.format('%.0f', x)
+end
+
+-- floor(a / b) for non-negative integers, exact even where a / b rounds.
+local function fdiv(a, b)
+  local q = math.floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+
+local PAD_MS = tonumber(ARGV[2]) or 0
+
+-- PEXPIRE argument for state that must live `us` more microseconds:
+-- whole milliseconds rounded up (never shorter than needed), at least 1.
+local function ttl_ms(us)
+  local ms = fdiv(us + 999, 1000)
+  if ms < 1 then
+    ms = 1
+  end
+  return int(ms + PAD_MS)
+end
+
+local function now_us()
+  local now
+  if ARGV[1] ~= '' then
+    now = tonumber(ARGV[1])
+  else
+    local t = redis.call('TIME')
+    now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  end
+  if not now or now < 0 or now >= LIMIT then
+    error({ err = 'ERR tower-throttle: time out of range' })
+  end
+  return now
+end
+
+-- Every algorithm registers { check = ..., refund = ... } here under its code.
+--   check(key, p1, p2, cost, permit, now) -> allowed, reply, commit-or-nil
+--   refund(key, p1, p2, amount, now)
+local algo = {}

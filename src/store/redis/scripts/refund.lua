@@ -1,0 +1,10 @@
+-- refund: gives ARGV[6] units back to KEYS[1].
+-- ARGV[3..5] = algorithm code, p1, p2. Reply: now (µs).
+
+local now = now_us()
+local a = algo[ARGV[3]]
+if not a then
+  return redis.error_reply('ERR tower-throttle: unknown algorithm')
+end
+a.refund(KEYS[1], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), now)
+return now

@@ -1,0 +1,675 @@
+//! The Redis store against a private `redis-server`: decision-by-decision
+//! agreement with the memory store, all-or-nothing rules, TTLs, server time,
+//! several app instances, reconnects, hostile keys and typed errors.
+
+#[path = "support/redis.rs"]
+mod redis_support;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+use redis_support::RedisServer;
+use tower_throttle::clock::ManualClock;
+use tower_throttle::store::redis::{RedisStore, TimeSource};
+use tower_throttle::{CellStore, Decision, MemoryStore, PermitId, Policy, Rule, Store, StoreError};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A store on `clock`; TTLs padded so that real time passing faster than
+/// the frozen test clock never expires state the model still holds.
+async fn client_store(url: &str, clock: &ManualClock) -> RedisStore {
+    RedisStore::builder()
+        .prefix("t")
+        .timeout(Duration::from_secs(5))
+        .time_source(TimeSource::client(clock.clone()))
+        .ttl_padding(Duration::from_secs(600))
+        .connect(url)
+        .await
+        .unwrap()
+}
+
+fn memory(clock: &ManualClock) -> MemoryStore<ManualClock> {
+    MemoryStore::builder()
+        .clock(clock.clone())
+        .sweep_interval(None)
+        .build()
+}
+
+fn no_permit(d: Decision) -> Decision {
+    Decision {
+        permit: d.permit.map(|_| PermitId(0)),
+        ..d
+    }
+}
+
+fn us(n: u64) -> Duration {
+    Duration::from_micros(n)
+}
+
+// ---------------------------------------------------------------- models ---
+
+#[derive(Clone, Debug)]
+enum Op {
+    Advance(u64),
+    Check(u64),
+    Refund(u64),
+    Reset,
+    Release(usize),
+}
+
+/// Policy plus ops; `span` µs is the policy's natural time scale.
+fn with_ops(policy: Policy, span: u64) -> impl Strategy<Value = (Policy, Vec<Op>)> {
+    let limit = policy.limit();
+    let op = prop_oneof![
+        2 => (0..=span / 8).prop_map(Op::Advance),
+        2 => (0..=span * 2).prop_map(Op::Advance),
+        8 => (0..=limit + 1).prop_map(Op::Check),
+        1 => (1..=limit + 1).prop_map(Op::Refund),
+        1 => Just(Op::Reset),
+        2 => any::<usize>().prop_map(Op::Release),
+    ];
+    (Just(policy), proptest::collection::vec(op, 1..=30))
+}
+
+fn gcra() -> impl Strategy<Value = (Policy, Vec<Op>)> {
+    (0u64..=5, 1u64..=3_000_000).prop_flat_map(|(burst, t)| {
+        with_ops(Policy::cell(burst, 1, us(t)).unwrap(), t * (burst + 1))
+    })
+}
+
+fn window(
+    f: fn(u64, Duration) -> Result<Policy, tower_throttle::PolicyError>,
+) -> impl Strategy<Value = (Policy, Vec<Op>)> {
+    (1u64..=6, 1u64..=3_000_000).prop_flat_map(move |(max, w)| with_ops(f(max, us(w)).unwrap(), w))
+}
+
+fn concurrency() -> impl Strategy<Value = (Policy, Vec<Op>)> {
+    (1u64..=5, 1u64..=3_000_000).prop_flat_map(|(max, lease)| {
+        with_ops(
+            Policy::concurrency_with_lease(max, us(lease)).unwrap(),
+            lease,
+        )
+    })
+}
+
+/// One Redis server, store and clock for all cases of a property.
+struct Bench {
+    _server: RedisServer,
+    rt: tokio::runtime::Runtime,
+    clock: ManualClock,
+    redis: RedisStore,
+    case: AtomicU64,
+}
+
+impl Bench {
+    fn new() -> Bench {
+        let server = RedisServer::start();
+        let rt = runtime();
+        let clock = ManualClock::starting_at(1_700_000_000_000_000_000);
+        let redis = rt.block_on(client_store(&server.url(), &clock));
+        Bench {
+            _server: server,
+            rt,
+            clock,
+            redis,
+            case: AtomicU64::new(0),
+        }
+    }
+
+    /// Runs `ops` on the Redis store and a fresh memory store; fails on the
+    /// first decision that differs.
+    fn run(&self, policy: Policy, ops: Vec<Op>) -> Result<(), TestCaseError> {
+        let key = format!("case-{}", self.case.fetch_add(1, Ordering::Relaxed));
+        let key = key.as_bytes();
+        let mem = memory(&self.clock);
+        let redis = &self.redis;
+        let clock = &self.clock;
+        self.rt.block_on(async {
+            let mut permits: Vec<(PermitId, PermitId)> = Vec::new();
+            for (step, op) in ops.into_iter().enumerate() {
+                match op {
+                    Op::Advance(n) => clock.advance(us(n)),
+                    Op::Check(cost) => {
+                        let m = mem.check(Rule::new(key, &policy, cost)).await.unwrap();
+                        let r = redis.check(Rule::new(key, &policy, cost)).await.unwrap();
+                        prop_assert_eq!(no_permit(m), no_permit(r), "step {} cost {}", step, cost);
+                        if let (Some(a), Some(b)) = (m.permit, r.permit) {
+                            permits.push((a, b));
+                        }
+                    }
+                    Op::Refund(n) => {
+                        mem.refund(key, &policy, n).await.unwrap();
+                        redis.refund(key, &policy, n).await.unwrap();
+                    }
+                    Op::Reset => {
+                        mem.reset(key, &policy).await.unwrap();
+                        redis.reset(key, &policy).await.unwrap();
+                        permits.clear();
+                    }
+                    Op::Release(i) if !permits.is_empty() => {
+                        let (a, b) = permits.remove(i % permits.len());
+                        mem.release(key, &policy, a).await.unwrap();
+                        redis.release(key, &policy, b).await.unwrap();
+                    }
+                    Op::Release(_) => {}
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+fn cases(n: u32) -> ProptestConfig {
+    ProptestConfig {
+        cases: n,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+macro_rules! model_test {
+    ($name:ident, $strategy:expr) => {
+        #[test]
+        fn $name() {
+            let bench = Bench::new();
+            proptest!(cases(256), |((policy, ops) in $strategy)| {
+                bench.run(policy, ops)?;
+            });
+        }
+    };
+}
+
+model_test!(gcra_matches_memory_store, gcra());
+model_test!(
+    sliding_log_matches_memory_store,
+    window(Policy::sliding_log)
+);
+model_test!(
+    fixed_window_matches_memory_store,
+    window(Policy::fixed_window)
+);
+model_test!(
+    sliding_window_matches_memory_store,
+    window(Policy::sliding_window)
+);
+model_test!(concurrency_matches_memory_store, concurrency());
+
+// ----------------------------------------------------------- redis-cell ---
+
+#[test]
+fn cl_throttle_examples_from_the_design() {
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let clock = ManualClock::starting_at(1_700_000_000_000_000_000);
+        let manual = client_store(&server.url(), &clock).await;
+        let on_server = RedisStore::builder()
+            .prefix("srv")
+            .connect(server.url())
+            .await
+            .unwrap();
+        let p = Policy::cell(15, 30, Duration::from_secs(60)).unwrap();
+        for store in [&manual, &on_server] {
+            let rule = Rule::new(b"laoqian", &p, 1);
+            assert_eq!(
+                store.check(rule).await.unwrap().to_cell_reply(),
+                [0, 16, 15, -1, 2]
+            );
+            for _ in 0..15 {
+                assert!(store.check(rule).await.unwrap().allowed);
+            }
+            assert_eq!(
+                store.check(rule).await.unwrap().to_cell_reply(),
+                [1, 16, 0, 2, 32]
+            );
+        }
+    });
+}
+
+#[test]
+fn cell_store_reports_a_missing_module_clearly() {
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let err = CellStore::connect(RedisStore::builder(), server.url())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Unsupported(_)), "{err:?}");
+        assert!(err.to_string().contains("redis-cell"), "{err}");
+    });
+}
+
+// --------------------------------------------------------- all or nothing ---
+
+fn five(n: u64) -> Vec<Policy> {
+    let w = Duration::from_secs(10);
+    vec![
+        Policy::cell(n - 1, 1, w).unwrap(),
+        Policy::sliding_log(n, w).unwrap(),
+        Policy::fixed_window(n, w).unwrap(),
+        Policy::sliding_window(n, w).unwrap(),
+        Policy::concurrency_with_lease(n, w).unwrap(),
+    ]
+}
+
+#[test]
+fn multi_rule_checks_are_all_or_nothing_and_match_memory() {
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let clock = ManualClock::starting_at(1_700_000_000_000_000_000);
+        let redis = client_store(&server.url(), &clock).await;
+        let mem = memory(&clock);
+        let policies = five(3);
+        let tight = Policy::fixed_window(1, Duration::from_secs(10)).unwrap();
+        let names: Vec<Vec<u8>> = (0..5).map(|i| format!("rule{i}").into_bytes()).collect();
+        let mut rules: Vec<Rule<'_>> = names
+            .iter()
+            .zip(&policies)
+            .map(|(k, p)| Rule::new(k, p, 1))
+            .collect();
+        rules.push(Rule::new(b"tight", &tight, 1));
+        for round in 0..4 {
+            let m = mem.check_all(&rules).await.unwrap();
+            let r = redis.check_all(&rules).await.unwrap();
+            let strip = |v: Vec<Decision>| v.into_iter().map(no_permit).collect::<Vec<_>>();
+            assert_eq!(strip(m.clone()), strip(r.clone()), "round {round}");
+            // Only the first round fits the tight rule; later rounds charge nothing.
+            assert_eq!(r.iter().all(|d| d.allowed), round == 0);
+            for d in &r[..5] {
+                assert!(d.allowed);
+                assert_eq!(
+                    d.remaining, 2,
+                    "round {round}: the failed rounds consumed nothing"
+                );
+            }
+            clock.advance(Duration::from_millis(1));
+        }
+        for (k, p) in names.iter().zip(&policies) {
+            let peek = redis.check(Rule::new(k, p, 0)).await.unwrap();
+            assert_eq!(peek.remaining, 2);
+        }
+        let dup = [
+            Rule::new(b"same", &tight, 1),
+            Rule::new(b"same", &policies[0], 1),
+        ];
+        assert!(matches!(
+            redis.check_all(&dup).await,
+            Err(StoreError::InvalidRequest(_))
+        ));
+    });
+}
+
+// ------------------------------------------------------------------ TTLs ---
+
+fn keys_and_ttls(server: &RedisServer, pattern: &str) -> Vec<(Vec<u8>, i64)> {
+    let mut con = server.conn();
+    let mut cursor = 0u64;
+    let mut out = Vec::new();
+    for _ in 0..1000 {
+        let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(100)
+            .query(&mut con)
+            .unwrap();
+        for k in keys {
+            let ttl: i64 = redis::cmd("PTTL").arg(&k).query(&mut con).unwrap();
+            out.push((k, ttl));
+        }
+        if next == 0 {
+            return out;
+        }
+        cursor = next;
+    }
+    panic!("SCAN did not finish");
+}
+
+#[test]
+fn every_key_has_a_ttl_within_the_policy_bound() {
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let store = RedisStore::builder()
+            .prefix("ttl")
+            .connect(server.url())
+            .await
+            .unwrap();
+        let policies = five(3);
+        // GCRA τ, log w, fixed w, sliding 2w, lease: each key's bound, in ms.
+        let bounds = [10_000, 10_000, 10_000, 20_000, 10_000];
+        for (i, p) in policies.iter().enumerate() {
+            let key = format!("k{i}").into_bytes();
+            let d = store.check(Rule::new(&key, p, 2)).await.unwrap();
+            assert!(d.allowed);
+            assert!(!store.check(Rule::new(&key, p, 2)).await.unwrap().allowed);
+            store.refund(&key, p, 1).await.unwrap();
+            // a second key checked then fully given back leaves nothing behind
+            let gone = format!("gone{i}").into_bytes();
+            let d = store.check(Rule::new(&gone, p, 1)).await.unwrap();
+            if let Some(id) = d.permit {
+                store.release(&gone, p, id).await.unwrap();
+            } else {
+                store.refund(&gone, p, 1).await.unwrap();
+            }
+        }
+        let found = keys_and_ttls(&server, "ttl:*");
+        assert_eq!(found.len(), 5, "{found:?}");
+        for (i, p) in policies.iter().enumerate() {
+            let key = store.redis_key(format!("k{i}").as_bytes(), p);
+            let (_, ttl) = found.iter().find(|(k, _)| *k == key).expect("key present");
+            assert!(*ttl > 0 && *ttl <= bounds[i], "policy {i}: PTTL {ttl} ms");
+        }
+    });
+}
+
+// ------------------------------------------------------------ server time ---
+
+#[test]
+fn skewed_app_clocks_are_irrelevant_with_server_time() {
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let p = Policy::cell(9, 1, Duration::from_secs(3600)).unwrap();
+        let rule = Rule::new(b"user", &p, 1);
+        // Two app instances whose own clocks are hours apart, on server time.
+        let a = RedisStore::connect(server.url()).await.unwrap();
+        let b = RedisStore::connect(server.url()).await.unwrap();
+        let mut admitted = 0;
+        for i in 0..30 {
+            let d = if i % 2 == 0 {
+                a.check(rule)
+            } else {
+                b.check(rule)
+            }
+            .await
+            .unwrap();
+            admitted += u64::from(d.allowed);
+        }
+        assert_eq!(admitted, 10);
+        let (da, db) = (a.check(rule).await.unwrap(), b.check(rule).await.unwrap());
+        let diff = da.reset_after.abs_diff(db.reset_after);
+        assert!(diff < Duration::from_secs(1), "{da:?} vs {db:?}");
+
+        // The same two instances trusting their own skewed clocks disagree:
+        // the one two hours ahead sees the other's state as long gone.
+        let early = ManualClock::starting_at(1_700_000_000_000_000_000);
+        let late = ManualClock::starting_at(1_700_000_000_000_000_000 + 7_200_000_000_000);
+        let a = client_store(&server.url(), &early).await;
+        let b = client_store(&server.url(), &late).await;
+        let rule = Rule::new(b"skewed", &p, 1);
+        let mut admitted = 0;
+        for i in 0..30 {
+            let d = if i % 2 == 0 {
+                a.check(rule)
+            } else {
+                b.check(rule)
+            }
+            .await
+            .unwrap();
+            admitted += u64::from(d.allowed);
+        }
+        assert!(
+            admitted > 10,
+            "client clocks skewed by 2 h over-admit: {admitted}"
+        );
+    });
+}
+
+// ------------------------------------------------------ several instances ---
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_instances_hammering_one_key_admit_exactly_the_bound() {
+    let server = RedisServer::start();
+    let frozen = ManualClock::starting_at(1_700_000_000_000_000_000);
+    let mut stores = Vec::new();
+    for _ in 0..4 {
+        stores.push(Arc::new(client_store(&server.url(), &frozen).await));
+    }
+    let bound = 50;
+    for (i, policy) in five(bound).into_iter().enumerate() {
+        let key = format!("hot{i}").into_bytes();
+        let mut tasks = Vec::new();
+        for store in &stores {
+            for _ in 0..8 {
+                let (store, key) = (store.clone(), key.clone());
+                tasks.push(tokio::spawn(async move {
+                    let mut admitted = 0u64;
+                    for _ in 0..20 {
+                        let d = store.check(Rule::new(&key, &policy, 1)).await.unwrap();
+                        admitted += u64::from(d.allowed);
+                    }
+                    admitted
+                }));
+            }
+        }
+        let mut total = 0;
+        for t in tasks {
+            total += t.await.unwrap();
+        }
+        assert_eq!(
+            total, bound,
+            "policy {i}: 4 instances × 8 tasks × 20 checks"
+        );
+    }
+    // On server time too (GCRA refills one unit an hour: nothing comes back).
+    let p = Policy::cell(bound - 1, 1, Duration::from_secs(3600)).unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let store = Arc::new(RedisStore::connect(server.url()).await.unwrap());
+        for _ in 0..8 {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut admitted = 0u64;
+                for _ in 0..20 {
+                    admitted +=
+                        u64::from(store.check(Rule::new(b"srv", &p, 1)).await.unwrap().allowed);
+                }
+                admitted
+            }));
+        }
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += t.await.unwrap();
+    }
+    assert_eq!(total, bound);
+}
+
+// --------------------------------------------------------------- failures ---
+
+#[test]
+fn reconnects_after_the_server_restarts() {
+    let mut server = RedisServer::start();
+    runtime().block_on(async {
+        let timeout = Duration::from_millis(300);
+        let store = RedisStore::builder()
+            .timeout(timeout)
+            .connect(server.url())
+            .await
+            .unwrap();
+        let p = Policy::fixed_window(100, Duration::from_secs(60)).unwrap();
+        let rule = Rule::new(b"k", &p, 1);
+        assert!(store.check(rule).await.unwrap().allowed);
+
+        server.stop();
+        for _ in 0..3 {
+            let t0 = Instant::now();
+            let err = store.check(rule).await.unwrap_err();
+            assert!(
+                matches!(err, StoreError::Connection(_) | StoreError::Timeout(_)),
+                "{err:?}"
+            );
+            assert!(t0.elapsed() < timeout * 3, "answered in {:?}", t0.elapsed());
+        }
+
+        server.start_again();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match store.check(rule).await {
+                Ok(d) => {
+                    // The restarted server lost the state (no persistence).
+                    assert_eq!(d.remaining, 99);
+                    break;
+                }
+                Err(StoreError::Connection(_) | StoreError::Timeout(_))
+                    if Instant::now() < deadline =>
+                {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => panic!("no recovery: {e:?}"),
+            }
+        }
+    });
+}
+
+#[test]
+fn scripts_are_reloaded_after_script_flush() {
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let store = RedisStore::connect(server.url()).await.unwrap();
+        let p = Policy::sliding_log(5, Duration::from_secs(60)).unwrap();
+        assert!(store.check(Rule::new(b"k", &p, 1)).await.unwrap().allowed);
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query(&mut server.conn())
+            .unwrap();
+        assert_eq!(
+            store.check(Rule::new(b"k", &p, 1)).await.unwrap().remaining,
+            3
+        );
+    });
+}
+
+#[test]
+fn errors_are_typed() {
+    runtime().block_on(async {
+        // Nothing listens: connection refused.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let err = RedisStore::connect(format!("redis://127.0.0.1:{port}/"))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, StoreError::Connection(_) | StoreError::Timeout(_)),
+            "{err:?}"
+        );
+
+        // Something accepts but never answers: the store timeout.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("redis://{}/", silent.local_addr().unwrap());
+        let held = std::thread::spawn(move || {
+            let (sock, _) = silent.accept().unwrap();
+            std::thread::sleep(Duration::from_secs(2));
+            drop(sock);
+        });
+        let t0 = Instant::now();
+        let err = RedisStore::builder()
+            .timeout(Duration::from_millis(200))
+            .connect(url)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, StoreError::Timeout(_) | StoreError::Connection(_)),
+            "{err:?}"
+        );
+        assert!(t0.elapsed() < Duration::from_secs(2), "{:?}", t0.elapsed());
+        held.join().unwrap();
+
+        let bad_prefix = RedisStore::builder()
+            .prefix("a{b}")
+            .connect("redis://127.0.0.1:1/")
+            .await;
+        assert!(matches!(
+            bad_prefix,
+            Err(StoreError::InvalidRequest(_)) | Err(StoreError::Connection(_))
+        ));
+    });
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let store = RedisStore::connect(server.url()).await.unwrap();
+        for p in [
+            Policy::funnel(3, 3.0).unwrap(), // T = 333_333_333 ns
+            Policy::fixed_window(1, Duration::from_nanos(1_500)).unwrap(),
+            Policy::sliding_window(1 << 40, Duration::from_secs(3600)).unwrap(),
+        ] {
+            let err = store.check(Rule::new(b"k", &p, 1)).await.unwrap_err();
+            assert!(matches!(err, StoreError::Unsupported(_)), "{err:?}");
+        }
+        // A key of another type under our name: a script error, not a panic.
+        let p = Policy::cell(1, 1, Duration::from_secs(1)).unwrap();
+        let key = store.redis_key(b"clobbered", &p);
+        let _: () = redis::cmd("LPUSH")
+            .arg(&key)
+            .arg("x")
+            .query(&mut server.conn())
+            .unwrap();
+        let err = store
+            .check(Rule::new(b"clobbered", &p, 1))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Script(_)), "{err:?}");
+    });
+}
+
+// ------------------------------------------------------------ hostile keys ---
+
+pub fn hostile_keys() -> Vec<Vec<u8>> {
+    let mut keys: Vec<Vec<u8>> = [
+        &b""[..],
+        b"{",
+        b"}",
+        b"{}",
+        b"}{",
+        b"a{b}c",
+        b"{user}:x",
+        b"line\nbreak",
+        b"nul\0byte",
+        b"\r\n*3\r\n$3\r\nDEL\r\n",
+        "ünïcödé".as_bytes(),
+    ]
+    .iter()
+    .map(|k| k.to_vec())
+    .collect();
+    keys.push(vec![b'{'; 10_000]);
+    keys.push((0..10_000u32).map(|i| (i * 7919 % 251) as u8).collect());
+    let mut near = vec![b'}'; 10_000];
+    near[9_999] = b'{';
+    keys.push(near);
+    keys
+}
+
+#[test]
+fn hostile_keys_are_independent_and_bounded() {
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let store = RedisStore::builder()
+            .prefix("h")
+            .connect(server.url())
+            .await
+            .unwrap();
+        let keys = hostile_keys();
+        for p in five(3) {
+            for k in &keys {
+                let d = store.check(Rule::new(k, &p, 1)).await.unwrap();
+                assert!(d.allowed);
+                assert_eq!(
+                    d.remaining,
+                    2,
+                    "every key starts fresh: {:?}",
+                    String::from_utf8_lossy(&k[..k.len().min(20)])
+                );
+                let rk = store.redis_key(k, &p);
+                assert!(rk.len() <= 2 + 12 + 2 + 1 + 128, "{} bytes", rk.len());
+            }
+        }
+        assert_eq!(keys_and_ttls(&server, "h:*").len(), keys.len() * 5);
+    });
+}

@@ -1,0 +1,226 @@
+//! Private Redis servers for tests: a single server and a 3-master cluster,
+//! started from `redis-server` on PATH on free loopback ports, without
+//! persistence, and killed (with their temp dirs removed) on drop.
+//!
+//! Include with `#[path = "support/redis.rs"] mod redis_support;`.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+const INSTALL: &str = "redis-server not found on PATH: install it (Debian/Ubuntu: \
+    `sudo apt-get install redis-server`; macOS: `brew install redis`)";
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "tower-throttle-{tag}-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&dir).expect("create temp dir");
+    dir
+}
+
+/// A free loopback port (and, for cluster nodes, its bus port + 10000).
+fn free_port(with_bus: bool) -> u16 {
+    for _ in 0..200 {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        let port = l.local_addr().unwrap().port();
+        if !with_bus {
+            return port;
+        }
+        if port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port pair found");
+}
+
+fn ping(port: u16) -> bool {
+    let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}/")) else {
+        return false;
+    };
+    let Ok(mut con) = client.get_connection_with_timeout(Duration::from_millis(200)) else {
+        return false;
+    };
+    redis::cmd("PING").query::<String>(&mut con).is_ok()
+}
+
+/// One `redis-server` process.
+pub struct RedisServer {
+    child: Option<Child>,
+    pub port: u16,
+    dir: PathBuf,
+    extra: Vec<String>,
+}
+
+impl RedisServer {
+    /// Starts a standalone server and waits (≤ 10 s) until it answers PING.
+    pub fn start() -> RedisServer {
+        Self::start_with(free_port(false), temp_dir("redis"), Vec::new())
+    }
+
+    fn start_with(port: u16, dir: PathBuf, extra: Vec<String>) -> RedisServer {
+        let mut server = RedisServer {
+            child: None,
+            port,
+            dir,
+            extra,
+        };
+        server.spawn();
+        server
+    }
+
+    fn spawn(&mut self) {
+        let child = Command::new("redis-server")
+            .args(["--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1"])
+            .args(["--save", ""])
+            .args(["--appendonly", "no"])
+            .args(["--daemonize", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(&self.extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let child = match child {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!("{INSTALL}"),
+            Err(e) => panic!("cannot start redis-server: {e}"),
+        };
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !ping(self.port) {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
+                panic!("redis-server on port {} exited: {status}", self.port);
+            }
+            assert!(
+                Instant::now() < deadline,
+                "redis-server on port {} did not answer within 10 s",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// `redis://127.0.0.1:<port>/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// Kills the server (state lost: no persistence).
+    pub fn stop(&mut self) {
+        self.kill();
+    }
+
+    /// Starts it again on the same port.
+    pub fn start_again(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    /// Kills the server and starts it again on the same port.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.start_again();
+    }
+
+    /// A plain synchronous connection, for inspecting keys.
+    pub fn conn(&self) -> redis::Connection {
+        redis::Client::open(self.url())
+            .unwrap()
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .unwrap()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A cluster of three masters, no replicas.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+    dir: PathBuf,
+}
+
+impl RedisCluster {
+    /// Starts three `--cluster-enabled` servers, joins them with
+    /// `redis-cli --cluster create`, and waits (≤ 30 s) for `cluster_state:ok`.
+    pub fn start() -> RedisCluster {
+        let dir = temp_dir("cluster");
+        let mut nodes = Vec::new();
+        for _ in 0..3 {
+            let port = free_port(true);
+            let node_dir = dir.join(port.to_string());
+            std::fs::create_dir_all(&node_dir).unwrap();
+            let extra = vec![
+                "--cluster-enabled".into(),
+                "yes".into(),
+                "--cluster-config-file".into(),
+                node_dir.join("nodes.conf").display().to_string(),
+                "--cluster-node-timeout".into(),
+                "5000".into(),
+            ];
+            nodes.push(RedisServer::start_with(port, node_dir, extra));
+        }
+        let cluster = RedisCluster { nodes, dir };
+        let addrs: Vec<String> = cluster
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let out = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("redis-cli not found: install redis-server (it ships redis-cli)");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !cluster.nodes.iter().all(|n| {
+            redis::cmd("CLUSTER")
+                .arg("INFO")
+                .query::<String>(&mut n.conn())
+                .is_ok_and(|s| s.contains("cluster_state:ok"))
+        }) {
+            assert!(Instant::now() < deadline, "cluster not ok within 30 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        cluster
+    }
+
+    /// `redis://127.0.0.1:<port>/` of every node.
+    pub fn urls(&self) -> Vec<String> {
+        self.nodes.iter().map(RedisServer::url).collect()
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        self.nodes.clear();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
