@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockWriteGuard, Weak};
 use std::time::Duration;
 
@@ -72,7 +72,7 @@ impl Shard {
     }
 
     /// Drops every slot back at a fresh state; returns how many.
-    fn sweep(&mut self, policy_cap: usize, now: u64) -> usize {
+    fn sweep(&mut self, now: u64) -> usize {
         let before = self.slots.len();
         let mut next_expiry = u64::MAX;
         self.slots.retain(|_, slot| {
@@ -88,7 +88,8 @@ impl Shard {
         if self.slots.capacity() > 4 * len.max(MIN_SWEEP_AT) {
             self.slots.shrink_to(2 * len);
         }
-        self.sweep_at = (2 * len).clamp(MIN_SWEEP_AT, policy_cap.max(1));
+        // Amortised: the next growth-triggered sweep waits for the shard to double.
+        self.sweep_at = (2 * len).max(MIN_SWEEP_AT);
         before - len
     }
 }
@@ -98,8 +99,9 @@ struct Inner<C> {
     hasher: foldhash::fast::RandomState,
     shards: Box<[RwLock<Shard>]>,
     shard_bits: u32,
-    shard_cap: usize,
     max_keys: usize,
+    /// Keys held across all shards, for the cap.
+    live: AtomicUsize,
     next_permit: AtomicU64,
     janitor: Mutex<Option<std::thread::Thread>>,
 }
@@ -213,8 +215,8 @@ impl<C: Clock> MemoryStoreBuilder<C> {
             hasher: foldhash::fast::RandomState::default(),
             shards: (0..shards).map(|_| RwLock::new(Shard::new())).collect(),
             shard_bits: shards.trailing_zeros(),
-            shard_cap: self.max_keys.div_ceil(shards),
             max_keys: self.max_keys,
+            live: AtomicUsize::new(0),
             next_permit: AtomicU64::new(1),
             janitor: Mutex::new(None),
         });
@@ -282,8 +284,14 @@ impl<C: Clock> MemoryStore<C> {
         self.inner
             .shards
             .iter()
-            .map(|s| write(s).sweep(self.inner.shard_cap, now))
+            .map(|s| self.sweep_shard(&mut write(s), now))
             .sum()
+    }
+
+    fn sweep_shard(&self, shard: &mut Shard, now: u64) -> usize {
+        let freed = shard.sweep(now);
+        self.inner.live.fetch_sub(freed, Ordering::Relaxed);
+        freed
     }
 
     /// The key's hash and its shard's index.
@@ -340,17 +348,36 @@ impl<C: Clock> MemoryStore<C> {
         Ok(decision)
     }
 
-    /// Ensures `extra` new keys fit in `shard`.
+    /// Ensures `extra` new keys fit in `shard` and under the global cap,
+    /// sweeping cold keys first; counts them as held.
     fn make_room(&self, shard: &mut Shard, now: u64, extra: usize) -> Result<(), StoreError> {
-        let cap = self.inner.shard_cap;
         if shard.slots.len() + extra > shard.sweep_at && now >= shard.next_expiry {
-            shard.sweep(cap, now);
+            self.sweep_shard(shard, now);
         }
-        if shard.slots.len() + extra > cap {
-            return Err(StoreError::Full {
-                max_keys: self.inner.max_keys,
-            });
+        let fits = |inner: &Inner<C>| inner.live.load(Ordering::Relaxed) + extra <= inner.max_keys;
+        if !fits(&self.inner) {
+            if now >= shard.next_expiry {
+                self.sweep_shard(shard, now);
+            }
+            // Other shards may hold cold keys; skip any that is busy (or is
+            // the one we hold) rather than wait for it.
+            for other in self.inner.shards.iter() {
+                if fits(&self.inner) {
+                    break;
+                }
+                if let Ok(mut other) = other.try_write() {
+                    if now >= other.next_expiry {
+                        self.sweep_shard(&mut other, now);
+                    }
+                }
+            }
+            if !fits(&self.inner) {
+                return Err(StoreError::Full {
+                    max_keys: self.inner.max_keys,
+                });
+            }
         }
+        self.inner.live.fetch_add(extra, Ordering::Relaxed);
         Ok(())
     }
 
@@ -387,7 +414,7 @@ impl<C: Clock> MemoryStore<C> {
             let d = match live {
                 Some(d) => d,
                 None => {
-                    new_keys[g] += usize::from(rule.cost > 0);
+                    new_keys[g] += usize::from(rule.cost > 0 && existing.is_none());
                     Slot::fresh(rule.policy)
                         .peek_as(rule.policy, now, rule.cost, permit)
                         .expect("a fresh slot matches its policy")
@@ -451,7 +478,9 @@ impl<C: Clock> MemoryStore<C> {
     /// Forgets `key`.
     pub fn reset_sync(&self, key: &[u8]) {
         let (hash, index) = self.locate(key);
-        write(self.shard(index)).slots.remove(&hash);
+        if write(self.shard(index)).slots.remove(&hash).is_some() {
+            self.inner.live.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     fn update(&self, key: &[u8], policy: &Policy, f: impl FnOnce(&mut Slot, u64)) {
