@@ -5,12 +5,16 @@
 //! share one set of limits between app instances.
 
 mod error;
+#[cfg(feature = "governor")]
+pub mod governor;
 pub mod memory;
 #[cfg(feature = "redis")]
 pub mod redis;
 
 use std::future::Future;
 
+#[cfg(feature = "governor")]
+pub use self::governor::GovernorStore;
 #[cfg(feature = "redis")]
 pub use self::redis::{CellStore, RedisClusterStore, RedisStore};
 pub use error::{BoxError, StoreError};
