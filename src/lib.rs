@@ -61,3 +61,8 @@ pub use policy::{
 #[cfg(feature = "redis")]
 pub use store::{CellStore, RedisClusterStore, RedisStore};
 pub use store::{MemoryStore, Rule, Store, StoreError};
+
+/// The README's examples, compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
