@@ -77,7 +77,7 @@ fn clamp_i64(n: u64) -> i64 {
 /// redis-cell's rounding: whole seconds, plus one if any milliseconds remain.
 fn cell_seconds(d: Duration) -> i64 {
     let ms = d.as_millis();
-    clamp_i64(u64::try_from(ms / 1000 + u128::from(ms % 1000 > 0)).unwrap_or(u64::MAX))
+    clamp_i64(u64::try_from(ms / 1000 + u128::from(!ms.is_multiple_of(1000))).unwrap_or(u64::MAX))
 }
 
 /// Whole seconds rounded up at nanosecond granularity.

@@ -3,7 +3,7 @@
 use std::borrow::Cow;
 use std::future::Future;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Waker};
 
 use crate::decision::{Decision, PermitId};
 use crate::policy::Policy;
@@ -191,7 +191,7 @@ impl<S: Store> Drop for Permit<S> {
 pub(crate) fn release_detached<F: Future<Output = ()> + Send + 'static>(fut: F) {
     let mut fut = Box::pin(fut);
     let mut cx = Context::from_waker(Waker::noop());
-    if let Poll::Pending = fut.as_mut().poll(&mut cx) {
+    if fut.as_mut().poll(&mut cx).is_pending() {
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(fut);
         }

@@ -77,7 +77,7 @@ pub fn check(p: &WindowParams, s: &SlidingWindowState, now: u64, cost: u64) -> D
     } else {
         // In the next window, `cur` becomes the weighted previous count.
         let room = (n - cost_w) * w;
-        let e = if cur == 0 { 0 } else { w - (room / cur).min(w) };
+        let e = room.checked_div(cur).map_or(0, |fit| w - fit.min(w));
         Some(dur(start + w + e - now_w))
     };
     Decision {
