@@ -42,10 +42,14 @@
 //! # }
 //! ```
 //!
-//! Sliding-log keys hold one ZSET member per distinct admission instant,
-//! `<µs>:<units>` (units admitted together share one member carrying their
-//! count); concurrency keys hold one member per permit,
-//! `<seq>:<permit id>:<units>`, scored by the lease's expiry.
+//! Sliding-log keys hold one ZSET member per admitted unit, `<µs>:<index>`
+//! scored by its admission time (unique members: units of one instant are
+//! numbered, never collapsed), so each check is O(log n); concurrency keys
+//! hold one member per permit, `<seq>:<permit id>:<units>`, scored by the
+//! lease's expiry.
+//!
+//! A check of rules that all use one algorithm runs a script holding only
+//! that algorithm (less Lua to run per call); mixed rules run the full one.
 
 mod cell;
 mod error;
@@ -86,6 +90,7 @@ macro_rules! script {
     };
 }
 
+/// Every algorithm: for checks mixing algorithms.
 static CHECK: LazyLock<Script> = script!(
     "gcra.lua",
     "fixed_window.lua",
@@ -94,6 +99,11 @@ static CHECK: LazyLock<Script> = script!(
     "concurrency.lua",
     "check.lua"
 );
+static CHECK_G: LazyLock<Script> = script!("gcra.lua", "check.lua");
+static CHECK_F: LazyLock<Script> = script!("fixed_window.lua", "check.lua");
+static CHECK_S: LazyLock<Script> = script!("sliding_window.lua", "check.lua");
+static CHECK_L: LazyLock<Script> = script!("sliding_log.lua", "check.lua");
+static CHECK_C: LazyLock<Script> = script!("concurrency.lua", "check.lua");
 static REFUND: LazyLock<Script> = script!(
     "gcra.lua",
     "fixed_window.lua",
@@ -103,6 +113,22 @@ static REFUND: LazyLock<Script> = script!(
     "refund.lua"
 );
 static RELEASE: LazyLock<Script> = script!("concurrency.lua", "release.lua");
+
+/// The smallest check script that holds every algorithm of `rules`.
+fn check_script(rules: &[Rule<'_>]) -> &'static Script {
+    let code = rules.first().map_or("", |r| keys::code(r.policy));
+    if rules.iter().any(|r| keys::code(r.policy) != code) {
+        return &CHECK;
+    }
+    match code {
+        "g" => &CHECK_G,
+        "f" => &CHECK_F,
+        "s" => &CHECK_S,
+        "l" => &CHECK_L,
+        "c" => &CHECK_C,
+        _ => &CHECK,
+    }
+}
 
 /// Where the scripts take `now` from.
 #[derive(Clone, Default)]
@@ -358,7 +384,10 @@ where
     /// the first checks need no reload round trip.
     pub async fn load_scripts(&self) -> Result<(), StoreError> {
         let mut conn = self.conn.clone();
-        for script in [&*CHECK, &*REFUND, &*RELEASE] {
+        let scripts = [
+            &CHECK, &CHECK_G, &CHECK_F, &CHECK_S, &CHECK_L, &CHECK_C, &REFUND, &RELEASE,
+        ];
+        for script in scripts.map(|s| &**s) {
             timed(self.cfg.timeout, script.load_async(&mut conn)).await?;
         }
         Ok(())
@@ -416,7 +445,7 @@ where
                 return Err(StoreError::InvalidRequest("two rules name the same key"));
             }
         }
-        let mut inv = CHECK.prepare_invoke();
+        let mut inv = check_script(rules).prepare_invoke();
         inv.arg(self.now_arg()?).arg(self.cfg.ttl_padding_ms);
         let mut replies = Vec::with_capacity(rules.len());
         let first_tag = self.cfg.tag.tag(rules[0].key);

@@ -1,54 +1,59 @@
--- Sliding log: a ZSET of admitted units. Score = admission time (µs);
--- member = '<time>:<units>'. Units admitted at one instant share one member
--- carrying their count (times are strictly increasing, so members are unique
--- and never collapse the way a bare millisecond member did in the seeds).
--- Denied attempts are never recorded. p1 = max, p2 = window (µs).
--- Every reported value is a difference of timestamps, so the decision is
--- computed here, exactly, in µs.
+-- Sliding log: a ZSET with one member per admitted unit, as the seeds' ZSET
+-- but exact. Score = admission time (µs); member = '<time>:<index>' with the
+-- index zero-padded and counting the units already held at that instant, so
+-- members are unique (never a bare timestamp, which collapsed bursts in the
+-- seeds) and, within one instant, sort in admission order. Denied attempts
+-- are never recorded. Every step is O(log n): ZCARD counts the units, the
+-- unit that must leave before a retry is found by rank.
+-- p1 = max, p2 = window (µs). Every reported value is a difference of
+-- timestamps, so the decision is computed here, exactly, in µs.
 
-local function log_units(member)
-  return tonumber(string.match(member, ':(%d+)$')) or 0
-end
-
--- Drops entries that left the window (t + w <= now); returns the rest,
--- oldest first, as { times, units, members } and their total.
-local function log_load(key, w, now)
+-- Drops units that left the window (t + w <= now); returns how many remain.
+local function log_prune(key, w, now)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now - w))
-  local raw = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
-  local times, units, members, total = {}, {}, {}, 0
-  for i = 1, #raw, 2 do
-    local n = log_units(raw[i])
-    members[#members + 1] = raw[i]
-    times[#times + 1] = tonumber(raw[i + 1])
-    units[#units + 1] = n
-    total = total + n
-  end
-  return times, units, members, total
+  return redis.call('ZCARD', key)
 end
 
-local function log_put(key, t, n)
-  redis.call('ZADD', key, int(t), int(t) .. ':' .. int(n))
+-- Time of the unit at `rank` (0 = oldest, -1 = newest), or nil.
+local function log_time(key, rank)
+  return tonumber(redis.call('ZRANGE', key, rank, rank, 'WITHSCORES')[2])
 end
 
-local function log_expire(key, w, times, now)
-  local newest = times[#times]
+local function log_expire(key, w, now)
+  local newest = log_time(key, -1)
   if newest then
     redis.call('PEXPIRE', key, ttl_ms(newest + w - now))
   end
 end
 
+-- Records `cost` units at `now`, or at the newest instant if a clock that
+-- went back left it later (as the model merges them into that entry).
+local function log_add(key, w, cost, now)
+  local at = math.max(now, log_time(key, -1) or now)
+  local base = redis.call('ZCOUNT', key, int(at), int(at))
+  local args, i = {}, 0
+  while i < cost do
+    args[#args + 1] = int(at)
+    args[#args + 1] = int(at) .. ':' .. string.format('%016.0f', base + i)
+    i = i + 1
+    if #args >= 200 or i == cost then
+      redis.call('ZADD', key, unpack(args))
+      args = {}
+    end
+  end
+  redis.call('PEXPIRE', key, ttl_ms(at + w - now))
+end
+
 algo.l = {
   check = function(key, max, w, cost, _, now)
-    local times, units, members, total = log_load(key, w, now)
+    local total = log_prune(key, w, now)
     local allowed = total + cost <= max
-    local last = #times
-    -- As the model: an admission is reported as the newest entry, even if a
-    -- clock that went back merges it into a later one (kept for the TTL).
+    -- As the model: an admission is reported as the newest entry.
     local newest = nil
     if allowed and cost > 0 then
       newest = now
     elseif total > 0 then
-      newest = times[last]
+      newest = log_time(key, -1)
     end
     local after = total
     if allowed then
@@ -56,14 +61,8 @@ algo.l = {
     end
     local retry = -1
     if not allowed and cost <= max then
-      local must_leave, left = total + cost - max, 0
-      for i = 1, last do
-        left = left + units[i]
-        if left >= must_leave then
-          retry = math.max(times[i] + w - now, 0)
-          break
-        end
-      end
+      -- The oldest total + cost - max units must leave first.
+      retry = math.max(log_time(key, total + cost - max - 1) + w - now, 0)
     end
     local reset = 0
     if newest then
@@ -72,31 +71,16 @@ algo.l = {
     local commit = nil
     if allowed and cost > 0 then
       commit = function()
-        if last > 0 and times[last] >= now then
-          redis.call('ZREM', key, members[last])
-          log_put(key, times[last], units[last] + cost)
-        else
-          log_put(key, now, cost)
-        end
-        redis.call('PEXPIRE', key, ttl_ms(math.max(now, times[last] or now) + w - now))
+        log_add(key, w, cost, now)
       end
     end
     return allowed, { allowed and 1 or 0, max - after, retry, reset }, commit
   end,
 
   refund = function(key, _, w, amount, now)
-    local times, units, members = log_load(key, w, now)
-    while amount > 0 and #times > 0 do
-      local i = #times
-      local take = math.min(amount, units[i])
-      amount = amount - take
-      redis.call('ZREM', key, members[i])
-      if units[i] > take then
-        log_put(key, times[i], units[i] - take)
-      else
-        times[i] = nil
-      end
+    if log_prune(key, w, now) > 0 then
+      redis.call('ZREMRANGEBYRANK', key, int(-amount), -1)
+      log_expire(key, w, now)
     end
-    log_expire(key, w, times, now)
   end,
 }
