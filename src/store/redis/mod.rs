@@ -240,6 +240,7 @@ impl RedisStoreBuilder {
     /// instead of queueing.
     pub async fn connect(self, info: impl IntoConnectionInfo) -> Result<RedisStore, StoreError> {
         let t = self.timeout;
+        let cfg = self.config(false)?;
         let client = redis::Client::open(info).map_err(|e| error::map(e, t))?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(t))
@@ -248,7 +249,7 @@ impl RedisStoreBuilder {
             .set_min_delay(Duration::from_millis(10))
             .set_max_delay(t.max(Duration::from_millis(100)));
         let conn = timed(t, ConnectionManager::new_with_config(client, config)).await?;
-        let store = RedisStore::with_config(conn, self.config(false)?);
+        let store = RedisStore::with_config(conn, cfg);
         store.load_scripts().await?;
         Ok(store)
     }
@@ -260,6 +261,7 @@ impl RedisStoreBuilder {
         nodes: impl IntoIterator<Item = T>,
     ) -> Result<RedisClusterStore, StoreError> {
         let t = self.timeout;
+        let cfg = self.config(true)?;
         let client = redis::cluster::ClusterClientBuilder::new(nodes)
             .connection_timeout(t)
             .response_timeout(t)
@@ -267,7 +269,7 @@ impl RedisStoreBuilder {
             .build()
             .map_err(|e| error::map(e, t))?;
         let conn = timed(t, client.get_async_connection()).await?;
-        let store = RedisStore::with_config(conn, self.config(true)?);
+        let store = RedisStore::with_config(conn, cfg);
         store.load_scripts().await?;
         Ok(store)
     }
