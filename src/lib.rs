@@ -27,6 +27,31 @@
 //! # }
 //! ```
 //!
+//! # Over HTTP
+//!
+//! [`ThrottleLayer`] is tower middleware for any `Service<http::Request<B>>`
+//! (axum, hyper, tonic-style stacks). Each [`Limit`] pairs a policy with a
+//! [`key`] extractor and a cost; a denied request gets a `429` with
+//! `Retry-After` and the IETF `RateLimit-Policy` / `RateLimit` fields, and
+//! never reaches the inner service. See [`Mode`] for delaying or dry-running
+//! instead, [`FailMode`] for store failures, and [`RateLimitInfo`] for what
+//! handlers can read.
+//!
+//! ```
+//! use std::time::Duration;
+//! use axum::{routing::post, Router};
+//! use tower_throttle::{key::BearerToken, MemoryStore, Policy, ThrottleLayer};
+//!
+//! let store = MemoryStore::new();
+//! // Posts: bursts of 16, then 30 an hour, per bearer token.
+//! let posts = ThrottleLayer::new(store, Policy::cell(15, 30, Duration::from_secs(3600))?)
+//!     .key(BearerToken)
+//!     .prefix("post");
+//! let app: Router = Router::new().route("/post", post(|| async { "posted" }).route_layer(posts));
+//! # let _ = app;
+//! # Ok::<(), tower_throttle::PolicyError>(())
+//! ```
+//!
 //! # The algorithms
 //!
 //! | constructor | semantics | memory per key |
@@ -47,17 +72,33 @@
 #![forbid(unsafe_code)]
 
 pub mod algorithm;
+mod body;
+mod check;
 pub mod clock;
 mod decision;
+pub mod future;
+mod info;
+pub mod key;
+mod layer;
 mod limiter;
+mod mode;
 mod policy;
+pub mod response;
+mod rule;
+mod service;
 pub mod store;
 
+pub use body::ThrottleBody;
 pub use decision::{Decision, PermitId};
+pub use info::RateLimitInfo;
+pub use layer::ThrottleLayer;
 pub use limiter::{Limiter, Permit};
+pub use mode::{FailMode, Mode, OnMissingKey, MAX_DELAY_ATTEMPTS};
 pub use policy::{
     Algorithm, ConcurrencyParams, GcraParams, Policy, PolicyError, WindowParams, DEFAULT_LEASE,
 };
+pub use rule::Limit;
+pub use service::Throttle;
 #[cfg(feature = "redis")]
 pub use store::{CellStore, RedisClusterStore, RedisStore};
 pub use store::{MemoryStore, Rule, Store, StoreError};

@@ -1,0 +1,342 @@
+//! One request's evaluation: build the keys, ask the store once, apply the mode.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Response;
+
+use crate::decision::PermitId;
+use crate::info::{Entry, Meta, RateLimitInfo};
+use crate::key::{bound_key_part, KeyWriter, RequestHead, MAX_KEY_PART};
+use crate::limiter::release_detached;
+use crate::mode::{FailMode, Mode, OnMissingKey, MAX_DELAY_ATTEMPTS};
+use crate::policy::Policy;
+use crate::response::{rejection_response, BodyFormat, Rejection};
+use crate::rule::RuleCfg;
+use crate::store::{Rule, Store, StoreError};
+
+/// Everything a layer's services share.
+pub(crate) struct Shared<St> {
+    pub(crate) store: Arc<St>,
+    pub(crate) rules: Box<[RuleCfg]>,
+    pub(crate) meta: Arc<Meta>,
+    pub(crate) settings: Settings,
+}
+
+#[derive(Clone)]
+pub(crate) struct Settings {
+    pub(crate) mode: Mode,
+    pub(crate) fail: FailMode,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) on_missing: OnMissingKey,
+    pub(crate) body: BodyFormat,
+    pub(crate) headers_on_allowed: bool,
+    pub(crate) ietf_headers: bool,
+    pub(crate) legacy_headers: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            mode: Mode::Reject,
+            fail: FailMode::Closed,
+            timeout: None,
+            on_missing: OnMissingKey::default(),
+            body: BodyFormat::PlainText,
+            headers_on_allowed: false,
+            ietf_headers: true,
+            legacy_headers: false,
+        }
+    }
+}
+
+impl Settings {
+    /// Whether forwarded responses get the rate-limit headers.
+    pub(crate) fn forward_headers(&self) -> bool {
+        self.headers_on_allowed || self.mode == Mode::DryRun
+    }
+}
+
+/// A rule to check: its index, its key in the plan's buffer, its cost.
+#[derive(Clone, Copy)]
+struct Active {
+    rule: usize,
+    start: usize,
+    end: usize,
+    cost: u64,
+}
+
+enum ActiveRules {
+    One(Active),
+    Many(Vec<Active>),
+}
+
+/// The keys and costs of one request, owned so the check can outlive it.
+pub(crate) struct Plan {
+    keys: Vec<u8>,
+    rules: ActiveRules,
+}
+
+impl Plan {
+    fn actives(&self) -> &[Active] {
+        match &self.rules {
+            ActiveRules::One(a) => std::slice::from_ref(a),
+            ActiveRules::Many(v) => v,
+        }
+    }
+
+    fn key(&self, a: &Active) -> &[u8] {
+        &self.keys[a.start..a.end]
+    }
+}
+
+pub(crate) enum Planned {
+    Check(Plan),
+    /// Every rule was skipped for want of a key.
+    Skip,
+    Reject(Response<Bytes>),
+}
+
+/// Builds every rule's key in one buffer.
+pub(crate) fn plan<St>(shared: &Shared<St>, req: &RequestHead<'_>) -> Planned {
+    let n = shared.rules.len();
+    let mut keys = Vec::with_capacity(48 * n);
+    let mut actives = Vec::new();
+    let mut one = None;
+    for (i, rule) in shared.rules.iter().enumerate() {
+        let start = keys.len();
+        keys.extend_from_slice(&rule.key_head);
+        let part = keys.len();
+        if let Err(missing) = rule.key.extract(req, &mut KeyWriter::new(&mut keys)) {
+            keys.truncate(start);
+            let name = &*shared.meta.rules[i].name;
+            tracing::debug!(target: "tower_throttle", rule = name, reason = missing.reason(), "no rate-limit key");
+            match shared.settings.on_missing {
+                OnMissingKey::Skip => {
+                    count("skipped");
+                    continue;
+                }
+                OnMissingKey::Reject(status) => {
+                    count("missing_key");
+                    let rejection = Rejection::MissingKey {
+                        rule: name,
+                        reason: missing.reason(),
+                        status,
+                    };
+                    return Planned::Reject(rejection_response(&shared.settings.body, &rejection));
+                }
+            }
+        }
+        bound_key_part(&mut keys, part, MAX_KEY_PART);
+        let active = Active {
+            rule: i,
+            start,
+            end: keys.len(),
+            cost: rule.cost.of(req),
+        };
+        if n == 1 {
+            one = Some(active);
+        } else {
+            actives.push(active);
+        }
+    }
+    let rules = match (one, actives.len()) {
+        (Some(a), _) => ActiveRules::One(a),
+        (None, 0) => return Planned::Skip,
+        (None, 1) => ActiveRules::One(actives[0]),
+        (None, _) => ActiveRules::Many(actives),
+    };
+    Planned::Check(Plan { keys, rules })
+}
+
+/// What to do with the request.
+pub(crate) enum Outcome<St: Store> {
+    Forward {
+        info: Option<RateLimitInfo>,
+        permits: Option<Permits<St>>,
+    },
+    Reject(Response<Bytes>),
+}
+
+/// Checks the plan, waiting and re-checking in delay mode.
+pub(crate) async fn evaluate<St: Store>(shared: Arc<Shared<St>>, plan: Plan) -> Outcome<St> {
+    let mut waited = Duration::ZERO;
+    let mut attempts = 0;
+    loop {
+        let info = match store_call(&shared, &plan).await {
+            Ok(info) => info,
+            Err(error) => return store_failed(&shared, error),
+        };
+        log_decisions(&shared, &plan, &info);
+        if info.allowed() {
+            count("allowed");
+            let permits = Permits::collect(&shared, &plan, &info);
+            return Outcome::Forward {
+                info: Some(info),
+                permits,
+            };
+        }
+        match shared.settings.mode {
+            Mode::DryRun => {
+                count("dry_run_limited");
+                tracing::info!(target: "tower_throttle", retry_after = ?info.retry_after(), "dry run: request would be rate-limited");
+                return Outcome::Forward {
+                    info: Some(info),
+                    permits: None,
+                };
+            }
+            Mode::Delay { max_wait } => {
+                if let Some(wait) = info.retry_after() {
+                    if attempts < MAX_DELAY_ATTEMPTS && waited + wait <= max_wait {
+                        count("delayed");
+                        attempts += 1;
+                        waited += wait;
+                        tokio::time::sleep(wait).await;
+                        continue;
+                    }
+                }
+            }
+            Mode::Reject => {}
+        }
+        count("limited");
+        return Outcome::Reject(rejection_response(
+            &shared.settings.body,
+            &Rejection::Limited(&info),
+        ));
+    }
+}
+
+async fn store_call<St: Store>(
+    shared: &Shared<St>,
+    plan: &Plan,
+) -> Result<RateLimitInfo, StoreError> {
+    let call = async {
+        match &plan.rules {
+            ActiveRules::One(a) => {
+                let rule = Rule::new(plan.key(a), &shared.rules[a.rule].policy, a.cost);
+                let decision = shared.store.check(rule).await?;
+                Ok(RateLimitInfo::one(
+                    shared.meta.clone(),
+                    Entry {
+                        rule: a.rule,
+                        decision,
+                    },
+                ))
+            }
+            ActiveRules::Many(actives) => {
+                let rules: Vec<Rule<'_>> = actives
+                    .iter()
+                    .map(|a| Rule::new(plan.key(a), &shared.rules[a.rule].policy, a.cost))
+                    .collect();
+                let decisions = shared.store.check_all(&rules).await?;
+                if decisions.len() != actives.len() {
+                    return Err(StoreError::Protocol(format!(
+                        "{} decisions for {} rules",
+                        decisions.len(),
+                        actives.len()
+                    )));
+                }
+                let entries = actives
+                    .iter()
+                    .zip(decisions)
+                    .map(|(a, decision)| Entry {
+                        rule: a.rule,
+                        decision,
+                    })
+                    .collect();
+                Ok(RateLimitInfo::many(shared.meta.clone(), entries))
+            }
+        }
+    };
+    #[cfg(feature = "metrics")]
+    let started = std::time::Instant::now();
+    let result = match shared.settings.timeout {
+        Some(limit) => tokio::time::timeout(limit, call)
+            .await
+            .unwrap_or(Err(StoreError::Timeout(limit))),
+        None => call.await,
+    };
+    #[cfg(feature = "metrics")]
+    metrics::histogram!("tower_throttle_store_latency_seconds")
+        .record(started.elapsed().as_secs_f64());
+    result
+}
+
+fn store_failed<St: Store>(shared: &Shared<St>, error: StoreError) -> Outcome<St> {
+    count("store_error");
+    let fail = shared.settings.fail;
+    tracing::warn!(target: "tower_throttle", %error, fail_mode = ?fail, "rate-limit store failed");
+    match fail {
+        FailMode::Open => Outcome::Forward {
+            info: None,
+            permits: None,
+        },
+        FailMode::Closed => Outcome::Reject(rejection_response(
+            &shared.settings.body,
+            &Rejection::Unavailable(&error),
+        )),
+    }
+}
+
+fn log_decisions<St>(shared: &Shared<St>, plan: &Plan, info: &RateLimitInfo) {
+    if !tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG) {
+        return;
+    }
+    for (a, (name, _, d)) in plan.actives().iter().zip(info.iter()) {
+        tracing::debug!(
+            target: "tower_throttle",
+            rule = name,
+            key = %plan.key(a).escape_ascii(),
+            cost = a.cost,
+            allowed = d.allowed,
+            remaining = d.remaining,
+            retry_after_ms = d.retry_after.map(|r| r.as_millis() as u64),
+            mode = ?shared.settings.mode,
+            "rate-limit decision"
+        );
+    }
+}
+
+#[inline]
+fn count(outcome: &'static str) {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("tower_throttle_requests_total", "outcome" => outcome).increment(1);
+    #[cfg(not(feature = "metrics"))]
+    let _ = outcome;
+}
+
+/// Concurrency permits held while the inner service runs; released on drop
+/// (completion or cancellation).
+pub(crate) struct Permits<St: Store> {
+    store: Arc<St>,
+    held: Vec<(Vec<u8>, Policy, PermitId)>,
+}
+
+impl<St: Store> Permits<St> {
+    fn collect(shared: &Shared<St>, plan: &Plan, info: &RateLimitInfo) -> Option<Self> {
+        let held: Vec<_> = plan
+            .actives()
+            .iter()
+            .zip(info.iter())
+            .filter_map(|(a, (_, policy, d))| Some((plan.key(a).to_vec(), *policy, d.permit?)))
+            .collect();
+        (!held.is_empty()).then(|| Permits {
+            store: shared.store.clone(),
+            held,
+        })
+    }
+}
+
+impl<St: Store> Drop for Permits<St> {
+    fn drop(&mut self) {
+        let store = self.store.clone();
+        let held = std::mem::take(&mut self.held);
+        release_detached(async move {
+            for (key, policy, id) in held {
+                // A failed release is covered by the permit's lease.
+                let _ = store.release(&key, &policy, id).await;
+            }
+        });
+    }
+}

@@ -1,0 +1,197 @@
+//! The response future of [`Throttle`](crate::Throttle).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use pin_project_lite::pin_project;
+use tower_service::Service;
+
+use crate::body::ThrottleBody;
+use crate::check::{Outcome, Permits};
+use crate::info::RateLimitInfo;
+use crate::response::add_headers;
+use crate::store::Store;
+
+/// A check still waiting for the store (or for the quota, in delay mode).
+pub(crate) type BoxCheck<St> = Pin<Box<dyn Future<Output = Outcome<St>> + Send>>;
+
+pin_project! {
+    /// Resolves to the inner service's response, or to the layer's own.
+    pub struct ResponseFuture<S, ReqB, St>
+    where
+        S: Service<Request<ReqB>>,
+        St: Store,
+    {
+        #[pin]
+        state: State<S, ReqB, St>,
+    }
+}
+
+pin_project! {
+    #[project = StateProj]
+    enum State<S, ReqB, St>
+    where
+        S: Service<Request<ReqB>>,
+        St: Store,
+    {
+        Checking {
+            check: BoxCheck<St>,
+            service: Option<S>,
+            request: Option<Request<ReqB>>,
+            forward_headers: bool,
+        },
+        Calling {
+            #[pin]
+            future: S::Future,
+            headers: Option<RateLimitInfo>,
+            permits: Option<Permits<St>>,
+        },
+        Done {
+            response: Option<Response<Bytes>>,
+        },
+    }
+}
+
+impl<S, ReqB, St> ResponseFuture<S, ReqB, St>
+where
+    S: Service<Request<ReqB>>,
+    St: Store,
+{
+    pub(crate) fn checking(
+        check: BoxCheck<St>,
+        service: S,
+        request: Request<ReqB>,
+        forward_headers: bool,
+    ) -> Self {
+        ResponseFuture {
+            state: State::Checking {
+                check,
+                service: Some(service),
+                request: Some(request),
+                forward_headers,
+            },
+        }
+    }
+
+    pub(crate) fn done(response: Response<Bytes>) -> Self {
+        ResponseFuture {
+            state: State::Done {
+                response: Some(response),
+            },
+        }
+    }
+
+    pub(crate) fn unchecked(future: S::Future) -> Self {
+        ResponseFuture {
+            state: State::Calling {
+                future,
+                headers: None,
+                permits: None,
+            },
+        }
+    }
+
+    /// Acts on a finished check: calls `service` (which must be ready) or
+    /// answers directly.
+    pub(crate) fn decided(
+        outcome: Outcome<St>,
+        service: &mut S,
+        request: Request<ReqB>,
+        forward_headers: bool,
+    ) -> Self {
+        ResponseFuture {
+            state: State::decided(outcome, service, request, forward_headers),
+        }
+    }
+}
+
+impl<S, ReqB, St> State<S, ReqB, St>
+where
+    S: Service<Request<ReqB>>,
+    St: Store,
+{
+    fn decided(
+        outcome: Outcome<St>,
+        service: &mut S,
+        mut request: Request<ReqB>,
+        forward_headers: bool,
+    ) -> Self {
+        match outcome {
+            Outcome::Reject(response) => State::Done {
+                response: Some(response),
+            },
+            Outcome::Forward { info, permits } => {
+                let headers = match info {
+                    Some(info) => {
+                        let headers = forward_headers.then(|| info.clone());
+                        let ext = request.extensions_mut();
+                        ext.insert(info.decision());
+                        ext.insert(info);
+                        headers
+                    }
+                    None => None,
+                };
+                State::Calling {
+                    future: service.call(request),
+                    headers,
+                    permits,
+                }
+            }
+        }
+    }
+}
+
+impl<S, ReqB, ResB, St> Future for ResponseFuture<S, ReqB, St>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>>,
+    St: Store,
+{
+    type Output = Result<Response<ThrottleBody<ResB>>, S::Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        loop {
+            match this.state.as_mut().project() {
+                StateProj::Checking {
+                    check,
+                    service,
+                    request,
+                    forward_headers,
+                } => {
+                    let outcome = ready!(check.as_mut().poll(cx));
+                    let (Some(mut service), Some(request)) = (service.take(), request.take())
+                    else {
+                        panic!("ResponseFuture polled after completion");
+                    };
+                    let next = State::decided(outcome, &mut service, request, *forward_headers);
+                    this.state.set(next);
+                }
+                StateProj::Calling {
+                    future,
+                    headers,
+                    permits,
+                } => {
+                    let result = ready!(future.poll(cx));
+                    // The inner future is done: release concurrency permits now.
+                    drop(permits.take());
+                    return Poll::Ready(result.map(|response| {
+                        let mut response = response.map(ThrottleBody::inner);
+                        if let Some(info) = headers.take() {
+                            add_headers(response.headers_mut(), &info);
+                        }
+                        response
+                    }));
+                }
+                StateProj::Done { response } => {
+                    let response = response
+                        .take()
+                        .expect("ResponseFuture polled after completion");
+                    return Poll::Ready(Ok(response.map(ThrottleBody::full)));
+                }
+            }
+        }
+    }
+}

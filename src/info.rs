@@ -1,0 +1,145 @@
+//! The decisions of a request's rules, for headers and for handlers.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::HeaderValue;
+
+use crate::decision::Decision;
+use crate::policy::Policy;
+
+/// What every rule of a layer decided for one request.
+///
+/// Inserted in the request extensions before the inner service runs, along
+/// with the binding [`Decision`] ([`RateLimitInfo::decision`]), so handlers can
+/// read the remaining quota (axum: `Extension<RateLimitInfo>`). In
+/// [dry-run](crate::Mode::DryRun) mode, [`RateLimitInfo::allowed`] tells
+/// whether the request would have been rejected.
+#[derive(Clone)]
+pub struct RateLimitInfo {
+    meta: Arc<Meta>,
+    entries: Entries,
+}
+
+/// Per-layer data the headers need, shared by every request.
+pub(crate) struct Meta {
+    pub(crate) rules: Box<[RuleMeta]>,
+    /// `RateLimit-Policy`, rendered once.
+    pub(crate) policy_header: Option<HeaderValue>,
+    pub(crate) ietf_headers: bool,
+    pub(crate) legacy_headers: bool,
+}
+
+pub(crate) struct RuleMeta {
+    pub(crate) name: Arc<str>,
+    pub(crate) policy: Policy,
+}
+
+#[derive(Clone)]
+enum Entries {
+    One(Entry),
+    Many(Vec<Entry>),
+}
+
+#[derive(Clone, Copy)]
+pub(crate) struct Entry {
+    pub(crate) rule: usize,
+    pub(crate) decision: Decision,
+}
+
+impl RateLimitInfo {
+    pub(crate) fn one(meta: Arc<Meta>, entry: Entry) -> Self {
+        RateLimitInfo {
+            meta,
+            entries: Entries::One(entry),
+        }
+    }
+
+    pub(crate) fn many(meta: Arc<Meta>, entries: Vec<Entry>) -> Self {
+        RateLimitInfo {
+            meta,
+            entries: Entries::Many(entries),
+        }
+    }
+
+    pub(crate) fn meta(&self) -> &Meta {
+        &self.meta
+    }
+
+    pub(crate) fn entries(&self) -> &[Entry] {
+        match &self.entries {
+            Entries::One(e) => std::slice::from_ref(e),
+            Entries::Many(v) => v,
+        }
+    }
+
+    /// True when every rule admitted the request.
+    pub fn allowed(&self) -> bool {
+        self.entries().iter().all(|e| e.decision.allowed)
+    }
+
+    /// Each rule's name, policy and decision (rules skipped for want of a key
+    /// are absent).
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Policy, &Decision)> + '_ {
+        self.entries().iter().map(|e| {
+            let rule = &self.meta.rules[e.rule];
+            (&*rule.name, &rule.policy, &e.decision)
+        })
+    }
+
+    /// The decision of the rule named `name`.
+    pub fn get(&self, name: &str) -> Option<&Decision> {
+        self.iter().find(|(n, _, _)| *n == name).map(|(_, _, d)| d)
+    }
+
+    /// The binding decision: the denial with the longest wait ("never" is
+    /// longest) if any rule denied, else the rule with the least remaining.
+    pub fn decision(&self) -> Decision {
+        self.binding().decision
+    }
+
+    pub(crate) fn binding(&self) -> &Entry {
+        let entries = self.entries();
+        let denied = entries
+            .iter()
+            .filter(|e| !e.decision.allowed)
+            .max_by_key(|e| e.decision.retry_after.unwrap_or(Duration::MAX));
+        denied.unwrap_or_else(|| {
+            entries
+                .iter()
+                .min_by_key(|e| e.decision.remaining)
+                .expect("at least one rule was checked")
+        })
+    }
+
+    /// How long until the request would be admitted: the longest wait of the
+    /// denying rules. `None` when allowed, or when some rule can never admit it.
+    pub fn retry_after(&self) -> Option<Duration> {
+        let d = self.binding().decision;
+        if d.allowed {
+            None
+        } else {
+            d.retry_after
+        }
+    }
+
+    /// [`RateLimitInfo::retry_after`] in whole seconds, rounded up, never 0:
+    /// the `Retry-After` value.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        let d = self.binding().decision;
+        if d.allowed {
+            None
+        } else {
+            d.retry_after_secs()
+        }
+    }
+}
+
+impl fmt::Debug for RateLimitInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_map()
+            .entries(self.iter().map(|(n, _, d)| (n, d)))
+            .finish()
+    }
+}

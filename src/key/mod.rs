@@ -1,0 +1,293 @@
+//! Key extractors: which bucket a request is charged to.
+//!
+//! A [`KeyExtractor`] appends the identity of a request (its client IP, a
+//! header, a user id set by an auth layer, the matched route…) to the rule's
+//! key. The layer prepends `prefix:rule:` and bounds the length: a part longer
+//! than [`MAX_KEY_PART`] bytes is replaced by `#` and a 128-bit SHA-256 digest,
+//! stable across processes, so every app instance sharing a Redis store
+//! computes the same key.
+//!
+//! | extractor | key part |
+//! |---|---|
+//! | [`Global`] | one bucket for everyone |
+//! | [`PeerIp`] | the TCP peer's address (IPv6 grouped by a prefix, /56 by default) |
+//! | [`ClientIp`] | the client behind trusted proxies (`X-Forwarded-For` / `Forwarded`) |
+//! | [`HeaderKey`] | a header's value |
+//! | [`BearerToken`] | the digest of `Authorization: Bearer …`, never the token |
+//! | [`FromExtension`], [`FromExtensionWith`] | a typed value an auth layer put in the request extensions |
+//! | [`UriPath`], `MatchedPathKey` (feature `axum`) | the path, a path prefix, or axum's route template |
+//! | [`key_fn`] | any closure |
+//! | `(A, B)` … `(A, B, C, D)` | several parts joined by `|` |
+//! | [`KeyExtractor::or`] | a fallback when the first finds nothing |
+//!
+//! ```
+//! use tower_throttle::key::{BearerToken, KeyExtractor, PeerIp, UriPath};
+//!
+//! // Per token and route; requests without a token are counted per client address.
+//! let key = (BearerToken, UriPath::first_segments(2)).or(PeerIp::new());
+//! # let _ = key;
+//! ```
+
+use std::fmt;
+
+use http::{Extensions, HeaderMap, Method, Request, Uri, Version};
+use sha2::{Digest, Sha256};
+
+mod combinator;
+mod extension;
+mod header;
+mod ip;
+mod route;
+
+pub use combinator::{key_fn, KeyFn, Or};
+pub use extension::{FromExtension, FromExtensionWith};
+pub use header::{BearerToken, HeaderKey};
+pub use ip::{Cidr, CidrError, ClientIp, ForwardedHeader, PeerIp, DEFAULT_IPV6_PREFIX};
+#[cfg(feature = "axum")]
+pub use route::MatchedPathKey;
+pub use route::UriPath;
+
+/// Key parts longer than this many bytes are replaced by their digest.
+pub const MAX_KEY_PART: usize = 128;
+
+/// A borrowed view of a request's head, whatever its body type.
+#[derive(Clone, Copy, Debug)]
+pub struct RequestHead<'a> {
+    method: &'a Method,
+    uri: &'a Uri,
+    version: Version,
+    headers: &'a HeaderMap,
+    extensions: &'a Extensions,
+}
+
+impl<'a> RequestHead<'a> {
+    /// Borrows the head of `req`.
+    pub fn new<B>(req: &'a Request<B>) -> Self {
+        RequestHead {
+            method: req.method(),
+            uri: req.uri(),
+            version: req.version(),
+            headers: req.headers(),
+            extensions: req.extensions(),
+        }
+    }
+
+    /// Borrows a request head already split from its body.
+    pub fn from_parts(parts: &'a http::request::Parts) -> Self {
+        RequestHead {
+            method: &parts.method,
+            uri: &parts.uri,
+            version: parts.version,
+            headers: &parts.headers,
+            extensions: &parts.extensions,
+        }
+    }
+
+    /// The method.
+    pub fn method(&self) -> &'a Method {
+        self.method
+    }
+
+    /// The URI.
+    pub fn uri(&self) -> &'a Uri {
+        self.uri
+    }
+
+    /// The HTTP version.
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
+    /// The headers.
+    pub fn headers(&self) -> &'a HeaderMap {
+        self.headers
+    }
+
+    /// The extensions (set by the server, by `ConnectInfo`, by auth layers).
+    pub fn extensions(&self) -> &'a Extensions {
+        self.extensions
+    }
+}
+
+/// No key could be extracted from a request; the layer's
+/// [`OnMissingKey`](crate::OnMissingKey) decides what happens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MissingKey {
+    reason: &'static str,
+}
+
+impl MissingKey {
+    /// A missing key, with a reason shown in the rejection body (keep it free
+    /// of secrets).
+    pub const fn new(reason: &'static str) -> Self {
+        MissingKey { reason }
+    }
+
+    /// Why no key was found.
+    pub fn reason(&self) -> &'static str {
+        self.reason
+    }
+}
+
+impl fmt::Display for MissingKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "no rate-limit key: {}", self.reason)
+    }
+}
+
+impl std::error::Error for MissingKey {}
+
+/// Appends the key part of a request.
+///
+/// Implemented by the extractors of this module, by tuples of extractors, by
+/// `Arc<dyn KeyExtractor>` and, through [`key_fn`], by closures.
+pub trait KeyExtractor: Send + Sync + 'static {
+    /// Writes this request's key part to `key`, or says why there is none.
+    /// On error, anything already written is discarded by the caller.
+    fn extract(&self, req: &RequestHead<'_>, key: &mut KeyWriter<'_>) -> Result<(), MissingKey>;
+
+    /// Uses `fallback` when this extractor finds no key. The fallback's part
+    /// starts with `~`, so it never collides with a part of the first.
+    ///
+    /// ```
+    /// use tower_throttle::key::{FromExtension, KeyExtractor, PeerIp};
+    /// # #[derive(Clone)] struct UserId(u64);
+    /// # impl std::fmt::Display for UserId {
+    /// #     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { self.0.fmt(f) }
+    /// # }
+    /// // Signed-in users by id, anonymous visitors by address.
+    /// let key = FromExtension::<UserId>::new().or(PeerIp::new());
+    /// # let _ = key;
+    /// ```
+    fn or<B: KeyExtractor>(self, fallback: B) -> Or<Self, B>
+    where
+        Self: Sized,
+    {
+        Or::new(self, fallback)
+    }
+}
+
+impl KeyExtractor for std::sync::Arc<dyn KeyExtractor> {
+    fn extract(&self, req: &RequestHead<'_>, key: &mut KeyWriter<'_>) -> Result<(), MissingKey> {
+        (**self).extract(req, key)
+    }
+}
+
+/// One bucket for every request (a global limit on a route).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Global;
+
+impl KeyExtractor for Global {
+    fn extract(&self, _: &RequestHead<'_>, key: &mut KeyWriter<'_>) -> Result<(), MissingKey> {
+        key.push_raw(b"*");
+        Ok(())
+    }
+}
+
+/// Where an extractor writes its key part.
+///
+/// [`KeyWriter::push`] and the [`fmt::Write`] impl escape `|` and `%` (the
+/// tuple separator and the escape itself) and control bytes, so parts written
+/// by different extractors cannot run into each other.
+#[derive(Debug)]
+pub struct KeyWriter<'a> {
+    buf: &'a mut Vec<u8>,
+}
+
+impl<'a> KeyWriter<'a> {
+    /// A writer appending to `buf`.
+    pub fn new(buf: &'a mut Vec<u8>) -> Self {
+        KeyWriter { buf }
+    }
+
+    /// Appends `bytes`, escaped.
+    pub fn push(&mut self, bytes: &[u8]) {
+        let mut rest = bytes;
+        while let Some(i) = rest.iter().position(|&b| needs_escape(b)) {
+            self.buf.extend_from_slice(&rest[..i]);
+            let b = rest[i];
+            self.buf
+                .extend_from_slice(&[b'%', HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
+            rest = &rest[i + 1..];
+        }
+        self.buf.extend_from_slice(rest);
+    }
+
+    /// Appends a 128-bit SHA-256 digest of `bytes` as 32 hex digits: for
+    /// secrets and unbounded values.
+    pub fn push_digest(&mut self, bytes: &[u8]) {
+        push_digest(self.buf, bytes);
+    }
+
+    /// Appends bytes known to need no escaping (addresses, digests).
+    pub(crate) fn push_raw(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// The buffer, for extractors that compose others.
+    pub(crate) fn buf(&mut self) -> &mut Vec<u8> {
+        self.buf
+    }
+}
+
+impl fmt::Write for KeyWriter<'_> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        self.push(s.as_bytes());
+        Ok(())
+    }
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+fn needs_escape(b: u8) -> bool {
+    matches!(b, b'|' | b'%' | b'~') || b < 0x20 || b == 0x7f
+}
+
+/// The first 16 bytes of SHA-256, in hex: stable across processes and
+/// versions, so it can name keys in a shared store.
+pub(crate) fn push_digest(out: &mut Vec<u8>, bytes: &[u8]) {
+    let digest = Sha256::digest(bytes);
+    for &b in &digest[..16] {
+        out.extend_from_slice(&[HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
+    }
+}
+
+/// Replaces `buf[start..]` by `#` and its digest when longer than `max`.
+pub(crate) fn bound_key_part(buf: &mut Vec<u8>, start: usize, max: usize) {
+    if buf.len() - start > max {
+        let digest = Sha256::digest(&buf[start..]);
+        buf.truncate(start);
+        buf.push(b'#');
+        for &b in &digest[..16] {
+            buf.extend_from_slice(&[HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_separators_and_controls() {
+        let mut buf = Vec::new();
+        KeyWriter::new(&mut buf).push(b"a|b%c~\n");
+        assert_eq!(buf, b"a%7cb%25c%7e%0a");
+    }
+
+    #[test]
+    fn long_parts_become_fixed_length_digests() {
+        let mut buf = b"p:".to_vec();
+        buf.extend(std::iter::repeat_n(b'x', 500));
+        bound_key_part(&mut buf, 2, MAX_KEY_PART);
+        assert_eq!(buf.len(), 2 + 1 + 32);
+        assert_eq!(buf[2], b'#');
+        // Stable across processes: a known SHA-256 prefix.
+        let mut d = Vec::new();
+        push_digest(&mut d, b"abc");
+        assert_eq!(d, b"ba7816bf8f01cfea414140de5dae2223");
+        let mut short = b"p:abc".to_vec();
+        bound_key_part(&mut short, 2, MAX_KEY_PART);
+        assert_eq!(short, b"p:abc");
+    }
+}

@@ -1,0 +1,308 @@
+//! The middleware layer and its builder.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::Response;
+use tower_layer::Layer;
+
+use crate::check::{Settings, Shared};
+use crate::info::{Meta, RuleMeta};
+use crate::key::{KeyExtractor, PeerIp, RequestHead};
+use crate::mode::{FailMode, Mode, OnMissingKey};
+use crate::policy::Policy;
+use crate::response::{policy_value, BodyFormat, Rejection};
+use crate::rule::{valid_name, Cost, Limit, RuleCfg};
+use crate::service::Throttle;
+use crate::store::Store;
+
+/// Rate-limits HTTP requests: applies one or more [`Limit`]s through a
+/// [`Store`], answering `429 Too Many Requests` (or waiting, or only logging;
+/// see [`Mode`]) when one denies.
+///
+/// Works with `tower::ServiceBuilder`, axum's `Router::layer` and
+/// `route_layer`, and any `Service<http::Request<B>>` whose response body's
+/// data is built from [`Bytes`] (axum, hyper). Clones share the store.
+///
+/// Every rule's key is `prefix:rule-name:key-part` (no `prefix:` unless set):
+/// give each route's layer its own [`prefix`](Self::prefix) so routes do not
+/// share counters (like the `@EntryTimes` annotation's prefix).
+///
+/// ```
+/// use std::time::Duration;
+/// use axum::{routing::post, Router};
+/// use http::StatusCode;
+/// use tower_throttle::{key::FromExtension, Limit, MemoryStore, OnMissingKey, Policy, ThrottleLayer};
+///
+/// #[derive(Clone)]
+/// struct UserId(u64);
+/// impl std::fmt::Display for UserId {
+///     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { self.0.fmt(f) }
+/// }
+///
+/// let store = MemoryStore::new();
+/// // 5 replies a minute AND 100 a day per signed-in user, all or nothing.
+/// let replies = ThrottleLayer::new(store.clone(), Policy::sliding_log(5, Duration::from_secs(60))?)
+///     .name("minute")
+///     .and(Limit::new("day", Policy::fixed_window(100, Duration::from_secs(86_400))?))
+///     .key(FromExtension::<UserId>::new())
+///     .prefix("reply")
+///     .on_missing_key(OnMissingKey::Reject(StatusCode::UNAUTHORIZED));
+/// let app: Router = Router::new().route("/reply", post(|| async { "ok" }).route_layer(replies));
+/// # let _ = app;
+/// # Ok::<(), tower_throttle::PolicyError>(())
+/// ```
+pub struct ThrottleLayer<St> {
+    store: Arc<St>,
+    limits: Vec<Limit>,
+    key: Arc<dyn KeyExtractor>,
+    cost: Cost,
+    prefix: Option<Arc<str>>,
+    settings: Settings,
+}
+
+impl<St> Clone for ThrottleLayer<St> {
+    fn clone(&self) -> Self {
+        ThrottleLayer {
+            store: self.store.clone(),
+            limits: self.limits.clone(),
+            key: self.key.clone(),
+            cost: self.cost.clone(),
+            prefix: self.prefix.clone(),
+            settings: self.settings.clone(),
+        }
+    }
+}
+
+impl<St> fmt::Debug for ThrottleLayer<St> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ThrottleLayer")
+            .field("limits", &self.limits)
+            .field("prefix", &self.prefix)
+            .field("mode", &self.settings.mode)
+            .field("fail", &self.settings.fail)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<St: Store> ThrottleLayer<St> {
+    /// One rule, named `default`, applying `policy` per client address
+    /// ([`PeerIp`]) at a cost of 1. Change the key with [`Self::key`].
+    pub fn new(store: St, policy: Policy) -> Self {
+        ThrottleLayer {
+            store: Arc::new(store),
+            limits: vec![Limit::new("default", policy)],
+            key: Arc::new(PeerIp::new()),
+            cost: Cost::Fixed(1),
+            prefix: None,
+            settings: Settings::default(),
+        }
+    }
+
+    /// Renames the first rule (the one given to [`Self::new`]).
+    ///
+    /// # Panics
+    ///
+    /// On a name [`Limit::new`] refuses or one another rule already has.
+    pub fn name(mut self, name: &str) -> Self {
+        let first = Limit {
+            name: name.into(),
+            ..self.limits.remove(0)
+        };
+        assert!(
+            valid_name(name),
+            "rate-limit rule name {name:?} must be 1-64 of [A-Za-z0-9_.-]"
+        );
+        self.push(first, 0)
+    }
+
+    /// Adds a rule; every rule must admit a request (checked in one store
+    /// call, all or nothing), and a denial reports the longest wait.
+    ///
+    /// # Panics
+    ///
+    /// When another rule of the layer has the same name.
+    pub fn and(self, limit: Limit) -> Self {
+        let at = self.limits.len();
+        self.push(limit, at)
+    }
+
+    fn push(mut self, limit: Limit, at: usize) -> Self {
+        assert!(
+            self.limits.iter().all(|l| l.name != limit.name),
+            "two rate-limit rules of one layer are named {:?}",
+            limit.name
+        );
+        self.limits.insert(at, limit);
+        self
+    }
+
+    /// The key of every rule that has none of its own (default [`PeerIp`]).
+    pub fn key(mut self, key: impl KeyExtractor) -> Self {
+        self.key = Arc::new(key);
+        self
+    }
+
+    /// The cost of a request for every rule without its own (default 1).
+    pub fn cost(mut self, cost: u64) -> Self {
+        self.cost = Cost::Fixed(cost);
+        self
+    }
+
+    /// The cost of a request, computed from it, for every rule without its own.
+    pub fn cost_fn(mut self, f: impl Fn(&RequestHead<'_>) -> u64 + Send + Sync + 'static) -> Self {
+        self.cost = Cost::Fn(Arc::new(f));
+        self
+    }
+
+    /// Prepends `prefix:` to every key of this layer.
+    pub fn prefix(mut self, prefix: &str) -> Self {
+        self.prefix = Some(prefix.into());
+        self
+    }
+
+    /// What to do with a denied request (default [`Mode::Reject`]).
+    pub fn mode(mut self, mode: Mode) -> Self {
+        self.settings.mode = mode;
+        self
+    }
+
+    /// [`Mode::Delay`]: hold a denied request up to `max_wait` for its quota.
+    pub fn delay_up_to(self, max_wait: Duration) -> Self {
+        self.mode(Mode::Delay { max_wait })
+    }
+
+    /// [`Mode::DryRun`]: evaluate and report, never reject.
+    pub fn dry_run(self) -> Self {
+        self.mode(Mode::DryRun)
+    }
+
+    /// What to do when the store fails or times out (default [`FailMode::Closed`]).
+    pub fn fail_mode(mut self, fail: FailMode) -> Self {
+        self.settings.fail = fail;
+        self
+    }
+
+    /// Forwards requests unlimited when the store fails.
+    pub fn fail_open(self) -> Self {
+        self.fail_mode(FailMode::Open)
+    }
+
+    /// Answers 503 when the store fails (the default).
+    pub fn fail_closed(self) -> Self {
+        self.fail_mode(FailMode::Closed)
+    }
+
+    /// Gives up on a store call after `timeout`, then applies the fail mode
+    /// (default: no limit beyond the store's own). Needs a tokio runtime
+    /// with time enabled.
+    pub fn store_timeout(mut self, timeout: Duration) -> Self {
+        self.settings.timeout = Some(timeout);
+        self
+    }
+
+    /// What to do when a rule finds no key (default 400 with an explanation).
+    pub fn on_missing_key(mut self, on_missing: OnMissingKey) -> Self {
+        self.settings.on_missing = on_missing;
+        self
+    }
+
+    /// Adds `RateLimit-Policy` / `RateLimit` (and the legacy headers if
+    /// enabled) to admitted responses too (default: only to 429s, and in
+    /// dry-run mode).
+    pub fn headers_on_allowed(mut self, enabled: bool) -> Self {
+        self.settings.headers_on_allowed = enabled;
+        self
+    }
+
+    /// Sends the IETF `RateLimit-Policy` and `RateLimit` fields (default on).
+    pub fn ietf_headers(mut self, enabled: bool) -> Self {
+        self.settings.ietf_headers = enabled;
+        self
+    }
+
+    /// Sends `X-RateLimit-Limit`, `-Remaining` and `-Reset` (default off).
+    pub fn legacy_headers(mut self, enabled: bool) -> Self {
+        self.settings.legacy_headers = enabled;
+        self
+    }
+
+    /// Rejection bodies as `text/plain` (the default).
+    pub fn plain_text_body(mut self) -> Self {
+        self.settings.body = BodyFormat::PlainText;
+        self
+    }
+
+    /// Rejection bodies as RFC 9457 `application/problem+json`.
+    pub fn problem_json_body(mut self) -> Self {
+        self.settings.body = BodyFormat::ProblemJson;
+        self
+    }
+
+    /// Builds every rejection response with `f`. The `Retry-After` and
+    /// rate-limit headers are added to a 429 unless `f` set them.
+    pub fn custom_response(
+        mut self,
+        f: impl Fn(&Rejection<'_>) -> Response<Bytes> + Send + Sync + 'static,
+    ) -> Self {
+        self.settings.body = BodyFormat::Custom(Arc::new(f));
+        self
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<St> {
+        &self.store
+    }
+
+    fn shared(&self) -> Arc<Shared<St>> {
+        let rules = self
+            .limits
+            .iter()
+            .map(|limit| {
+                let mut key_head = Vec::new();
+                if let Some(prefix) = &self.prefix {
+                    key_head.extend_from_slice(prefix.as_bytes());
+                    key_head.push(b':');
+                }
+                key_head.extend_from_slice(limit.name.as_bytes());
+                key_head.push(b':');
+                RuleCfg {
+                    key_head: key_head.into(),
+                    policy: limit.policy,
+                    key: limit.key.clone().unwrap_or_else(|| self.key.clone()),
+                    cost: limit.cost.clone().unwrap_or_else(|| self.cost.clone()),
+                }
+            })
+            .collect();
+        let metas: Box<[RuleMeta]> = self
+            .limits
+            .iter()
+            .map(|l| RuleMeta {
+                name: l.name.clone(),
+                policy: l.policy,
+            })
+            .collect();
+        let meta = Arc::new(Meta {
+            policy_header: policy_value(&metas),
+            rules: metas,
+            ietf_headers: self.settings.ietf_headers,
+            legacy_headers: self.settings.legacy_headers,
+        });
+        Arc::new(Shared {
+            store: self.store.clone(),
+            rules,
+            meta,
+            settings: self.settings.clone(),
+        })
+    }
+}
+
+impl<S, St: Store> Layer<S> for ThrottleLayer<St> {
+    type Service = Throttle<S, St>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        Throttle::new(inner, self.shared())
+    }
+}

@@ -1,0 +1,60 @@
+//! What the layer does with a denial, a store failure, or a request without a key.
+
+use std::time::Duration;
+
+use http::StatusCode;
+
+/// What happens to a request a rule denies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum Mode {
+    /// Answer `429 Too Many Requests` (default).
+    #[default]
+    Reject,
+    /// Wait for the quota, up to `max_wait` in all, then forward; answer 429
+    /// when the wait would be longer (or the request can never fit).
+    ///
+    /// The request sleeps for the decision's `retry_after` and is checked
+    /// again, at most [`MAX_DELAY_ATTEMPTS`] times; a request that loses the
+    /// race for a freed slot waits again within the same budget.
+    Delay {
+        /// The longest a request is held before it is rejected.
+        max_wait: Duration,
+    },
+    /// Evaluate, log, add headers and expose the decision, but never reject:
+    /// to try a limit on production traffic.
+    DryRun,
+}
+
+/// How many times a delayed request is checked again before giving up.
+pub const MAX_DELAY_ATTEMPTS: u32 = 8;
+
+/// What happens when the store fails or times out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum FailMode {
+    /// Forward the request unlimited (availability first).
+    Open,
+    /// Answer `503 Service Unavailable` (default: an attacker who can break
+    /// the store does not get unlimited access).
+    #[default]
+    Closed,
+}
+
+/// What happens when a rule's key extractor finds no key (no user, no
+/// peer address, no header). Never a panic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum OnMissingKey {
+    /// Answer with this status and a body naming what was missing (default
+    /// `400 Bad Request`; `401 Unauthorized` suits a missing user).
+    Reject(StatusCode),
+    /// Do not apply that rule to the request (other rules still apply).
+    Skip,
+}
+
+impl Default for OnMissingKey {
+    fn default() -> Self {
+        OnMissingKey::Reject(StatusCode::BAD_REQUEST)
+    }
+}

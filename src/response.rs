@@ -1,0 +1,386 @@
+//! The responses the layer writes itself (429, 503, a missing key) and the
+//! rate-limit headers.
+//!
+//! Headers follow draft-ietf-httpapi-ratelimit-headers-10: one
+//! `RateLimit-Policy` item per rule (`"reply";q=5;w=60`; concurrency limits as
+//! `"upload";q=2;qu="concurrent-requests"`) and one `RateLimit` item per rule
+//! (`"reply";r=0;t=42`, `t` the seconds until the rule is back to a fresh
+//! state, rounded up). A 429 also carries `Retry-After` in whole seconds,
+//! rounded up and never 0. The legacy `X-RateLimit-Limit`, `-Remaining` and
+//! `-Reset` (seconds) describe the binding rule.
+
+use std::fmt::{self, Write as _};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::header::{HeaderName, CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderMap, HeaderValue, Response, StatusCode};
+
+use crate::decision::ceil_secs;
+use crate::info::{RateLimitInfo, RuleMeta};
+use crate::store::StoreError;
+
+/// `RateLimit-Policy`.
+pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `RateLimit`.
+pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+/// `X-RateLimit-Limit` (legacy).
+pub const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+/// `X-RateLimit-Remaining` (legacy).
+pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+/// `X-RateLimit-Reset` (legacy, seconds from now).
+pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+
+/// Structured-field integers stop at 15 digits.
+const SF_INT_MAX: u64 = 999_999_999_999_999;
+
+/// Why the layer answered instead of the inner service; the argument of a
+/// [custom response](crate::ThrottleLayer::custom_response).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Rejection<'a> {
+    /// A rule denied the request (429).
+    Limited(&'a RateLimitInfo),
+    /// The store failed or timed out and the layer fails closed (503).
+    Unavailable(&'a StoreError),
+    /// A rule found no key and the layer rejects such requests.
+    MissingKey {
+        /// The rule's name.
+        rule: &'a str,
+        /// What was missing.
+        reason: &'static str,
+        /// The configured status.
+        status: StatusCode,
+    },
+}
+
+impl Rejection<'_> {
+    /// The status of the default response.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Rejection::Limited(_) => StatusCode::TOO_MANY_REQUESTS,
+            Rejection::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Rejection::MissingKey { status, .. } => *status,
+        }
+    }
+}
+
+/// A one-line human explanation, without internal details.
+impl fmt::Display for Rejection<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Rejection::Limited(info) => match info.retry_after_secs() {
+                Some(secs) => write!(f, "Too many requests: try again in {secs} s."),
+                None => f.write_str(
+                    "Too many requests: this request exceeds the limit and can never be admitted.",
+                ),
+            },
+            Rejection::Unavailable(_) => {
+                f.write_str("The rate limiter is unavailable: try again later.")
+            }
+            Rejection::MissingKey { reason, .. } => {
+                write!(f, "Cannot rate-limit this request: {reason}.")
+            }
+        }
+    }
+}
+
+/// Builds a custom rejection response.
+pub(crate) type Responder = Arc<dyn Fn(&Rejection<'_>) -> Response<Bytes> + Send + Sync>;
+
+/// The body of the layer's own responses.
+#[derive(Clone, Default)]
+pub(crate) enum BodyFormat {
+    #[default]
+    PlainText,
+    ProblemJson,
+    Custom(Responder),
+}
+
+/// The response for `rejection`, with the rate-limit headers of a 429.
+pub(crate) fn rejection_response(
+    format: &BodyFormat,
+    rejection: &Rejection<'_>,
+) -> Response<Bytes> {
+    let mut response = match format {
+        BodyFormat::Custom(f) => f(rejection),
+        BodyFormat::PlainText => {
+            let mut r = Response::new(Bytes::from(format!("{rejection}\n")));
+            r.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; charset=utf-8"),
+            );
+            r
+        }
+        BodyFormat::ProblemJson => {
+            let mut r = Response::new(Bytes::from(problem_json(rejection)));
+            r.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static("application/problem+json"),
+            );
+            r
+        }
+    };
+    if !matches!(format, BodyFormat::Custom(_)) {
+        *response.status_mut() = rejection.status();
+    }
+    if let Rejection::Limited(info) = rejection {
+        let headers = response.headers_mut();
+        if let Some(secs) = info.retry_after_secs() {
+            headers
+                .entry(RETRY_AFTER)
+                .or_insert_with(|| HeaderValue::from(secs));
+        }
+        if info.meta().ietf_headers && !headers.contains_key(RATELIMIT) {
+            add_ietf(headers, info);
+        }
+        if info.meta().legacy_headers && !headers.contains_key(X_RATELIMIT_LIMIT) {
+            add_legacy(headers, info);
+        }
+    }
+    response
+}
+
+/// Adds the configured headers to a forwarded request's response.
+pub(crate) fn add_headers(headers: &mut HeaderMap, info: &RateLimitInfo) {
+    if info.meta().ietf_headers {
+        add_ietf(headers, info);
+    }
+    if info.meta().legacy_headers && !headers.contains_key(X_RATELIMIT_LIMIT) {
+        add_legacy(headers, info);
+    }
+}
+
+/// Appends (lists may span field lines, e.g. with nested layers).
+fn add_ietf(headers: &mut HeaderMap, info: &RateLimitInfo) {
+    if let Some(policy) = &info.meta().policy_header {
+        headers.append(RATELIMIT_POLICY, policy.clone());
+    }
+    if let Some(value) = ratelimit_value(info) {
+        headers.append(RATELIMIT, value);
+    }
+}
+
+fn add_legacy(headers: &mut HeaderMap, info: &RateLimitInfo) {
+    let d = info.decision();
+    headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(d.limit));
+    headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(d.remaining));
+    headers.insert(
+        X_RATELIMIT_RESET,
+        HeaderValue::from(ceil_secs(d.reset_after)),
+    );
+}
+
+/// `"reply";q=5;w=60, "upload";q=2;qu="concurrent-requests"`.
+pub(crate) fn policy_value(rules: &[RuleMeta]) -> Option<HeaderValue> {
+    let mut s = String::with_capacity(rules.len() * 32);
+    for (i, rule) in rules.iter().enumerate() {
+        if i > 0 {
+            s.push_str(", ");
+        }
+        // Names are validated as [A-Za-z0-9_.-]: nothing to escape.
+        let _ = write!(
+            s,
+            "\"{}\";q={}",
+            rule.name,
+            rule.policy.limit().min(SF_INT_MAX)
+        );
+        if rule.policy.is_concurrency() {
+            s.push_str(";qu=\"concurrent-requests\"");
+        } else {
+            let _ = write!(s, ";w={}", ceil_secs(rule.policy.window()).min(SF_INT_MAX));
+        }
+    }
+    HeaderValue::try_from(s).ok()
+}
+
+/// `"reply";r=0;t=42, "day";r=97;t=86400`.
+pub(crate) fn ratelimit_value(info: &RateLimitInfo) -> Option<HeaderValue> {
+    let mut s = String::with_capacity(info.entries().len() * 24);
+    for (i, (name, _, d)) in info.iter().enumerate() {
+        if i > 0 {
+            s.push_str(", ");
+        }
+        let _ = write!(
+            s,
+            "\"{name}\";r={};t={}",
+            d.remaining.min(SF_INT_MAX),
+            ceil_secs(d.reset_after).min(SF_INT_MAX)
+        );
+    }
+    HeaderValue::try_from(s).ok()
+}
+
+/// An RFC 9457 problem document.
+fn problem_json(rejection: &Rejection<'_>) -> String {
+    let status = rejection.status();
+    let mut s = String::with_capacity(160);
+    s.push_str("{\"type\":\"about:blank\",\"title\":");
+    json_string(&mut s, status.canonical_reason().unwrap_or("Error"));
+    let _ = write!(s, ",\"status\":{},\"detail\":", status.as_u16());
+    json_string(&mut s, &rejection.to_string());
+    if let Rejection::Limited(info) = rejection {
+        if let Some(secs) = info.retry_after_secs() {
+            let _ = write!(s, ",\"retry_after\":{secs}");
+        }
+    }
+    s.push('}');
+    s
+}
+
+fn json_string(out: &mut String, value: &str) {
+    out.push('"');
+    for c in value.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::info::{Entry, Meta};
+    use crate::{Decision, Policy};
+    use std::time::Duration;
+
+    fn meta(legacy: bool) -> Arc<Meta> {
+        let rules: Box<[RuleMeta]> = vec![
+            RuleMeta {
+                name: "reply".into(),
+                policy: Policy::sliding_log(5, Duration::from_secs(60)).unwrap(),
+            },
+            RuleMeta {
+                name: "upload".into(),
+                policy: Policy::concurrency(2).unwrap(),
+            },
+            RuleMeta {
+                name: "post".into(),
+                policy: Policy::cell(15, 30, Duration::from_secs(3600)).unwrap(),
+            },
+        ]
+        .into();
+        Arc::new(Meta {
+            policy_header: policy_value(&rules),
+            rules,
+            ietf_headers: true,
+            legacy_headers: legacy,
+        })
+    }
+
+    fn decision(allowed: bool, remaining: u64, retry_ms: Option<u64>, reset_ms: u64) -> Decision {
+        Decision {
+            allowed,
+            limit: 5,
+            remaining,
+            retry_after: retry_ms.map(Duration::from_millis),
+            reset_after: Duration::from_millis(reset_ms),
+            permit: None,
+        }
+    }
+
+    #[test]
+    fn policy_header_syntax() {
+        let m = meta(false);
+        assert_eq!(
+            m.policy_header.as_ref().unwrap(),
+            "\"reply\";q=5;w=60, \"upload\";q=2;qu=\"concurrent-requests\", \"post\";q=16;w=1920"
+        );
+    }
+
+    #[test]
+    fn denied_response_headers_and_body() {
+        let info = RateLimitInfo::many(
+            meta(true),
+            vec![
+                Entry {
+                    rule: 0,
+                    decision: decision(false, 0, Some(41_200), 59_000),
+                },
+                Entry {
+                    rule: 2,
+                    decision: decision(true, 3, None, 8_001),
+                },
+            ],
+        );
+        let r = rejection_response(&BodyFormat::PlainText, &Rejection::Limited(&info));
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+        let h = r.headers();
+        assert_eq!(h[RETRY_AFTER], "42");
+        assert_eq!(h[RATELIMIT], "\"reply\";r=0;t=59, \"post\";r=3;t=9");
+        assert_eq!(h[X_RATELIMIT_LIMIT], "5");
+        assert_eq!(h[X_RATELIMIT_REMAINING], "0");
+        assert_eq!(h[X_RATELIMIT_RESET], "59");
+        assert_eq!(h[CONTENT_TYPE], "text/plain; charset=utf-8");
+        assert_eq!(r.body(), "Too many requests: try again in 42 s.\n");
+
+        let r = rejection_response(&BodyFormat::ProblemJson, &Rejection::Limited(&info));
+        assert_eq!(h.get(CONTENT_TYPE).is_some(), true);
+        assert_eq!(
+            r.body(),
+            "{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,\
+             \"detail\":\"Too many requests: try again in 42 s.\",\"retry_after\":42}"
+        );
+    }
+
+    #[test]
+    fn retry_after_is_never_zero_and_absent_when_never() {
+        let info = RateLimitInfo::one(
+            meta(false),
+            Entry {
+                rule: 0,
+                decision: decision(false, 0, Some(1), 1),
+            },
+        );
+        let r = rejection_response(&BodyFormat::PlainText, &Rejection::Limited(&info));
+        assert_eq!(r.headers()[RETRY_AFTER], "1");
+        assert!(r.headers().get(X_RATELIMIT_LIMIT).is_none());
+        let never = RateLimitInfo::one(
+            meta(false),
+            Entry {
+                rule: 0,
+                decision: decision(false, 0, None, 0),
+            },
+        );
+        let r = rejection_response(&BodyFormat::PlainText, &Rejection::Limited(&never));
+        assert!(r.headers().get(RETRY_AFTER).is_none());
+        assert!(r
+            .body()
+            .starts_with(b"Too many requests: this request exceeds"));
+    }
+
+    #[test]
+    fn custom_responses_keep_their_status_and_get_headers() {
+        let info = RateLimitInfo::one(
+            meta(false),
+            Entry {
+                rule: 0,
+                decision: decision(false, 0, Some(2_500), 3_000),
+            },
+        );
+        let custom = BodyFormat::Custom(Arc::new(|r: &Rejection<'_>| {
+            let mut resp = Response::new(Bytes::from_static(b"slow down"));
+            *resp.status_mut() = r.status();
+            resp.headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from_static("9"));
+            resp
+        }));
+        let r = rejection_response(&custom, &Rejection::Limited(&info));
+        assert_eq!(r.status(), 429);
+        assert_eq!(r.headers()[RETRY_AFTER], "9");
+        assert_eq!(r.headers()[RATELIMIT], "\"reply\";r=0;t=3");
+    }
+
+    #[test]
+    fn json_escaping() {
+        let mut s = String::new();
+        json_string(&mut s, "a\"b\\c\n");
+        assert_eq!(s, "\"a\\\"b\\\\c\\u000a\"");
+    }
+}

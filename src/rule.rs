@@ -1,0 +1,122 @@
+//! Rules: a policy, a key and a cost.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::key::{KeyExtractor, RequestHead};
+use crate::policy::Policy;
+
+/// One limit a [`ThrottleLayer`](crate::ThrottleLayer) enforces: a named
+/// policy, and optionally its own key extractor and cost (else the layer's).
+///
+/// The name appears in the `RateLimit` headers and in the store key
+/// (`prefix:name:key`), so rules of one layer never share a counter.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_throttle::{key::BearerToken, Limit, Policy};
+///
+/// let daily = Limit::new("day", Policy::fixed_window(100, Duration::from_secs(86_400))?)
+///     .key(BearerToken)
+///     .cost(1);
+/// # let _ = daily;
+/// # Ok::<(), tower_throttle::PolicyError>(())
+/// ```
+#[derive(Clone)]
+pub struct Limit {
+    pub(crate) name: Arc<str>,
+    pub(crate) policy: Policy,
+    pub(crate) key: Option<Arc<dyn KeyExtractor>>,
+    pub(crate) cost: Option<Cost>,
+}
+
+impl Limit {
+    /// A limit named `name` applying `policy`.
+    ///
+    /// # Panics
+    ///
+    /// When `name` is empty, longer than 64 bytes, or holds anything but
+    /// ASCII letters, digits, `-`, `_` and `.` (a configuration error).
+    pub fn new(name: &str, policy: Policy) -> Self {
+        assert!(
+            valid_name(name),
+            "rate-limit rule name {name:?} must be 1-64 of [A-Za-z0-9_.-]"
+        );
+        Limit {
+            name: name.into(),
+            policy,
+            key: None,
+            cost: None,
+        }
+    }
+
+    /// The key of this rule (default: the layer's).
+    pub fn key(mut self, key: impl KeyExtractor) -> Self {
+        self.key = Some(Arc::new(key));
+        self
+    }
+
+    /// The units each request costs (default: the layer's, 1). 0 only peeks.
+    pub fn cost(mut self, cost: u64) -> Self {
+        self.cost = Some(Cost::Fixed(cost));
+        self
+    }
+
+    /// The units a request costs, computed from it.
+    pub fn cost_fn(mut self, f: impl Fn(&RequestHead<'_>) -> u64 + Send + Sync + 'static) -> Self {
+        self.cost = Some(Cost::Fn(Arc::new(f)));
+        self
+    }
+
+    /// The rule's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The rule's policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+}
+
+impl fmt::Debug for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Limit")
+            .field("name", &self.name)
+            .field("policy", &self.policy)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// A request's cost.
+#[derive(Clone)]
+pub(crate) enum Cost {
+    Fixed(u64),
+    Fn(Arc<dyn Fn(&RequestHead<'_>) -> u64 + Send + Sync>),
+}
+
+impl Cost {
+    #[inline]
+    pub(crate) fn of(&self, req: &RequestHead<'_>) -> u64 {
+        match self {
+            Cost::Fixed(n) => *n,
+            Cost::Fn(f) => f(req),
+        }
+    }
+}
+
+/// A rule resolved against the layer's defaults.
+pub(crate) struct RuleCfg {
+    /// `prefix:name:`, the start of every key of this rule.
+    pub(crate) key_head: Box<[u8]>,
+    pub(crate) policy: Policy,
+    pub(crate) key: Arc<dyn KeyExtractor>,
+    pub(crate) cost: Cost,
+}

@@ -1,0 +1,105 @@
+//! The middleware service.
+
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+use bytes::Bytes;
+use http::{Request, Response};
+use http_body::Body;
+use tower_service::Service;
+
+use crate::body::ThrottleBody;
+use crate::check::{evaluate, plan, Planned, Shared};
+use crate::future::{BoxCheck, ResponseFuture};
+use crate::key::RequestHead;
+use crate::store::Store;
+
+/// Rate-limits the requests of an inner service; built by
+/// [`ThrottleLayer`](crate::ThrottleLayer).
+///
+/// Clones share the layer's configuration and store, so every connection
+/// sees the same counters. A rejected request never reaches the inner service.
+pub struct Throttle<S, St> {
+    inner: S,
+    shared: Arc<Shared<St>>,
+}
+
+impl<S, St> Throttle<S, St> {
+    pub(crate) fn new(inner: S, shared: Arc<Shared<St>>) -> Self {
+        Throttle { inner, shared }
+    }
+
+    /// The inner service.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
+    /// The inner service, mutably.
+    pub fn get_mut(&mut self) -> &mut S {
+        &mut self.inner
+    }
+
+    /// The inner service.
+    pub fn into_inner(self) -> S {
+        self.inner
+    }
+}
+
+impl<S: Clone, St> Clone for Throttle<S, St> {
+    fn clone(&self) -> Self {
+        Throttle {
+            inner: self.inner.clone(),
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<S: std::fmt::Debug, St> std::fmt::Debug for Throttle<S, St> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Throttle")
+            .field("inner", &self.inner)
+            .field("rules", &self.shared.meta.rules.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, St, ReqB, ResB> Service<Request<ReqB>> for Throttle<S, St>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
+    St: Store,
+    ResB: Body,
+    ResB::Data: From<Bytes>,
+{
+    type Response = Response<ThrottleBody<ResB>>;
+    type Error = S::Error;
+    type Future = ResponseFuture<S, ReqB, St>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request<ReqB>) -> Self::Future {
+        let plan = match plan(&self.shared, &RequestHead::new(&request)) {
+            Planned::Check(plan) => plan,
+            Planned::Skip => return ResponseFuture::unchecked(self.inner.call(request)),
+            Planned::Reject(response) => return ResponseFuture::done(response),
+        };
+        let forward_headers = self.shared.settings.forward_headers();
+        let mut check: BoxCheck<St> = Box::pin(evaluate(self.shared.clone(), plan));
+        // Most checks (the memory store) finish at once: then the ready inner
+        // service is called here, without cloning it. Polling with a no-op
+        // waker is sound: a pending future is polled again with the real
+        // waker, and every future re-registers the latest waker.
+        match check.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(outcome) => {
+                ResponseFuture::decided(outcome, &mut self.inner, request, forward_headers)
+            }
+            Poll::Pending => {
+                // The ready service goes with the request; keep a fresh clone.
+                let clone = self.inner.clone();
+                let ready = std::mem::replace(&mut self.inner, clone);
+                ResponseFuture::checking(check, ready, request, forward_headers)
+            }
+        }
+    }
+}
