@@ -2,12 +2,15 @@
 //!
 //! Algorithms see time as `u64` nanoseconds on one monotonic line. The system
 //! clock anchors that line to the Unix epoch once, at construction, and then
-//! advances it with [`std::time::Instant`], so fixed windows line up with wall
-//! time while the clock itself can never jump backwards.
+//! advances it with a calibrated TSC reading ([`quanta`], about 10 ns against
+//! about 20 ns for [`std::time::Instant`]; it falls back to the OS monotonic
+//! clock where the TSC is unusable), so fixed windows line up with wall time.
+//! Should the counter ever step back (unsynchronised cores), the algorithms
+//! stay safe: a clock that goes back never admits more.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// A source of monotonic time in nanoseconds.
 ///
@@ -18,9 +21,10 @@ pub trait Clock: Send + Sync + 'static {
 }
 
 /// The production clock: monotonic, anchored to Unix time at creation.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct SystemClock {
-    origin: Instant,
+    clock: quanta::Clock,
+    origin: u64,
     origin_unix_ns: u64,
 }
 
@@ -31,8 +35,10 @@ impl SystemClock {
             .duration_since(UNIX_EPOCH)
             .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX / 2))
             .unwrap_or(0);
+        let clock = quanta::Clock::new();
         SystemClock {
-            origin: Instant::now(),
+            origin: clock.raw(),
+            clock,
             origin_unix_ns,
         }
     }
@@ -47,7 +53,7 @@ impl Default for SystemClock {
 impl Clock for SystemClock {
     #[inline]
     fn now_ns(&self) -> u64 {
-        let elapsed = u64::try_from(self.origin.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let elapsed = self.clock.delta_as_nanos(self.origin, self.clock.raw());
         self.origin_unix_ns.saturating_add(elapsed)
     }
 }

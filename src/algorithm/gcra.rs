@@ -4,6 +4,8 @@
 //! before `now` means a fresh key. Funnels and token buckets are this machine
 //! with T = 1/rate and limit = capacity.
 
+use std::time::Duration;
+
 use super::{dur, sat};
 use crate::decision::Decision;
 use crate::policy::GcraParams;
@@ -21,7 +23,32 @@ use crate::policy::GcraParams;
 /// assert_eq!(gcra::admit(&p, 0, now, 1), now + 2_000_000_000);
 /// # Ok::<(), tower_throttle::PolicyError>(())
 /// ```
+#[inline]
 pub fn check(p: &GcraParams, tat: u64, now: u64, cost: u64) -> Decision {
+    // Fast path in u64 (a u128 division is a libcall); the same formulas as
+    // `check_wide`, which takes over whenever a sum or product would overflow.
+    let (t, tau) = (p.emission_interval_ns, p.tolerance_ns);
+    let base = tat.max(now);
+    let (Some(inc), Some(horizon)) = (t.checked_mul(cost), now.checked_add(tau)) else {
+        return check_wide(p, tat, now, cost);
+    };
+    let Some(new_tat) = base.checked_add(inc) else {
+        return check_wide(p, tat, now, cost);
+    };
+    let allowed = new_tat <= horizon;
+    let ttl = if allowed { new_tat - now } else { base - now };
+    Decision {
+        allowed,
+        limit: p.limit,
+        remaining: tau.saturating_sub(ttl) / t,
+        retry_after: (!allowed && inc <= tau).then(|| Duration::from_nanos(new_tat - horizon)),
+        reset_after: Duration::from_nanos(ttl),
+        permit: None,
+    }
+}
+
+#[cold]
+fn check_wide(p: &GcraParams, tat: u64, now: u64, cost: u64) -> Decision {
     let t = u128::from(p.emission_interval_ns);
     let tau = u128::from(p.tolerance_ns);
     let now_w = u128::from(now);
