@@ -1,0 +1,170 @@
+//! A UGC site's API with every limit of the design:
+//!
+//! * replies: 5 a minute AND 100 a day per user (exact sliding log + window);
+//! * posts: a funnel of 15 that leaks 30 an hour per user;
+//! * likes: a token bucket of 10 refilled at 1/s per user, waiting up to 1 s;
+//! * uploads: at most 2 in flight per user;
+//! * everything: 300 requests a minute per client IP, headers on every response.
+//!
+//! Run `cargo run --example ugc --features axum` (add `redis` and set
+//! `REDIS_URL=redis://127.0.0.1/` to share the limits between instances),
+//! then try the printed `curl` lines.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Extension, Request};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use tower_throttle::key::{FromExtension, PeerIp};
+use tower_throttle::{
+    Limit, MemoryStore, OnMissingKey, Policy, RateLimitInfo, Store, ThrottleLayer,
+};
+
+/// The signed-in user, as an auth layer would record it.
+#[derive(Clone, Debug)]
+struct UserId(String);
+
+impl std::fmt::Display for UserId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Demo authentication: `Authorization: Bearer <user>` signs in as `<user>`.
+/// A real app verifies the token here and inserts the user it names.
+async fn auth(mut req: Request, next: Next) -> Response {
+    let user = req
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .filter(|u| !u.is_empty() && u.len() <= 64)
+        .map(|u| UserId(u.to_owned()));
+    if let Some(user) = user {
+        req.extensions_mut().insert(user);
+    }
+    next.run(req).await
+}
+
+async fn reply(Extension(info): Extension<RateLimitInfo>) -> String {
+    let minute = info.get("minute").map_or(0, |d| d.remaining);
+    let day = info.get("day").map_or(0, |d| d.remaining);
+    format!("replied ({minute} more this minute, {day} today)\n")
+}
+
+async fn post_story(Extension(info): Extension<RateLimitInfo>) -> String {
+    format!(
+        "posted ({} left in the funnel)\n",
+        info.decision().remaining
+    )
+}
+
+async fn like() -> &'static str {
+    "liked\n"
+}
+
+async fn upload() -> &'static str {
+    tokio::time::sleep(Duration::from_secs(3)).await; // a slow upload
+    "uploaded\n"
+}
+
+async fn home() -> &'static str {
+    "tower-throttle UGC demo\n"
+}
+
+fn app<St: Store>(store: Arc<St>) -> Result<Router, tower_throttle::PolicyError> {
+    let per_user = || FromExtension::<UserId>::new();
+    let signed_in = OnMissingKey::Reject(StatusCode::UNAUTHORIZED);
+
+    let replies = ThrottleLayer::new(
+        store.clone(),
+        Policy::sliding_log(5, Duration::from_secs(60))?,
+    )
+    .name("minute")
+    .and(Limit::new(
+        "day",
+        Policy::fixed_window(100, Duration::from_secs(86_400))?,
+    ))
+    .key(per_user())
+    .prefix("reply")
+    .on_missing_key(signed_in)
+    .legacy_headers(true);
+    let posts = ThrottleLayer::new(store.clone(), Policy::funnel(15, 30.0 / 3600.0)?)
+        .key(per_user())
+        .prefix("post")
+        .on_missing_key(signed_in)
+        .problem_json_body();
+    let likes = ThrottleLayer::new(store.clone(), Policy::token_bucket(10, 1.0)?)
+        .key(per_user())
+        .prefix("like")
+        .on_missing_key(signed_in)
+        .delay_up_to(Duration::from_secs(1));
+    let uploads = ThrottleLayer::new(store.clone(), Policy::concurrency(2)?)
+        .key(per_user())
+        .prefix("upload")
+        .on_missing_key(signed_in);
+    let per_ip = ThrottleLayer::new(store, Policy::sliding_window(300, Duration::from_secs(60))?)
+        .name("per-ip")
+        .key(PeerIp::new())
+        .prefix("ip")
+        .headers_on_allowed(true);
+
+    Ok(Router::new()
+        .route("/", get(home))
+        .route("/reply", post(reply).route_layer(replies))
+        .route("/post", post(post_story).route_layer(posts))
+        .route("/like", post(like).route_layer(likes))
+        .route("/upload", post(upload).route_layer(uploads))
+        // Layers run outside in: the per-IP limit first, then auth, then each route's.
+        .layer(middleware::from_fn(auth))
+        .layer(per_ip))
+}
+
+async fn serve(router: Router) -> Result<(), Box<dyn std::error::Error>> {
+    let port: u16 = std::env::var("PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(3000);
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    println!("UGC demo listening on {url}\n");
+    println!("  # the 6th reply within a minute gets 429 with Retry-After and RateLimit headers");
+    println!("  for i in 1 2 3 4 5 6; do curl -si -X POST -H 'Authorization: Bearer alice' {url}/reply | head -n 1; done");
+    println!("  curl -si -X POST -H 'Authorization: Bearer alice' {url}/reply");
+    println!("  # another user has their own quota; no user is a 401");
+    println!("  curl -si -X POST -H 'Authorization: Bearer bob' {url}/reply");
+    println!("  curl -si -X POST {url}/reply");
+    println!("  # posts: a funnel of 15, problem+json when full");
+    println!("  for i in $(seq 16); do curl -s -X POST -H 'Authorization: Bearer alice' {url}/post; done");
+    println!("  # likes: past 10 at once, each waits up to 1 s for a token");
+    println!("  for i in $(seq 12); do curl -s -X POST -H 'Authorization: Bearer alice' {url}/like; done");
+    println!("  # uploads: a third concurrent one is refused");
+    println!("  for i in 1 2 3; do curl -s -X POST -H 'Authorization: Bearer alice' {url}/upload & done; wait");
+    axum::serve(
+        listener,
+        router.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await?;
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // ---- Store selection: Redis when REDIS_URL is set (feature `redis`) ----
+    #[cfg(feature = "redis")]
+    if let Ok(url) = std::env::var("REDIS_URL") {
+        let store = tower_throttle::RedisStore::connect(url.as_str()).await?;
+        println!("limits in Redis at {url}");
+        return serve(app(Arc::new(store))?).await;
+    }
+    #[cfg(not(feature = "redis"))]
+    if std::env::var_os("REDIS_URL").is_some() {
+        eprintln!("REDIS_URL is ignored: build with `--features axum,redis` to use Redis");
+    }
+    serve(app(Arc::new(MemoryStore::new()))?).await
+}
