@@ -15,7 +15,8 @@ use crate::policy::Policy;
 /// with the binding [`Decision`] ([`RateLimitInfo::decision`]), so handlers can
 /// read the remaining quota (axum: `Extension<RateLimitInfo>`). In
 /// [dry-run](crate::Mode::DryRun) mode, [`RateLimitInfo::allowed`] tells
-/// whether the request would have been rejected.
+/// whether the request would have been rejected. When layers are nested, a
+/// handler sees the innermost layer's.
 #[derive(Clone)]
 pub struct RateLimitInfo {
     meta: Arc<Meta>,

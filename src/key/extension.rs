@@ -40,7 +40,9 @@ impl<T: Display + Send + Sync + 'static> FromExtension<T> {
     pub fn new() -> Self {
         FromExtension { _t: PhantomData }
     }
+}
 
+impl<T: Send + Sync + 'static> FromExtension<T> {
     /// Reads the `T` extension and keys by what `f` returns, e.g. one field
     /// of a user struct.
     pub fn map<F, D>(f: F) -> FromExtensionWith<T, F>
