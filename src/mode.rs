@@ -5,6 +5,23 @@ use std::time::Duration;
 use http::StatusCode;
 
 /// What happens to a request a rule denies.
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_throttle::{MemoryStore, Policy, ThrottleLayer};
+///
+/// let policy = Policy::token_bucket(10, 1.0)?;
+/// // Hold a denied like for up to a second rather than refusing it.
+/// let likes = ThrottleLayer::new(MemoryStore::new(), policy).delay_up_to(Duration::from_secs(1));
+/// // Try a stricter limit on live traffic: headers and logs, no 429.
+/// let trial = ThrottleLayer::new(MemoryStore::new(), policy).dry_run();
+/// // Keep serving if the store is down, giving it 50 ms per check.
+/// let lenient = ThrottleLayer::new(MemoryStore::new(), policy)
+///     .fail_open()
+///     .store_timeout(Duration::from_millis(50));
+/// # let _ = (likes, trial, lenient);
+/// # Ok::<(), tower_throttle::PolicyError>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum Mode {
@@ -42,7 +59,19 @@ pub enum FailMode {
 }
 
 /// What happens when a rule's key extractor finds no key (no user, no
-/// peer address, no header). Never a panic.
+/// peer address, no header). Never a panic. To fall back to another key
+/// instead, use [`KeyExtractor::or`](crate::key::KeyExtractor::or).
+///
+/// ```
+/// use http::StatusCode;
+/// use tower_throttle::{key::BearerToken, MemoryStore, OnMissingKey, Policy, ThrottleLayer};
+///
+/// let layer = ThrottleLayer::new(MemoryStore::new(), Policy::concurrency(2)?)
+///     .key(BearerToken)
+///     .on_missing_key(OnMissingKey::Reject(StatusCode::UNAUTHORIZED));
+/// # let _ = layer;
+/// # Ok::<(), tower_throttle::PolicyError>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum OnMissingKey {

@@ -174,6 +174,18 @@ impl KeyExtractor for std::sync::Arc<dyn KeyExtractor> {
 }
 
 /// One bucket for every request (a global limit on a route).
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_throttle::{key::Global, MemoryStore, Policy, ThrottleLayer};
+///
+/// // At most 1000 searches a second, whoever sends them.
+/// let layer = ThrottleLayer::new(MemoryStore::new(), Policy::token_bucket(1000, 1000.0)?)
+///     .key(Global)
+///     .prefix("search");
+/// # let _ = layer;
+/// # Ok::<(), tower_throttle::PolicyError>(())
+/// ```
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Global;
 

@@ -59,6 +59,19 @@ impl KeyExtractor for UriPath {
 /// axum's route template (`/users/{id}`), set by the router: one bucket per
 /// route whatever the parameters. Feature `axum`; works in `Router::layer`
 /// and `route_layer`.
+///
+/// ```
+/// use std::time::Duration;
+/// use axum::{routing::get, Router};
+/// use tower_throttle::{key::{MatchedPathKey, PeerIp}, MemoryStore, Policy, ThrottleLayer};
+///
+/// // 100 requests a minute per route template and client.
+/// let layer = ThrottleLayer::new(MemoryStore::new(), Policy::sliding_window(100, Duration::from_secs(60))?)
+///     .key((MatchedPathKey, PeerIp::new()));
+/// let app: Router = Router::new().route("/users/{id}", get(|| async { "user" })).layer(layer);
+/// # let _ = app;
+/// # Ok::<(), tower_throttle::PolicyError>(())
+/// ```
 #[cfg(feature = "axum")]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct MatchedPathKey;
