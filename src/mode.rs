@@ -50,7 +50,9 @@ pub const MAX_DELAY_ATTEMPTS: u32 = 8;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum FailMode {
-    /// Forward the request unlimited (availability first).
+    /// Forward the request unlimited (availability first). No
+    /// [`RateLimitInfo`](crate::RateLimitInfo) is inserted: handlers should
+    /// extract it as optional.
     Open,
     /// Answer `503 Service Unavailable` (default: an attacker who can break
     /// the store does not get unlimited access).
