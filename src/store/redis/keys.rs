@@ -55,6 +55,23 @@ impl HashTag {
     }
 }
 
+/// The Redis Cluster slot of keys tagged `tag`: CRC16 (XMODEM) of the tag,
+/// modulo 16384, as Redis computes it.
+pub(crate) fn slot(tag: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in tag {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc & 0x3fff
+}
+
 /// 32-bit FNV-1a: stable across versions and platforms (it names keys).
 fn fnv1a32(bytes: &[u8]) -> u32 {
     bytes.iter().fold(0x811c_9dc5_u32, |h, &b| {
@@ -143,6 +160,9 @@ mod tests {
         let tag = HashTag::AfterFirst(b':');
         assert_eq!(tag.tag(b"reply:al:ice"), tag.tag(b"post:al:ice"));
         assert_ne!(tag.tag(b"reply:alice"), tag.tag(b"reply:bob"));
+        // CRC16("123456789") = 0x31c3 (Redis's cluster spec); KEYSLOT foo = 12182.
+        assert_eq!(slot(b"123456789"), 0x31c3);
+        assert_eq!(slot(b"foo"), 12182);
         let fixed = HashTag::Fixed("x".into());
         assert_eq!(fixed.tag(b"a"), fixed.tag(b"b"));
     }

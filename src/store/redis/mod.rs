@@ -51,7 +51,9 @@
 //! A check of rules that all use one algorithm runs a script holding only
 //! that algorithm (less Lua to run per call); mixed rules run the full one.
 
+mod batch;
 mod cell;
+mod deny;
 mod error;
 mod keys;
 mod params;
@@ -60,19 +62,21 @@ mod reply;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{IntoConnectionInfo, Script, Value};
+use tokio::sync::{mpsc, oneshot};
 
 pub use cell::CellStore;
 pub use keys::{HashTag, MAX_RAW_KEY};
 
+use self::batch::{Job, JobRule, Outcome};
+use self::deny::DenyCache;
 use self::error::timed;
 use self::params::Params;
-use self::reply::RuleReply;
 use crate::clock::Clock;
 use crate::decision::{Decision, PermitId};
 use crate::policy::Policy;
@@ -82,6 +86,14 @@ use crate::store::{Rule, Store, StoreError};
 pub const DEFAULT_PREFIX: &str = "throttle";
 /// Default bound on every store call.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(200);
+/// Default most checks sent in one script call when batching.
+pub const DEFAULT_MAX_BATCH: usize = 128;
+/// Default capacity of the batching queue (checks waiting to be sent).
+pub const DEFAULT_BATCH_QUEUE: usize = 4096;
+/// Default most batches on the connection at once.
+pub const DEFAULT_BATCHES_IN_FLIGHT: usize = 2;
+/// Default capacity of the local denial cache (keys).
+pub const DEFAULT_DENY_CACHE: usize = 4096;
 
 macro_rules! script {
     ($($file:literal),*) => {
@@ -114,10 +126,11 @@ static REFUND: LazyLock<Script> = script!(
 );
 static RELEASE: LazyLock<Script> = script!("concurrency.lua", "release.lua");
 
-/// The smallest check script that holds every algorithm of `rules`.
-fn check_script(rules: &[Rule<'_>]) -> &'static Script {
-    let code = rules.first().map_or("", |r| keys::code(r.policy));
-    if rules.iter().any(|r| keys::code(r.policy) != code) {
+/// The smallest check script that holds every algorithm of `policies`.
+fn check_script<'a>(policies: impl IntoIterator<Item = &'a Policy>) -> &'static Script {
+    let mut policies = policies.into_iter();
+    let code = policies.next().map_or("", keys::code);
+    if policies.any(|p| keys::code(p) != code) {
         return &CHECK;
     }
     match code {
@@ -162,6 +175,14 @@ impl fmt::Debug for TimeSource {
     }
 }
 
+#[derive(Clone, Copy, Debug)]
+struct BatchConfig {
+    enabled: bool,
+    max: usize,
+    queue: usize,
+    in_flight: usize,
+}
+
 #[derive(Debug)]
 struct Config {
     prefix: String,
@@ -170,6 +191,26 @@ struct Config {
     tag: HashTag,
     ttl_padding_ms: u64,
     cluster: bool,
+    batch: BatchConfig,
+    deny_cache: usize,
+}
+
+impl Config {
+    /// `now` for the scripts: empty for server time, else µs.
+    fn now_arg(&self) -> Result<String, StoreError> {
+        match &self.time {
+            TimeSource::Server => Ok(String::new()),
+            TimeSource::Client(clock) => {
+                let us = clock.now_ns() / 1000;
+                if us >= params::MAX_NOW_US {
+                    return Err(StoreError::Unsupported(
+                        "a client clock at or beyond 2^52 µs on Redis",
+                    ));
+                }
+                Ok(us.to_string())
+            }
+        }
+    }
 }
 
 /// Configures a [`RedisStore`] or [`RedisClusterStore`].
@@ -180,6 +221,8 @@ pub struct RedisStoreBuilder {
     time: TimeSource,
     tag: HashTag,
     ttl_padding: Duration,
+    batch: BatchConfig,
+    deny_cache: usize,
 }
 
 impl RedisStoreBuilder {
@@ -217,6 +260,47 @@ impl RedisStoreBuilder {
         self
     }
 
+    /// Whether checks waiting at the same moment are sent together, as one
+    /// script call that evaluates them in order (default on; see the
+    /// [module docs](self#batching)). Off, every check is its own `EVALSHA`.
+    pub fn batching(mut self, on: bool) -> Self {
+        self.batch.enabled = on;
+        self
+    }
+
+    /// Most checks in one script call (default [`DEFAULT_MAX_BATCH`], at
+    /// least 1): bounds how long one call holds Redis's single thread.
+    pub fn max_batch(mut self, checks: usize) -> Self {
+        self.batch.max = checks.max(1);
+        self
+    }
+
+    /// Capacity of the queue of checks waiting to be batched (default
+    /// [`DEFAULT_BATCH_QUEUE`], at least 1). When it is full, callers wait
+    /// for room (backpressure) within their store timeout, then fail with
+    /// [`StoreError::Timeout`]: nothing queues without bound.
+    pub fn batch_queue(mut self, checks: usize) -> Self {
+        self.batch.queue = checks.max(1);
+        self
+    }
+
+    /// Most batches on the connection at once (default
+    /// [`DEFAULT_BATCHES_IN_FLIGHT`], at least 1): while that many are out,
+    /// new checks gather into the next batch.
+    pub fn batches_in_flight(mut self, batches: usize) -> Self {
+        self.batch.in_flight = batches.max(1);
+        self
+    }
+
+    /// Capacity, in keys, of the local denial cache (default
+    /// [`DEFAULT_DENY_CACHE`]; 0 turns it off): a denied hot key is answered
+    /// in process until Redis would admit it again, never admitting what
+    /// Redis would deny (see the [module docs](self#the-denial-cache)).
+    pub fn deny_cache(mut self, keys: usize) -> Self {
+        self.deny_cache = keys;
+        self
+    }
+
     fn config(self, cluster: bool) -> Result<Config, StoreError> {
         if self.prefix.contains(['{', '}']) {
             return Err(StoreError::InvalidRequest(
@@ -230,6 +314,8 @@ impl RedisStoreBuilder {
             tag: self.tag,
             ttl_padding_ms: u64::try_from(self.ttl_padding.as_millis()).unwrap_or(u64::MAX),
             cluster,
+            batch: self.batch,
+            deny_cache: self.deny_cache,
         })
     }
 
@@ -320,6 +406,9 @@ pub struct RedisStore<C = ConnectionManager> {
     conn: C,
     cfg: Arc<Config>,
     permits: Arc<Permits>,
+    /// The batcher's queue, started by the first batched check.
+    batcher: Arc<OnceLock<mpsc::Sender<Job>>>,
+    deny: Arc<DenyCache>,
 }
 
 /// A [`RedisStore`] on a Redis Cluster (same scripts; each touches one slot).
@@ -331,6 +420,8 @@ impl<C: Clone> Clone for RedisStore<C> {
             conn: self.conn.clone(),
             cfg: self.cfg.clone(),
             permits: self.permits.clone(),
+            batcher: self.batcher.clone(),
+            deny: self.deny.clone(),
         }
     }
 }
@@ -352,6 +443,13 @@ impl RedisStore {
             time: TimeSource::Server,
             tag: HashTag::PerKey,
             ttl_padding: Duration::ZERO,
+            batch: BatchConfig {
+                enabled: true,
+                max: DEFAULT_MAX_BATCH,
+                queue: DEFAULT_BATCH_QUEUE,
+                in_flight: DEFAULT_BATCHES_IN_FLIGHT,
+            },
+            deny_cache: DEFAULT_DENY_CACHE,
         }
     }
 
@@ -377,8 +475,10 @@ where
     fn with_config(conn: C, cfg: Config) -> Self {
         RedisStore {
             conn,
+            deny: Arc::new(DenyCache::new(cfg.deny_cache, &cfg.time)),
             cfg: Arc::new(cfg),
             permits: Arc::new(Permits::new()),
+            batcher: Arc::new(OnceLock::new()),
         }
     }
 
@@ -408,17 +508,50 @@ where
 
     /// `now` for the scripts: empty for server time, else µs.
     fn now_arg(&self) -> Result<String, StoreError> {
-        match &self.cfg.time {
-            TimeSource::Server => Ok(String::new()),
-            TimeSource::Client(clock) => {
-                let us = clock.now_ns() / 1000;
-                if us >= params::MAX_NOW_US {
-                    return Err(StoreError::Unsupported(
-                        "a client clock at or beyond 2^52 µs on Redis",
-                    ));
-                }
-                Ok(us.to_string())
-            }
+        self.cfg.now_arg()
+    }
+
+    /// Runs `call`, which relaxes `key`'s state, dropping the key from the
+    /// denial cache before and after (so a check reply that raced the call
+    /// cannot bring back the state from before it).
+    async fn invalidating<T>(
+        &self,
+        key: &[u8],
+        call: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        self.deny.invalidate(key);
+        let r = call.await;
+        self.deny.invalidate(key);
+        r
+    }
+
+    /// Keys held by the local denial cache.
+    pub fn deny_cache_len(&self) -> usize {
+        self.deny.len()
+    }
+
+    /// Sends one check, through the batcher or alone.
+    async fn run_check(&self, rules: Vec<JobRule>, slot: u16) -> Result<Outcome, StoreError> {
+        if !self.cfg.batch.enabled {
+            let (now_ns, mut r) = batch::eval_checks(&self.conn, &self.cfg, &[&rules]).await?;
+            let checked = r
+                .pop()
+                .ok_or_else(|| StoreError::Protocol("no check in the reply".into()))??;
+            return Ok(Outcome { checked, now_ns });
+        }
+        let tx = self
+            .batcher
+            .get_or_init(|| batch::spawn(self.conn.clone(), self.cfg.clone()));
+        let (reply, answer) = oneshot::channel();
+        let job = Job { rules, slot, reply };
+        let stopped = || StoreError::Connection("the Redis batcher task has stopped".into());
+        let call = async {
+            tx.send(job).await.map_err(|_| stopped())?;
+            answer.await.map_err(|_| stopped())?
+        };
+        match tokio::time::timeout(self.cfg.timeout, call).await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::Timeout(self.cfg.timeout)),
         }
     }
 
@@ -447,38 +580,47 @@ where
                 return Err(StoreError::InvalidRequest("two rules name the same key"));
             }
         }
-        let mut inv = check_script(rules).prepare_invoke();
-        inv.arg(self.now_arg()?).arg(self.cfg.ttl_padding_ms);
-        let mut replies = Vec::with_capacity(rules.len());
         let first_tag = self.cfg.tag.tag(rules[0].key);
+        let mut job = Vec::with_capacity(rules.len());
         for rule in rules {
-            let p = Params::of(rule.policy)?;
+            let params = Params::of(rule.policy)?;
             let tag = self.cfg.tag.tag(rule.key);
             if self.cfg.cluster && tag != first_tag {
                 return Err(StoreError::InvalidRequest(
                     "rules of one check must share a hash tag on a cluster (see HashTag)",
                 ));
             }
-            let permit = rule.policy.is_concurrency().then(|| self.permits.next());
-            inv.key(keys::redis_key(
-                &self.cfg.prefix,
-                tag,
-                rule.policy,
-                rule.key,
-            ))
-            .arg(p.code)
-            .arg(p.p1)
-            .arg(p.p2)
-            .arg(p.script_cost(rule.cost))
-            .arg(permit.map_or_else(String::new, |p| p.0.to_string()));
-            replies.push(RuleReply {
-                policy: rule.policy,
+            job.push(JobRule {
+                key: keys::redis_key(&self.cfg.prefix, tag, rule.policy, rule.key),
+                policy: *rule.policy,
+                params,
                 cost: rule.cost,
-                permit,
+                permit: rule.policy.is_concurrency().then(|| self.permits.next()),
             });
         }
-        let v = self.eval(&inv).await?;
-        reply::decisions(&replies, &v)
+        let slot = if self.cfg.cluster {
+            batch::slot_of(&first_tag)
+        } else {
+            0
+        };
+        // A single rule may be answered by, or teach, the denial cache.
+        let cached = (rules.len() == 1 && self.deny.enabled()).then(|| {
+            let r = &job[0];
+            (r.key.clone(), r.cost, self.deny.ticket())
+        });
+        if let Some((key, cost, _)) = &cached {
+            if let Some(d) = self.deny.lookup(key, rules[0].policy, *cost) {
+                return Ok(vec![d]);
+            }
+        }
+        let Outcome {
+            checked: (decisions, state),
+            now_ns,
+        } = self.run_check(job, slot).await?;
+        if let (Some((key, cost, ticket)), Some(d)) = (cached, decisions.first()) {
+            self.deny.offer(ticket, &key, cost, d, state, now_ns);
+        }
+        Ok(decisions)
     }
 
     async fn refund(&self, key: &[u8], policy: &Policy, amount: u64) -> Result<(), StoreError> {
@@ -486,24 +628,25 @@ where
         if amount == 0 {
             return Ok(());
         }
+        let rk = self.redis_key(key, policy);
         let mut inv = REFUND.prepare_invoke();
-        inv.key(self.redis_key(key, policy))
+        inv.key(&rk[..])
             .arg(self.now_arg()?)
             .arg(self.cfg.ttl_padding_ms)
             .arg(p.code)
             .arg(p.p1)
             .arg(p.p2)
             .arg(p.script_amount(amount));
-        self.eval(&inv).await.map(drop)
+        self.invalidating(&rk, self.eval(&inv)).await.map(drop)
     }
 
     async fn reset(&self, key: &[u8], policy: &Policy) -> Result<(), StoreError> {
         let mut conn = self.conn.clone();
+        let rk = self.redis_key(key, policy);
         let mut del = redis::cmd("DEL");
-        del.arg(self.redis_key(key, policy));
-        timed(self.cfg.timeout, del.query_async::<Value>(&mut conn))
-            .await
-            .map(drop)
+        del.arg(&rk[..]);
+        let call = timed(self.cfg.timeout, del.query_async::<Value>(&mut conn));
+        self.invalidating(&rk, call).await.map(drop)
     }
 
     async fn release(
@@ -515,11 +658,12 @@ where
         if !policy.is_concurrency() {
             return Ok(());
         }
+        let rk = self.redis_key(key, policy);
         let mut inv = RELEASE.prepare_invoke();
-        inv.key(self.redis_key(key, policy))
+        inv.key(&rk[..])
             .arg(self.now_arg()?)
             .arg(self.cfg.ttl_padding_ms)
             .arg(permit.0.to_string());
-        self.eval(&inv).await.map(drop)
+        self.invalidating(&rk, self.eval(&inv)).await.map(drop)
     }
 }

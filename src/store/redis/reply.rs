@@ -63,15 +63,53 @@ pub(crate) struct RuleReply<'a> {
     pub permit: Option<PermitId>,
 }
 
-/// Renders one rule's reply at `now_ns`. For the O(1)-state algorithms the
-/// script returns the stored state and the decision is rendered by the same
-/// pure function the memory store runs; the script's own verdict must agree.
+/// The stored state a rule's reply carried, for the algorithms whose
+/// decision is rendered from an O(1) state (see [`super::deny`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RawState {
+    /// GCRA's `tat`, in ns.
+    Gcra(u64),
+    /// A fixed-window counter.
+    Fixed(FixedWindowState),
+    /// A sliding-window counter.
+    Sliding(SlidingWindowState),
+}
+
+impl RawState {
+    /// The decision this state gives `policy` at `now_ns` for `cost`, or
+    /// `None` if the state is not `policy`'s algorithm.
+    pub(crate) fn decide(&self, policy: &Policy, now_ns: u64, cost: u64) -> Option<Decision> {
+        match (self, policy.algorithm()) {
+            (RawState::Gcra(tat), Algorithm::Gcra(p)) => Some(gcra::check(p, *tat, now_ns, cost)),
+            (RawState::Fixed(s), Algorithm::FixedWindow(p)) => {
+                Some(fixed_window::check(p, s, now_ns, cost))
+            }
+            (RawState::Sliding(s), Algorithm::SlidingWindow(p)) => {
+                Some(sliding_window::check(p, s, now_ns, cost))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// How many reply fields a rule of `policy` takes.
+fn width(policy: &Policy) -> usize {
+    match policy.algorithm() {
+        Algorithm::Gcra(_) => 2,
+        Algorithm::FixedWindow(_) => 3,
+        _ => 4,
+    }
+}
+
+/// Renders one rule's reply fields at `now_ns`. For the O(1)-state
+/// algorithms the script returns the stored state and the decision is
+/// rendered by the same pure function the memory store runs; the script's
+/// own verdict must agree.
 pub(crate) fn decision(
     rule: &RuleReply<'_>,
-    v: &Value,
+    items: &[Value],
     now_ns: u64,
-) -> Result<Decision, StoreError> {
-    let items = array(v)?;
+) -> Result<(Decision, Option<RawState>), StoreError> {
     let field = |i: usize| {
         items
             .get(i)
@@ -83,13 +121,19 @@ pub(crate) fn decision(
         n => return Err(bad(format!("verdict {n}"))),
     };
     let cost = rule.cost;
+    let mut state = None;
     let d = match *rule.policy.algorithm() {
-        Algorithm::Gcra(p) => gcra::check(&p, ns(uint(field(1)?)?)?, now_ns, cost),
+        Algorithm::Gcra(p) => {
+            let tat = ns(uint(field(1)?)?)?;
+            state = Some(RawState::Gcra(tat));
+            gcra::check(&p, tat, now_ns, cost)
+        }
         Algorithm::FixedWindow(p) => {
             let s = FixedWindowState {
                 window: uint(field(1)?)?,
                 count: uint(field(2)?)?,
             };
+            state = Some(RawState::Fixed(s));
             fixed_window::check(&p, &s, now_ns, cost)
         }
         Algorithm::SlidingWindow(p) => {
@@ -98,6 +142,7 @@ pub(crate) fn decision(
                 current: uint(field(2)?)?,
                 previous: uint(field(3)?)?,
             };
+            state = Some(RawState::Sliding(s));
             sliding_window::check(&p, &s, now_ns, cost)
         }
         Algorithm::SlidingLog(p) => Decision {
@@ -127,47 +172,99 @@ pub(crate) fn decision(
             d.allowed
         )));
     }
-    Ok(d)
+    Ok((d, state))
 }
 
-/// Parses the check script's reply `{now, rule 1, rule 2, …}`; returns the
-/// decisions and `now` in nanoseconds.
-pub(crate) fn decisions(rules: &[RuleReply<'_>], v: &Value) -> Result<Vec<Decision>, StoreError> {
-    let items = array(v)?;
-    if items.len() != rules.len() + 1 {
-        return Err(bad(format!(
-            "{} items for {} rules",
-            items.len(),
-            rules.len()
-        )));
+/// A check the script ran but that failed there (for example a key of
+/// another type under one of its names).
+#[derive(Debug)]
+pub(crate) struct CheckFailed(pub String);
+
+impl std::fmt::Display for CheckFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
     }
-    let now_ns = ns(uint(&items[0])?)?;
+}
+
+impl std::error::Error for CheckFailed {}
+
+/// One check's decisions, and the state of its first rule.
+pub(crate) type Checked = (Vec<Decision>, Option<RawState>);
+
+/// The `now` (in ns) that heads the check script's flat reply, and the items
+/// after it.
+pub(crate) fn head(v: &Value) -> Result<(u64, &[Value]), StoreError> {
+    let items = array(v)?;
+    let now = items.first().ok_or_else(|| bad("empty reply"))?;
+    Ok((ns(uint(now)?)?, &items[1..]))
+}
+
+/// Parses one check of the flat reply from `items[*pos..]` and moves `pos`
+/// past it. The outer error means the reply cannot be read any further; the
+/// inner one is this check's own failure.
+pub(crate) fn check(
+    rules: &[RuleReply<'_>],
+    items: &[Value],
+    pos: &mut usize,
+    now_ns: u64,
+) -> Result<Result<Checked, StoreError>, StoreError> {
+    let status = uint(items.get(*pos).ok_or_else(|| bad("reply too short"))?)?;
+    *pos += 1;
+    match status {
+        1 => {}
+        2 => {
+            let msg = match items.get(*pos) {
+                Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+                Some(Value::SimpleString(s)) => s.clone(),
+                other => return Err(bad(format!("error message expected, got {other:?}"))),
+            };
+            *pos += 1;
+            return Ok(Err(StoreError::Script(Box::new(CheckFailed(msg)))));
+        }
+        n => return Err(bad(format!("check status {n}"))),
+    }
+    let mut fields = Vec::with_capacity(rules.len());
+    for r in rules {
+        let w = width(r.policy);
+        let f = items
+            .get(*pos..*pos + w)
+            .ok_or_else(|| bad(format!("reply too short for {} rules", rules.len())))?;
+        fields.push(f);
+        *pos += w;
+    }
     // When a rule denies nothing is charged, and the rules that would have
     // passed report a peek (the script sent their state, or their check at
     // cost 0).
-    let verdicts = items[1..]
+    let verdicts = fields
         .iter()
-        .map(|v| array(v).and_then(|f| f.first().map_or(Ok(0), uint)))
+        .map(|f| uint(&f[0]))
         .collect::<Result<Vec<u64>, _>>()?;
     let all = verdicts.iter().all(|&v| v == 1);
-    rules
-        .iter()
-        .zip(&items[1..])
-        .zip(verdicts)
-        .map(|((r, v), verdict)| {
-            let peek = RuleReply {
-                cost: 0,
-                permit: None,
-                ..*r
-            };
-            decision(if all || verdict != 1 { r } else { &peek }, v, now_ns)
-        })
-        .collect()
+    let mut out = Vec::with_capacity(rules.len());
+    let mut first = None;
+    for (i, ((r, f), verdict)) in rules.iter().zip(fields).zip(verdicts).enumerate() {
+        let peek = RuleReply {
+            cost: 0,
+            permit: None,
+            ..*r
+        };
+        let (d, s) = decision(if all || verdict != 1 { r } else { &peek }, f, now_ns)?;
+        if i == 0 {
+            first = s;
+        }
+        out.push(d);
+    }
+    Ok(Ok((out, first)))
 }
 
+/// Parses the reply of a batch of one check.
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn ints(n: &[i64]) -> Value {
+        Value::Array(n.iter().map(|&i| Value::Int(i)).collect())
+    }
 
     #[test]
     fn odd_replies_are_protocol_errors_not_panics() {
@@ -181,26 +278,22 @@ mod tests {
             Value::Nil,
             Value::Int(5),
             Value::Array(vec![]),
-            Value::Array(vec![Value::Int(1)]),
-            Value::Array(vec![Value::Int(-5), Value::Array(vec![])]),
-            Value::Array(vec![Value::Int(1), Value::Array(vec![Value::Int(1)])]),
-            Value::Array(vec![
-                Value::Int(i64::MAX),
-                Value::Array(vec![Value::Int(1), Value::Int(0)]),
-            ]),
-            Value::Array(vec![
-                Value::Int(1),
-                Value::Array(vec![Value::Int(7), Value::Int(0)]),
-            ]),
+            ints(&[1]),
+            ints(&[-5, 1, 1, 0]),
+            ints(&[1, 1, 1]),
+            ints(&[1, 3, 1, 0]),
+            ints(&[i64::MAX, 1, 1, 0]),
+            ints(&[1, 1, 7, 0]),
+            ints(&[1, 1, 1, 0, 9]),
             Value::Array(vec![
                 Value::Int(1),
-                Value::Array(vec![Value::BulkString(b"x".to_vec()), Value::Int(0)]),
+                Value::Int(1),
+                Value::BulkString(b"x".to_vec()),
+                Value::Int(0),
             ]),
+            Value::Array(vec![Value::Int(1), Value::Int(2), Value::Int(0)]),
             // the model admits a fresh key: a "denied" verdict disagrees
-            Value::Array(vec![
-                Value::Int(1),
-                Value::Array(vec![Value::Int(0), Value::Int(0)]),
-            ]),
+            ints(&[1_000_000, 1, 0, 0]),
         ];
         for v in odd {
             assert!(
@@ -208,10 +301,12 @@ mod tests {
                 "{v:?}"
             );
         }
-        let ok = Value::Array(vec![
-            Value::Int(1_000_000),
-            Value::Array(vec![Value::Int(1), Value::Int(0)]),
+        assert!(decisions(&r, &ints(&[1_000_000, 1, 1, 0])).unwrap()[0].allowed);
+        let failed = Value::Array(vec![
+            Value::Int(1),
+            Value::Int(2),
+            Value::BulkString(b"WRONGTYPE".to_vec()),
         ]);
-        assert!(decisions(&r, &ok).unwrap()[0].allowed);
+        assert!(matches!(decisions(&r, &failed), Err(StoreError::Script(_))));
     }
 }

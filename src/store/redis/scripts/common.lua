@@ -54,3 +54,6 @@ end
 --   check(key, p1, p2, cost, permit, now) -> allowed, reply, commit-or-nil
 --   refund(key, p1, p2, amount, now)
 local algo = {}
+-- Functions run once at the end of a check batch, after every check: write
+-- back state an algorithm kept in a table during the batch.
+local flush = {}

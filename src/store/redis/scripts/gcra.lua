@@ -2,9 +2,28 @@
 -- p1 = T (emission interval, µs), p2 = tau (tolerance, µs).
 -- The reply carries the stored tat; Rust renders the decision from it with
 -- crate::algorithm::gcra::check, the same code the memory store runs.
+--
+-- Within one batch a key's tat is read once and kept in `gcra_tats`;
+-- admissions update it there and the last value is written once, at the end
+-- of the batch (`SET … PX`), which leaves the very state (and TTL) that
+-- writing after every admission would.
+
+local gcra_tats = {}
+local gcra_dirty = {}
 
 local function gcra_tat(key)
-  return tonumber(redis.call('GET', key)) or 0
+  local tat = gcra_tats[key]
+  if tat == nil then
+    tat = tonumber(redis.call('GET', key)) or 0
+    gcra_tats[key] = tat
+  end
+  return tat
+end
+
+flush[#flush + 1] = function(now)
+  for key, tat in pairs(gcra_dirty) do
+    redis.call('SET', key, int(tat), 'PX', ttl_ms(tat - now))
+  end
 end
 
 algo.g = {
@@ -15,7 +34,8 @@ algo.g = {
     local commit = nil
     if allowed and cost > 0 then
       commit = function()
-        redis.call('SET', key, int(new_tat), 'PX', ttl_ms(new_tat - now))
+        gcra_tats[key] = new_tat
+        gcra_dirty[key] = new_tat
       end
     end
     return allowed, { allowed and 1 or 0, tat }, commit

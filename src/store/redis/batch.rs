@@ -1,0 +1,253 @@
+//! Check batching: the checks waiting at the same moment go to Redis as ONE
+//! `EVALSHA` of the check script, which evaluates them in order.
+//!
+//! Callers put a [`Job`] (its rules and a oneshot for the answer) on a
+//! bounded channel. One batcher task per store takes everything queued (up
+//! to the batch size) as soon as a send slot is free (at most `in_flight`
+//! batches on the connection at once), drops the jobs whose caller has
+//! already given up (timed out or cancelled: never evaluated, so never
+//! counted), and sends the rest as one script call; on a cluster, one call
+//! per hash slot. The script runs the checks one after another, so a batch
+//! decides exactly what the same checks sent one by one in that order would,
+//! and each caller gets its own answer (or its own error).
+//!
+//! While the connection is idle a check goes out at once, alone: batching
+//! adds no round trip. Under load, checks gather while the previous batches
+//! are on the wire, so the per-call costs of Redis (reading, parsing and
+//! dispatching a command, starting a script, replying, the system calls) and
+//! of the client are paid once per batch instead of once per check.
+
+use std::sync::Arc;
+
+use redis::aio::ConnectionLike;
+use redis::{ErrorKind, RedisError, Script, ServerErrorKind, Value};
+use tokio::sync::{mpsc, oneshot, Semaphore};
+
+use super::error::timed;
+use super::params::Params;
+use super::reply::{self, Checked, RuleReply};
+use super::{check_script, keys, Config};
+use crate::decision::PermitId;
+use crate::policy::Policy;
+use crate::store::StoreError;
+
+/// One rule of a queued check, owning what the script call needs.
+pub(crate) struct JobRule {
+    pub key: Vec<u8>,
+    pub policy: Policy,
+    pub params: Params,
+    pub cost: u64,
+    pub permit: Option<PermitId>,
+}
+
+/// A check waiting for the batcher.
+pub(crate) struct Job {
+    pub rules: Vec<JobRule>,
+    /// The cluster slot of its keys (0 on a single server).
+    pub slot: u16,
+    pub reply: oneshot::Sender<Result<Outcome, StoreError>>,
+}
+
+/// A check's answer: its decisions (and first rule's state), and the
+/// script's `now` in ns.
+pub(crate) struct Outcome {
+    pub checked: Checked,
+    pub now_ns: u64,
+}
+
+/// A copy of an error that several callers share.
+#[derive(Debug)]
+struct Shared(String);
+
+impl std::fmt::Display for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Shared {}
+
+/// The same kind of error, for another caller of a failed batch.
+pub(crate) fn replicate(e: &StoreError) -> StoreError {
+    let boxed = |e: &crate::store::BoxError| Box::new(Shared(e.to_string()));
+    match e {
+        StoreError::Full { max_keys } => StoreError::Full {
+            max_keys: *max_keys,
+        },
+        StoreError::InvalidRequest(s) => StoreError::InvalidRequest(s),
+        StoreError::Unsupported(s) => StoreError::Unsupported(s),
+        StoreError::Timeout(d) => StoreError::Timeout(*d),
+        StoreError::Connection(e) => StoreError::Connection(boxed(e)),
+        StoreError::Script(e) => StoreError::Script(boxed(e)),
+        StoreError::Cluster(e) => StoreError::Cluster(boxed(e)),
+        StoreError::Protocol(s) => StoreError::Protocol(s.clone()),
+    }
+}
+
+async fn query<C: ConnectionLike>(
+    conn: &mut C,
+    script: &Script,
+    cmd: &redis::Cmd,
+) -> Result<Value, RedisError> {
+    match cmd.query_async(conn).await {
+        // SCRIPT FLUSH, a restarted server or a failover: load and retry once.
+        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            script.load_async(conn).await?;
+            cmd.query_async(conn).await
+        }
+        r => r,
+    }
+}
+
+/// Runs `checks` as one script call, in order. The outer error fails the
+/// whole call; the inner ones are each check's own.
+pub(crate) async fn eval_checks<C>(
+    conn: &C,
+    cfg: &Config,
+    checks: &[&[JobRule]],
+) -> Result<(u64, Vec<Result<Checked, StoreError>>), StoreError>
+where
+    C: ConnectionLike + Clone + Send,
+{
+    let script = check_script(checks.iter().flat_map(|c| c.iter()).map(|r| &r.policy));
+    let n_keys: usize = checks.iter().map(|c| c.len()).sum();
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(n_keys);
+    for r in checks.iter().flat_map(|c| c.iter()) {
+        cmd.arg(&r.key[..]);
+    }
+    cmd.arg(cfg.now_arg()?)
+        .arg(cfg.ttl_padding_ms)
+        .arg(checks.len());
+    for c in checks {
+        cmd.arg(c.len());
+        for r in *c {
+            let p = &r.params;
+            cmd.arg(p.code)
+                .arg(p.p1)
+                .arg(p.p2)
+                .arg(p.script_cost(r.cost));
+            match r.permit {
+                Some(id) => cmd.arg(id.0),
+                None => cmd.arg(""),
+            };
+        }
+    }
+    let mut conn = conn.clone();
+    let v = timed(cfg.timeout, query(&mut conn, script, &cmd)).await?;
+    let (now_ns, items) = reply::head(&v)?;
+    let mut pos = 0;
+    let mut out = Vec::with_capacity(checks.len());
+    let mut broken: Option<String> = None;
+    for c in checks {
+        if let Some(why) = &broken {
+            out.push(Err(StoreError::Protocol(why.clone())));
+            continue;
+        }
+        let rules: Vec<RuleReply<'_>> = c
+            .iter()
+            .map(|r| RuleReply {
+                policy: &r.policy,
+                cost: r.cost,
+                permit: r.permit,
+            })
+            .collect();
+        match reply::check(&rules, items, &mut pos, now_ns) {
+            Ok(r) => out.push(r),
+            Err(e) => {
+                broken = Some(e.to_string());
+                out.push(Err(e));
+            }
+        }
+    }
+    if broken.is_none() && pos != items.len() {
+        return Err(StoreError::Protocol(format!(
+            "{} items left after {} checks",
+            items.len() - pos,
+            checks.len()
+        )));
+    }
+    Ok((now_ns, out))
+}
+
+/// Sends `jobs` as one script call and answers each caller.
+async fn execute<C>(conn: C, cfg: Arc<Config>, jobs: Vec<Job>)
+where
+    C: ConnectionLike + Clone + Send,
+{
+    let result = {
+        let checks: Vec<&[JobRule]> = jobs.iter().map(|j| &j.rules[..]).collect();
+        eval_checks(&conn, &cfg, &checks).await
+    };
+    match result {
+        Ok((now_ns, results)) => {
+            for (job, r) in jobs.into_iter().zip(results) {
+                let _ = job.reply.send(r.map(|checked| Outcome { checked, now_ns }));
+            }
+        }
+        Err(e) => {
+            for job in jobs {
+                let _ = job.reply.send(Err(replicate(&e)));
+            }
+        }
+    }
+}
+
+/// Starts the batcher task of a store; it ends when every sender is gone.
+pub(crate) fn spawn<C>(conn: C, cfg: Arc<Config>) -> mpsc::Sender<Job>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    let (tx, rx) = mpsc::channel(cfg.batch.queue);
+    tokio::spawn(run(rx, conn, cfg));
+    tx
+}
+
+async fn run<C>(mut rx: mpsc::Receiver<Job>, conn: C, cfg: Arc<Config>)
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    let slots = Arc::new(Semaphore::new(cfg.batch.in_flight));
+    let mut buf: Vec<Job> = Vec::with_capacity(cfg.batch.max);
+    loop {
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        if rx.recv_many(&mut buf, cfg.batch.max).await == 0 {
+            return; // every store clone is gone
+        }
+        // A caller that gave up while queued is never evaluated.
+        buf.retain(|j| !j.reply.is_closed());
+        if buf.is_empty() {
+            continue;
+        }
+        let mut jobs = std::mem::replace(&mut buf, Vec::with_capacity(cfg.batch.max));
+        if !cfg.cluster || jobs.iter().all(|j| j.slot == jobs[0].slot) {
+            let (conn, cfg) = (conn.clone(), cfg.clone());
+            tokio::spawn(async move {
+                execute(conn, cfg, jobs).await;
+                drop(permit);
+            });
+            continue;
+        }
+        // One script call per slot, concurrently; order within a slot kept.
+        jobs.sort_by_key(|j| j.slot);
+        let permit = Arc::new(permit);
+        while !jobs.is_empty() {
+            let slot = jobs[0].slot;
+            let n = jobs.iter().take_while(|j| j.slot == slot).count();
+            let rest = jobs.split_off(n);
+            let group = std::mem::replace(&mut jobs, rest);
+            let (conn, cfg, permit) = (conn.clone(), cfg.clone(), permit.clone());
+            tokio::spawn(async move {
+                execute(conn, cfg, group).await;
+                drop(permit);
+            });
+        }
+    }
+}
+
+/// The slot of a job whose first key is tagged `tag`.
+pub(crate) fn slot_of(tag: &[u8; 8]) -> u16 {
+    keys::slot(tag)
+}
