@@ -1,0 +1,202 @@
+//! The layer as a plain tower service: readiness, cancellation, and delay
+//! mode on tokio's paused clock.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::Full;
+use tower::{Layer, Service, ServiceExt};
+use tower_throttle::clock::Clock;
+use tower_throttle::key::Global;
+use tower_throttle::{MemoryStore, Policy, RateLimitInfo, ThrottleLayer};
+
+/// Store time that follows tokio's clock, so `tokio::time::pause` drives both.
+struct TokioClock(tokio::time::Instant);
+
+impl Clock for TokioClock {
+    fn now_ns(&self) -> u64 {
+        1_000_000_000 + self.0.elapsed().as_nanos() as u64
+    }
+}
+
+#[derive(Clone)]
+struct Counting {
+    calls: Arc<AtomicUsize>,
+    hold: Option<Duration>,
+}
+
+impl Service<Request<()>> for Counting {
+    type Response = Response<Full<Bytes>>;
+    type Error = Infallible;
+    type Future = std::pin::Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Response, Infallible>> + Send>,
+    >;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<()>) -> Self::Future {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let hold = self.hold;
+        let remaining = req
+            .extensions()
+            .get::<RateLimitInfo>()
+            .map(|i| i.decision().remaining);
+        Box::pin(async move {
+            if let Some(hold) = hold {
+                tokio::time::sleep(hold).await;
+            }
+            Ok(Response::new(Full::new(Bytes::from(format!(
+                "{remaining:?}"
+            )))))
+        })
+    }
+}
+
+fn counting(hold: Option<Duration>) -> (Counting, Arc<AtomicUsize>) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    (
+        Counting {
+            calls: calls.clone(),
+            hold,
+        },
+        calls,
+    )
+}
+
+fn request() -> Request<()> {
+    let mut req = Request::new(());
+    req.extensions_mut()
+        .insert("192.0.2.1:1234".parse::<SocketAddr>().unwrap());
+    req
+}
+
+#[tokio::test]
+async fn rejected_requests_never_reach_the_inner_service() {
+    let (inner, calls) = counting(None);
+    let layer = ThrottleLayer::new(
+        MemoryStore::new(),
+        Policy::fixed_window(2, Duration::from_secs(60)).unwrap(),
+    );
+    let svc = layer.layer(inner);
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        statuses.push(svc.clone().oneshot(request()).await.unwrap().status());
+    }
+    assert_eq!(statuses, [200, 200, 429, 429, 429]);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+}
+
+/// Never ready.
+#[derive(Clone)]
+struct Busy;
+
+impl Service<Request<()>> for Busy {
+    type Response = Response<Full<Bytes>>;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Pending
+    }
+
+    fn call(&mut self, _: Request<()>) -> Self::Future {
+        unreachable!("never ready")
+    }
+}
+
+#[test]
+fn poll_ready_is_the_inner_services() {
+    let layer = ThrottleLayer::new(
+        MemoryStore::new(),
+        Policy::fixed_window(1, Duration::from_secs(60)).unwrap(),
+    );
+    let mut busy = layer.layer(Busy);
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    assert!(busy.poll_ready(&mut cx).is_pending());
+    let (inner, _) = counting(None);
+    let mut ready = layer.layer(inner);
+    assert!(matches!(ready.poll_ready(&mut cx), Poll::Ready(Ok(()))));
+}
+
+#[tokio::test]
+async fn dropped_futures_release_concurrency_permits() {
+    let store = MemoryStore::new();
+    let policy = Policy::concurrency(2).unwrap();
+    let (inner, calls) = counting(Some(Duration::from_secs(3600)));
+    let svc = ThrottleLayer::new(store.clone(), policy).layer(inner);
+    let first = tokio::spawn(svc.clone().oneshot(request()));
+    let second = tokio::spawn(svc.clone().oneshot(request()));
+    for _ in 0..1000 {
+        if calls.load(Ordering::SeqCst) == 2 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    let third = svc.clone().oneshot(request()).await.unwrap();
+    assert_eq!(third.status(), StatusCode::TOO_MANY_REQUESTS);
+    let permits = tower_throttle::Limiter::new(store, policy);
+    assert_eq!(
+        permits.peek("default:192.0.2.1").await.unwrap().remaining,
+        0
+    );
+    first.abort();
+    second.abort();
+    let _ = (first.await, second.await);
+    // Both permits are back.
+    assert_eq!(
+        permits.peek("default:192.0.2.1").await.unwrap().remaining,
+        2
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn delay_mode_waits_for_the_slot_within_the_bound() {
+    let store = MemoryStore::builder()
+        .clock(TokioClock(tokio::time::Instant::now()))
+        .build();
+    // One request per second; waiting requests may wait up to 3 s.
+    let layer = ThrottleLayer::new(store, Policy::cell(0, 1, Duration::from_secs(1)).unwrap())
+        .key(Global)
+        .delay_up_to(Duration::from_secs(3));
+    let (inner, calls) = counting(None);
+    let svc = layer.layer(inner);
+    let start = tokio::time::Instant::now();
+    let tasks: Vec<_> = (0..5)
+        .map(|_| {
+            let svc = svc.clone();
+            tokio::spawn(async move {
+                let status = svc.oneshot(request()).await.unwrap().status();
+                (status, start.elapsed())
+            })
+        })
+        .collect();
+    let mut admitted = Vec::new();
+    let mut rejected = 0;
+    for t in tasks {
+        let (status, at) = t.await.unwrap();
+        if status == StatusCode::OK {
+            admitted.push(at);
+        } else {
+            assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+            rejected += 1;
+        }
+    }
+    admitted.sort();
+    // At most one per second: at 0, 1, 2 and 3 s; the fifth would wait 4 s.
+    assert_eq!(
+        admitted,
+        [0, 1, 2, 3].map(Duration::from_secs),
+        "admitted at {admitted:?}"
+    );
+    assert_eq!(rejected, 1);
+    assert_eq!(calls.load(Ordering::SeqCst), 4);
+}
