@@ -133,8 +133,9 @@ where
             };
         }
     }
-    let mut conn = conn.clone();
-    let v = timed(cfg.timeout, query(&mut conn, script, &cmd)).await?;
+    let mut c = conn.clone();
+    let call = timed(cfg.timeout, query(&mut c, script, &cmd));
+    let v = cfg.breaker.guard(conn, cfg, call).await?;
     let (now_ns, items) = reply::head(&v)?;
     let mut pos = 0;
     let mut out = Vec::with_capacity(checks.len());

@@ -52,6 +52,7 @@
 //! that algorithm (less Lua to run per call); mixed rules run the full one.
 
 mod batch;
+mod breaker;
 mod cell;
 mod deny;
 mod error;
@@ -193,6 +194,8 @@ struct Config {
     cluster: bool,
     batch: BatchConfig,
     deny_cache: usize,
+    /// Stops sending while a single server is unresponsive (no offline queue).
+    breaker: breaker::Breaker,
 }
 
 impl Config {
@@ -316,6 +319,7 @@ impl RedisStoreBuilder {
             cluster,
             batch: self.batch,
             deny_cache: self.deny_cache,
+            breaker: breaker::Breaker::default(),
         })
     }
 
@@ -557,7 +561,8 @@ where
 
     async fn eval(&self, inv: &redis::ScriptInvocation<'_>) -> Result<Value, StoreError> {
         let mut conn = self.conn.clone();
-        timed(self.cfg.timeout, inv.invoke_async::<Value>(&mut conn)).await
+        let call = timed(self.cfg.timeout, inv.invoke_async::<Value>(&mut conn));
+        self.cfg.breaker.guard(&self.conn, &self.cfg, call).await
     }
 }
 
