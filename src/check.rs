@@ -1,5 +1,6 @@
 //! One request's evaluation: build the keys, ask the store once, apply the mode.
 
+use std::cell::Cell;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,6 +33,7 @@ pub(crate) struct Settings {
     pub(crate) on_missing: OnMissingKey,
     pub(crate) body: BodyFormat,
     pub(crate) headers_on_allowed: bool,
+    pub(crate) request_info: bool,
     pub(crate) ietf_headers: bool,
     pub(crate) legacy_headers: bool,
 }
@@ -45,6 +47,7 @@ impl Default for Settings {
             on_missing: OnMissingKey::default(),
             body: BodyFormat::PlainText,
             headers_on_allowed: false,
+            request_info: true,
             ietf_headers: true,
             legacy_headers: false,
         }
@@ -52,10 +55,22 @@ impl Default for Settings {
 }
 
 impl Settings {
-    /// Whether forwarded responses get the rate-limit headers.
-    pub(crate) fn forward_headers(&self) -> bool {
-        self.headers_on_allowed || self.mode == Mode::DryRun
+    /// What an admitted request carries forward.
+    pub(crate) fn forwarding(&self) -> Forwarding {
+        Forwarding {
+            headers: self.headers_on_allowed || self.mode == Mode::DryRun,
+            request_info: self.request_info,
+        }
     }
+}
+
+/// What an admitted request carries forward.
+#[derive(Clone, Copy)]
+pub(crate) struct Forwarding {
+    /// The response gets the rate-limit headers.
+    pub(crate) headers: bool,
+    /// The request gets the [`RateLimitInfo`] extension.
+    pub(crate) request_info: bool,
 }
 
 /// A rule to check: its index, its key in the plan's buffer, its cost.
@@ -78,7 +93,22 @@ pub(crate) struct Plan {
     rules: ActiveRules,
 }
 
+thread_local! {
+    /// A key buffer reused by the requests decided in process, so the hot
+    /// path does not allocate one per request.
+    static KEY_BUFFER: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
+}
+
 impl Plan {
+    /// Returns the key buffer for the next request on this thread.
+    pub(crate) fn recycle(self) {
+        let mut keys = self.keys;
+        if keys.capacity() <= 4096 {
+            keys.clear();
+            KEY_BUFFER.with(|buffer| buffer.set(keys));
+        }
+    }
+
     fn actives(&self) -> &[Active] {
         match &self.rules {
             ActiveRules::One(a) => std::slice::from_ref(a),
@@ -101,7 +131,8 @@ pub(crate) enum Planned {
 /// Builds every rule's key in one buffer.
 pub(crate) fn plan<St>(shared: &Shared<St>, req: &RequestHead<'_>) -> Planned {
     let n = shared.rules.len();
-    let mut keys = Vec::with_capacity(48 * n);
+    let mut keys = KEY_BUFFER.with(Cell::take);
+    keys.reserve(48 * n);
     let mut actives = Vec::new();
     let mut one = None;
     for (i, rule) in shared.rules.iter().enumerate() {
@@ -159,52 +190,131 @@ pub(crate) enum Outcome<St: Store> {
     Reject(Response<Bytes>),
 }
 
+/// What to do after one store answer.
+enum Step<St: Store> {
+    Done(Outcome<St>),
+    /// Delay mode: wait this long, then check again.
+    Wait(Duration),
+}
+
+/// Applies the mode to one store answer; `waited` and `attempts` count the
+/// delays so far.
+fn settle<St: Store>(
+    shared: &Shared<St>,
+    plan: &Plan,
+    answer: Result<RateLimitInfo, StoreError>,
+    waited: Duration,
+    attempts: u32,
+) -> Step<St> {
+    let info = match answer {
+        Ok(info) => info,
+        Err(error) => return Step::Done(store_failed(shared, error)),
+    };
+    log_decisions(shared, plan, &info);
+    if info.allowed() {
+        count("allowed");
+        let permits = Permits::collect(shared, plan, &info);
+        return Step::Done(Outcome::Forward {
+            info: Some(info),
+            permits,
+        });
+    }
+    match shared.settings.mode {
+        Mode::DryRun => {
+            count("dry_run_limited");
+            tracing::info!(target: "tower_throttle", retry_after = ?info.retry_after(), "dry run: request would be rate-limited");
+            return Step::Done(Outcome::Forward {
+                info: Some(info),
+                permits: None,
+            });
+        }
+        Mode::Delay { max_wait } => {
+            if let Some(wait) = info.retry_after() {
+                if attempts < MAX_DELAY_ATTEMPTS && waited + wait <= max_wait {
+                    count("delayed");
+                    return Step::Wait(wait);
+                }
+            }
+        }
+        Mode::Reject => {}
+    }
+    count("limited");
+    Step::Done(Outcome::Reject(rejection_response(
+        &shared.settings.body,
+        &Rejection::Limited(&info),
+    )))
+}
+
+/// Decides without a future when the store answers in process and no wait
+/// is needed; `None` sends the request down [`evaluate`].
+pub(crate) fn evaluate_now<St: Store>(shared: &Shared<St>, plan: &Plan) -> Option<Outcome<St>> {
+    let answer = match &plan.rules {
+        ActiveRules::One(a) => {
+            let rule = Rule::new(plan.key(a), &shared.rules[a.rule].policy, a.cost);
+            let decision = shared.store.check_now(rule)?;
+            decision.map(|decision| {
+                RateLimitInfo::one(
+                    shared.meta.clone(),
+                    Entry {
+                        rule: a.rule,
+                        decision,
+                    },
+                )
+            })
+        }
+        ActiveRules::Many(actives) => {
+            let rules: Vec<Rule<'_>> = actives
+                .iter()
+                .map(|a| Rule::new(plan.key(a), &shared.rules[a.rule].policy, a.cost))
+                .collect();
+            let decisions = shared.store.check_all_now(&rules)?;
+            decisions.and_then(|decisions| many(shared, actives, decisions))
+        }
+    };
+    match settle(shared, plan, answer, Duration::ZERO, 0) {
+        Step::Done(outcome) => Some(outcome),
+        Step::Wait(_) => None,
+    }
+}
+
 /// Checks the plan, waiting and re-checking in delay mode.
 pub(crate) async fn evaluate<St: Store>(shared: Arc<Shared<St>>, plan: Plan) -> Outcome<St> {
     let mut waited = Duration::ZERO;
     let mut attempts = 0;
     loop {
-        let info = match store_call(&shared, &plan).await {
-            Ok(info) => info,
-            Err(error) => return store_failed(&shared, error),
-        };
-        log_decisions(&shared, &plan, &info);
-        if info.allowed() {
-            count("allowed");
-            let permits = Permits::collect(&shared, &plan, &info);
-            return Outcome::Forward {
-                info: Some(info),
-                permits,
-            };
-        }
-        match shared.settings.mode {
-            Mode::DryRun => {
-                count("dry_run_limited");
-                tracing::info!(target: "tower_throttle", retry_after = ?info.retry_after(), "dry run: request would be rate-limited");
-                return Outcome::Forward {
-                    info: Some(info),
-                    permits: None,
-                };
+        let answer = store_call(&shared, &plan).await;
+        match settle(&shared, &plan, answer, waited, attempts) {
+            Step::Done(outcome) => return outcome,
+            Step::Wait(wait) => {
+                attempts += 1;
+                waited += wait;
+                tokio::time::sleep(wait).await;
             }
-            Mode::Delay { max_wait } => {
-                if let Some(wait) = info.retry_after() {
-                    if attempts < MAX_DELAY_ATTEMPTS && waited + wait <= max_wait {
-                        count("delayed");
-                        attempts += 1;
-                        waited += wait;
-                        tokio::time::sleep(wait).await;
-                        continue;
-                    }
-                }
-            }
-            Mode::Reject => {}
         }
-        count("limited");
-        return Outcome::Reject(rejection_response(
-            &shared.settings.body,
-            &Rejection::Limited(&info),
-        ));
     }
+}
+
+fn many<St>(
+    shared: &Shared<St>,
+    actives: &[Active],
+    decisions: Vec<crate::Decision>,
+) -> Result<RateLimitInfo, StoreError> {
+    if decisions.len() != actives.len() {
+        return Err(StoreError::Protocol(format!(
+            "{} decisions for {} rules",
+            decisions.len(),
+            actives.len()
+        )));
+    }
+    let entries = actives
+        .iter()
+        .zip(decisions)
+        .map(|(a, decision)| Entry {
+            rule: a.rule,
+            decision,
+        })
+        .collect();
+    Ok(RateLimitInfo::many(shared.meta.clone(), entries))
 }
 
 async fn store_call<St: Store>(
@@ -230,22 +340,7 @@ async fn store_call<St: Store>(
                     .map(|a| Rule::new(plan.key(a), &shared.rules[a.rule].policy, a.cost))
                     .collect();
                 let decisions = shared.store.check_all(&rules).await?;
-                if decisions.len() != actives.len() {
-                    return Err(StoreError::Protocol(format!(
-                        "{} decisions for {} rules",
-                        decisions.len(),
-                        actives.len()
-                    )));
-                }
-                let entries = actives
-                    .iter()
-                    .zip(decisions)
-                    .map(|(a, decision)| Entry {
-                        rule: a.rule,
-                        decision,
-                    })
-                    .collect();
-                Ok(RateLimitInfo::many(shared.meta.clone(), entries))
+                many(shared, actives, decisions)
             }
         }
     };

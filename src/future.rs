@@ -10,7 +10,7 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use crate::body::ThrottleBody;
-use crate::check::{Outcome, Permits};
+use crate::check::{Forwarding, Outcome, Permits};
 use crate::info::RateLimitInfo;
 use crate::response::add_headers;
 use crate::store::Store;
@@ -41,7 +41,7 @@ pin_project! {
             check: BoxCheck<St>,
             service: Option<S>,
             request: Option<Request<ReqB>>,
-            forward_headers: bool,
+            forwarding: Forwarding,
         },
         Calling {
             #[pin]
@@ -64,14 +64,14 @@ where
         check: BoxCheck<St>,
         service: S,
         request: Request<ReqB>,
-        forward_headers: bool,
+        forwarding: Forwarding,
     ) -> Self {
         ResponseFuture {
             state: State::Checking {
                 check,
                 service: Some(service),
                 request: Some(request),
-                forward_headers,
+                forwarding,
             },
         }
     }
@@ -100,10 +100,10 @@ where
         outcome: Outcome<St>,
         service: &mut S,
         request: Request<ReqB>,
-        forward_headers: bool,
+        forwarding: Forwarding,
     ) -> Self {
         ResponseFuture {
-            state: State::decided(outcome, service, request, forward_headers),
+            state: State::decided(outcome, service, request, forwarding),
         }
     }
 }
@@ -117,7 +117,7 @@ where
         outcome: Outcome<St>,
         service: &mut S,
         mut request: Request<ReqB>,
-        forward_headers: bool,
+        forwarding: Forwarding,
     ) -> Self {
         match outcome {
             Outcome::Reject(response) => State::Done {
@@ -126,10 +126,10 @@ where
             Outcome::Forward { info, permits } => {
                 let headers = match info {
                     Some(info) => {
-                        let headers = forward_headers.then(|| info.clone());
-                        let ext = request.extensions_mut();
-                        ext.insert(info.decision());
-                        ext.insert(info);
+                        let headers = forwarding.headers.then(|| info.clone());
+                        if forwarding.request_info {
+                            request.extensions_mut().insert(info);
+                        }
                         headers
                     }
                     None => None,
@@ -159,14 +159,14 @@ where
                     check,
                     service,
                     request,
-                    forward_headers,
+                    forwarding,
                 } => {
                     let outcome = ready!(check.as_mut().poll(cx));
                     let (Some(mut service), Some(request)) = (service.take(), request.take())
                     else {
                         panic!("ResponseFuture polled after completion");
                     };
-                    let next = State::decided(outcome, &mut service, request, *forward_headers);
+                    let next = State::decided(outcome, &mut service, request, *forwarding);
                     this.state.set(next);
                 }
                 StateProj::Calling {

@@ -11,9 +11,9 @@ use crate::policy::Policy;
 
 /// What every rule of a layer decided for one request.
 ///
-/// Inserted in the request extensions before the inner service runs, along
-/// with the binding [`Decision`] ([`RateLimitInfo::decision`]), so handlers can
-/// read the remaining quota (axum: `Extension<RateLimitInfo>`). In
+/// Inserted in the request extensions before the inner service runs, so
+/// handlers can read each rule's [`Decision`] and the binding one
+/// ([`RateLimitInfo::decision`]) (axum: `Extension<RateLimitInfo>`). In
 /// [dry-run](crate::Mode::DryRun) mode, [`RateLimitInfo::allowed`] tells
 /// whether the request would have been rejected. When layers are nested, a
 /// handler sees the innermost layer's.

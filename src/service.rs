@@ -9,7 +9,7 @@ use http_body::Body;
 use tower_service::Service;
 
 use crate::body::ThrottleBody;
-use crate::check::{evaluate, plan, Planned, Shared};
+use crate::check::{evaluate, evaluate_now, plan, Planned, Shared};
 use crate::future::{BoxCheck, ResponseFuture};
 use crate::key::RequestHead;
 use crate::store::Store;
@@ -84,7 +84,11 @@ where
             Planned::Skip => return ResponseFuture::unchecked(self.inner.call(request)),
             Planned::Reject(response) => return ResponseFuture::done(response),
         };
-        let forward_headers = self.shared.settings.forward_headers();
+        let forwarding = self.shared.settings.forwarding();
+        if let Some(outcome) = evaluate_now(&self.shared, &plan) {
+            plan.recycle();
+            return ResponseFuture::decided(outcome, &mut self.inner, request, forwarding);
+        }
         let mut check: BoxCheck<St> = Box::pin(evaluate(self.shared.clone(), plan));
         // Most checks (the memory store) finish at once: then the ready inner
         // service is called here, without cloning it. Polling with a no-op
@@ -92,13 +96,13 @@ where
         // waker, and every future re-registers the latest waker.
         match check.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
             Poll::Ready(outcome) => {
-                ResponseFuture::decided(outcome, &mut self.inner, request, forward_headers)
+                ResponseFuture::decided(outcome, &mut self.inner, request, forwarding)
             }
             Poll::Pending => {
                 // The ready service goes with the request; keep a fresh clone.
                 let clone = self.inner.clone();
                 let ready = std::mem::replace(&mut self.inner, clone);
-                ResponseFuture::checking(check, ready, request, forward_headers)
+                ResponseFuture::checking(check, ready, request, forwarding)
             }
         }
     }

@@ -200,3 +200,34 @@ async fn delay_mode_waits_for_the_slot_within_the_bound() {
     assert_eq!(rejected, 1);
     assert_eq!(calls.load(Ordering::SeqCst), 4);
 }
+
+async fn body_of(
+    svc: impl Service<
+        Request<()>,
+        Response = Response<tower_throttle::ThrottleBody<Full<Bytes>>>,
+        Error = Infallible,
+    >,
+) -> String {
+    use http_body_util::BodyExt;
+    let response = svc.oneshot(request()).await.unwrap();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+#[tokio::test]
+async fn request_info_reaches_handlers_unless_turned_off() {
+    let policy = Policy::fixed_window(3, Duration::from_secs(60)).unwrap();
+    let (inner, _) = counting(None);
+    let with_info = ThrottleLayer::new(MemoryStore::new(), policy).layer(inner.clone());
+    assert_eq!(body_of(with_info).await, "Some(2)");
+    let without = ThrottleLayer::new(MemoryStore::new(), policy)
+        .request_info(false)
+        .layer(inner);
+    assert_eq!(body_of(without.clone()).await, "None");
+    // Limiting itself is unaffected.
+    for _ in 0..2 {
+        assert_eq!(body_of(without.clone()).await, "None");
+    }
+    let status = without.oneshot(request()).await.unwrap().status();
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+}

@@ -533,4 +533,12 @@ impl<C: Clock> Store for MemoryStore<C> {
         self.release_sync(key, policy, permit);
         Ok(())
     }
+
+    fn check_all_now(&self, rules: &[Rule<'_>]) -> Option<Result<Vec<Decision>, StoreError>> {
+        Some(self.check_all_sync(rules))
+    }
+
+    fn check_now(&self, rule: Rule<'_>) -> Option<Result<Decision, StoreError>> {
+        Some(self.check_sync(rule))
+    }
 }

@@ -81,6 +81,21 @@ pub trait Store: Send + Sync + 'static {
         policy: &Policy,
         permit: PermitId,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Decides at once, without I/O, when this store can (the memory store
+    /// can): the same answer [`Store::check_all`] would give. `None` (the
+    /// default) sends the caller to the asynchronous path. Lets the layer
+    /// skip allocating a future for in-process stores.
+    fn check_all_now(&self, rules: &[Rule<'_>]) -> Option<Result<Vec<Decision>, StoreError>> {
+        let _ = rules;
+        None
+    }
+
+    /// [`Store::check_all_now`] for one rule.
+    fn check_now(&self, rule: Rule<'_>) -> Option<Result<Decision, StoreError>> {
+        let _ = rule;
+        None
+    }
 }
 
 /// True when the verdict of an all-or-nothing check admits the request.
@@ -124,5 +139,13 @@ impl<S: Store> Store for std::sync::Arc<S> {
         permit: PermitId,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).release(key, policy, permit)
+    }
+
+    fn check_all_now(&self, rules: &[Rule<'_>]) -> Option<Result<Vec<Decision>, StoreError>> {
+        (**self).check_all_now(rules)
+    }
+
+    fn check_now(&self, rule: Rule<'_>) -> Option<Result<Decision, StoreError>> {
+        (**self).check_now(rule)
     }
 }
