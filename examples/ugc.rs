@@ -6,7 +6,7 @@
 //! * uploads: at most 2 in flight per user;
 //! * everything: 300 requests a minute per client IP, headers on every response.
 //!
-//! Run `cargo run --example ugc --features axum` (add `redis` and set
+//! Run `cargo run --example ugc` (add `--features redis` and set
 //! `REDIS_URL=redis://127.0.0.1/` to share the limits between instances),
 //! then try the printed `curl` lines.
 
