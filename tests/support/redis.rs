@@ -65,6 +65,12 @@ impl RedisServer {
         Self::start_with(free_port(false), temp_dir("redis"), Vec::new())
     }
 
+    /// Starts a standalone server with extra `redis-server` arguments (for
+    /// example `--loadmodule <path>`).
+    pub fn start_with_args(args: &[String]) -> RedisServer {
+        Self::start_with(free_port(false), temp_dir("redis"), args.to_vec())
+    }
+
     fn start_with(port: u16, dir: PathBuf, extra: Vec<String>) -> RedisServer {
         let mut server = RedisServer {
             child: None,

@@ -116,21 +116,35 @@ where
     for r in checks.iter().flat_map(|c| c.iter()) {
         cmd.arg(&r.key[..]);
     }
+    // Each distinct policy once; rules name theirs by index (from 1).
+    let mut policies: Vec<&JobRule> = Vec::new();
+    let mut index = Vec::with_capacity(n_keys);
+    for r in checks.iter().flat_map(|c| c.iter()) {
+        let i = match policies.iter().position(|p| p.policy == r.policy) {
+            Some(i) => i,
+            None => {
+                policies.push(r);
+                policies.len() - 1
+            }
+        };
+        index.push(i + 1);
+    }
     cmd.arg(cfg.now_arg()?)
         .arg(cfg.ttl_padding_ms)
-        .arg(checks.len());
+        .arg(policies.len());
+    for r in &policies {
+        cmd.arg(r.params.code).arg(r.params.p1).arg(r.params.p2);
+    }
+    cmd.arg(checks.len());
+    let mut index = index.into_iter();
     for c in checks {
         cmd.arg(c.len());
         for r in *c {
-            let p = &r.params;
-            cmd.arg(p.code)
-                .arg(p.p1)
-                .arg(p.p2)
-                .arg(p.script_cost(r.cost));
-            match r.permit {
-                Some(id) => cmd.arg(id.0),
-                None => cmd.arg(""),
-            };
+            cmd.arg(index.next().unwrap_or(1))
+                .arg(r.params.script_cost(r.cost));
+            if r.policy.is_concurrency() {
+                cmd.arg(r.permit.map_or(0, |id| id.0));
+            }
         }
     }
     let mut c = conn.clone();

@@ -2,8 +2,9 @@
 -- after another (the same key twice sees the first one's effect). Each check
 -- decides every one of its rules, then commits them only if all allow.
 -- KEYS: every rule's key, check after check (all in one slot on a cluster).
--- ARGV[3] = number of checks; then, per check, its rule count n followed by
--- n × (algorithm code, p1, p2, cost, permit id).
+-- ARGV[3] = number of policies P, then P × (algorithm code, p1, p2);
+-- then the number of checks, and per check its rule count n followed by
+-- n × (policy index, cost[, permit id if the policy is a concurrency one]).
 -- Reply (flat): { now (µs), then per check: 1 and its rules' fields, or 2 and
 -- an error message }. A failing check (a key of another type) fails alone.
 -- When a rule denies, nothing is charged and the rules that would have passed
@@ -13,28 +14,32 @@ local now = now_us()
 local out = { now }
 local n_out = 1
 
-local function run(k, b, cost)
+local n_pol = tonumber(ARGV[3])
+local pol_a, pol_1, pol_2, pol_c = {}, {}, {}, {}
+for i = 1, n_pol do
+  local b = 1 + 3 * i
   local a = algo[ARGV[b]]
   if not a then
-    error('tower-throttle: unknown algorithm')
+    error({ err = 'ERR tower-throttle: unknown algorithm' })
   end
-  return a.check(KEYS[k], tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), cost, ARGV[b + 4], now)
+  pol_a[i], pol_c[i] = a, ARGV[b] == 'c'
+  pol_1[i], pol_2[i] = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2])
 end
 
--- One check of n rules: keys from k, arguments from b. Returns the replies.
-local function one(k, b, n)
-  if n == 1 then
-    local _, reply, commit = run(k, b, tonumber(ARGV[b + 3]))
-    if commit then
-      commit()
-    end
-    return reply
-  end
+-- Rule i of a check: its key, policy index and cost, permit.
+local rule_key, rule_pol, rule_cost, rule_permit = {}, {}, {}, {}
+
+-- One check of n rules (already read into the rule_* tables). Returns the
+-- replies' fields.
+local function one(n)
   local replies, commits, passed = {}, {}, {}
   local all = true
+  local function run(i, cost)
+    local p = rule_pol[i]
+    return pol_a[p].check(rule_key[i], pol_1[p], pol_2[p], cost, rule_permit[i], now)
+  end
   for i = 1, n do
-    local bi = b + (i - 1) * 5
-    local ok, reply, commit = run(k + i - 1, bi, tonumber(ARGV[bi + 3]))
+    local ok, reply, commit = run(i, rule_cost[i])
     all = all and ok
     passed[i] = ok
     replies[i] = reply
@@ -43,7 +48,7 @@ local function one(k, b, n)
   if not all then
     for i = 1, n do
       if passed[i] then
-        local _, reply = run(k + i - 1, b + (i - 1) * 5, 0)
+        local _, reply = run(i, 0)
         replies[i] = reply
       end
     end
@@ -63,28 +68,94 @@ local function one(k, b, n)
   return flat
 end
 
-local k, b = 1, 4
-for _ = 1, tonumber(ARGV[3]) do
+local n_checks = tonumber(ARGV[4 + 3 * n_pol])
+local first = 5 + 3 * n_pol
+
+-- Prefetch: each algorithm that can read its keys in one call gets them all.
+local wanted = {}
+local any = false
+for i = 1, n_pol do
+  if pol_a[i].prefetch then
+    any = true
+  end
+end
+if any then
+  local k, b = 1, first
+  for _ = 1, n_checks do
+    local n = tonumber(ARGV[b])
+    b = b + 1
+    for _ = 1, n do
+      local p = tonumber(ARGV[b])
+      local a = pol_a[p]
+      if a.prefetch then
+        local w = wanted[a]
+        if not w then
+          w = { seen = {}, keys = {} }
+          wanted[a] = w
+        end
+        local key = KEYS[k]
+        if not w.seen[key] then
+          w.seen[key] = true
+          w.keys[#w.keys + 1] = key
+        end
+      end
+      k = k + 1
+      b = b + 2
+      if pol_c[p] then
+        b = b + 1
+      end
+    end
+  end
+  for a, w in pairs(wanted) do
+    a.prefetch(w.keys)
+  end
+end
+
+local k, b = 1, first
+for _ = 1, n_checks do
   local n = tonumber(ARGV[b])
   b = b + 1
-  local ok, reply = pcall(one, k, b, n)
-  if ok then
-    n_out = n_out + 1
-    out[n_out] = 1
-    for i = 1, #reply do
-      out[n_out + i] = reply[i]
+  for i = 1, n do
+    local p = tonumber(ARGV[b])
+    rule_key[i], rule_pol[i], rule_cost[i] = KEYS[k], p, tonumber(ARGV[b + 1])
+    k = k + 1
+    b = b + 2
+    if pol_c[p] then
+      rule_permit[i] = ARGV[b]
+      b = b + 1
+    else
+      rule_permit[i] = ''
     end
-    n_out = n_out + #reply
-  else
-    if type(reply) == 'table' then
-      reply = reply.err or 'error'
-    end
-    out[n_out + 1] = 2
-    out[n_out + 2] = tostring(reply)
-    n_out = n_out + 2
   end
-  k = k + n
-  b = b + 5 * n
+  local p = rule_pol[1]
+  local single = n == 1 and pol_a[p].single
+  if single then
+    local len, err = single(rule_key[1], pol_1[p], pol_2[p], rule_cost[1], now, out, n_out)
+    if len then
+      n_out = len
+    else
+      out[n_out + 1] = 2
+      out[n_out + 2] = tostring(err)
+      n_out = n_out + 2
+    end
+  else
+    local ok, reply = pcall(one, n)
+    if ok then
+      n_out = n_out + 1
+      out[n_out] = 1
+      for i = 1, #reply do
+        out[n_out + i] = reply[i]
+      end
+      n_out = n_out + #reply
+    else
+      if type(reply) == 'table' then
+        reply = reply.err or 'error'
+      end
+      out[n_out + 1] = 2
+      out[n_out + 2] = tostring(reply)
+      n_out = n_out + 2
+    end
+  end
 end
 for i = 1, #flush do
   flush[i](now)

@@ -2,15 +2,23 @@
 --
 -- Times are integer MICROSECONDS held in Lua numbers (doubles): exact below
 -- 2^53. The Rust side rejects policies whose products could reach that bound,
--- and numbers are always written with '%.0f' (never tostring, which rounds).
+-- and numbers are always written with int() (never tostring, which rounds).
 --
 -- ARGV[1] = now in µs, or '' to read the server's TIME (production).
 -- ARGV[2] = extra milliseconds added to every TTL (0 in production).
 
 local LIMIT = 4503599627370496 -- 2^52: `now` must stay below it
 
+-- '%d' formats through a C long: exact and several times cheaper than
+-- '%.0f' where long has 64 bits (checked once per call; every number given
+-- to int() is already an integer).
+local INT_FORMAT = '%.0f'
+if string.format('%d', 4503599627370497) == '4503599627370497' then
+  INT_FORMAT = '%d'
+end
+
 local function int(x)
-  return string.format('%.0f', x)
+  return string.format(INT_FORMAT, x)
 end
 
 -- floor(a / b) for non-negative integers, exact even where a / b rounds.

@@ -26,7 +26,48 @@ flush[#flush + 1] = function(now)
   end
 end
 
+-- Reads the tats of `keys` (distinct) with one MGET. A nil (fresh key, or a
+-- key of another type) is left for gcra_tat's GET, which raises WRONGTYPE.
+local function gcra_prefetch(keys)
+  local vals = redis.call('MGET', unpack(keys))
+  for i = 1, #keys do
+    local tat = tonumber(vals[i])
+    if tat then
+      gcra_tats[keys[i]] = tat
+    end
+  end
+end
+
 algo.g = {
+  prefetch = gcra_prefetch,
+
+  -- A single-rule check, straight into the batch reply `out` after index
+  -- `n`; returns the new length, or nil and an error.
+  single = function(key, t, tau, cost, now, out, n)
+    local tat = gcra_tats[key]
+    if tat == nil then
+      local v = redis.pcall('GET', key)
+      if type(v) == 'table' and v.err then
+        return nil, v.err
+      end
+      tat = tonumber(v) or 0
+      gcra_tats[key] = tat
+    end
+    local new_tat = math.max(tat, now) + t * cost
+    local allowed = 0
+    if new_tat <= now + tau then
+      allowed = 1
+      if cost > 0 then
+        gcra_tats[key] = new_tat
+        gcra_dirty[key] = new_tat
+      end
+    end
+    out[n + 1] = 1
+    out[n + 2] = allowed
+    out[n + 3] = tat
+    return n + 3
+  end,
+
   check = function(key, t, tau, cost, _, now)
     local tat = gcra_tat(key)
     local new_tat = math.max(tat, now) + t * cost
