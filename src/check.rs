@@ -7,12 +7,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Response;
 
+use crate::algorithm::gcra;
 use crate::decision::PermitId;
 use crate::info::{Entry, Meta, RateLimitInfo};
 use crate::key::{bound_key_part, KeyWriter, RequestHead, MAX_KEY_PART};
 use crate::limiter::release_detached;
 use crate::mode::{FailMode, Mode, OnMissingKey, MAX_DELAY_ATTEMPTS};
-use crate::policy::Policy;
+use crate::policy::{Algorithm, Policy};
 use crate::response::{rejection_response, BodyFormat, Rejection};
 use crate::rule::RuleCfg;
 use crate::store::{Rule, Store, StoreError};
@@ -248,6 +249,10 @@ fn settle<St: Store>(
 /// Decides without a future when the store answers in process and no wait
 /// is needed; `None` sends the request down [`evaluate`].
 pub(crate) fn evaluate_now<St: Store>(shared: &Shared<St>, plan: &Plan) -> Option<Outcome<St>> {
+    if matches!(shared.settings.mode, Mode::Delay { .. }) {
+        // Delay mode reserves slots and may sleep: the asynchronous path.
+        return None;
+    }
     let answer = match &plan.rules {
         ActiveRules::One(a) => {
             let rule = Rule::new(plan.key(a), &shared.rules[a.rule].policy, a.cost);
@@ -282,9 +287,23 @@ pub(crate) async fn evaluate<St: Store>(shared: Arc<Shared<St>>, plan: Plan) -> 
     let mut waited = Duration::ZERO;
     let mut attempts = 0;
     loop {
-        let answer = store_call(&shared, &plan).await;
+        let reserve = match shared.settings.mode {
+            Mode::Delay { max_wait } => Some(max_wait.saturating_sub(waited)),
+            _ => None,
+        };
+        let (answer, slot_wait) = match store_call(&shared, &plan, reserve).await {
+            Ok((info, wait)) => (Ok(info), wait),
+            Err(error) => (Err(error), Duration::ZERO),
+        };
         match settle(&shared, &plan, answer, waited, attempts) {
-            Step::Done(outcome) => return outcome,
+            Step::Done(outcome) => {
+                if slot_wait > Duration::ZERO && matches!(outcome, Outcome::Forward { .. }) {
+                    // Admitted into a reserved slot: wait for it, then go.
+                    count("delayed");
+                    tokio::time::sleep(slot_wait).await;
+                }
+                return outcome;
+            }
             Step::Wait(wait) => {
                 attempts += 1;
                 waited += wait;
@@ -317,32 +336,72 @@ fn many<St>(
     Ok(RateLimitInfo::many(shared.meta.clone(), entries))
 }
 
+/// The policy a rule is checked against. In delay mode a GCRA rule that can
+/// ever fit reserves its slot within the remaining wait budget (see
+/// [`Policy::reserving`]): waiters then queue behind each other in the key's
+/// state instead of stampeding back to the store when the quota returns.
+fn effective_policy(policy: &Policy, cost: u64, reserve: Option<Duration>) -> Policy {
+    reserve
+        .filter(|_| cost <= policy.limit())
+        .and_then(|budget| policy.reserving(budget))
+        .unwrap_or(*policy)
+}
+
+/// Turns a reservation's decision back into the real policy's terms; returns
+/// how long the request must wait for its reserved slot.
+fn rebase(real: &Policy, used: &Policy, decision: &mut crate::Decision) -> Duration {
+    match (real.algorithm(), used.algorithm()) {
+        (Algorithm::Gcra(p), Algorithm::Gcra(u)) if p != u => {
+            let (d, wait) = gcra::rebase(p, u.tolerance_ns - p.tolerance_ns, *decision);
+            *decision = d;
+            wait
+        }
+        _ => Duration::ZERO,
+    }
+}
+
+/// One store call for the plan; with `reserve`, GCRA rules reserve their slot
+/// within that budget. Returns the decisions and the wait for the reserved slots.
 async fn store_call<St: Store>(
     shared: &Shared<St>,
     plan: &Plan,
-) -> Result<RateLimitInfo, StoreError> {
+    reserve: Option<Duration>,
+) -> Result<(RateLimitInfo, Duration), StoreError> {
     let call = async {
-        match &plan.rules {
-            ActiveRules::One(a) => {
-                let rule = Rule::new(plan.key(a), &shared.rules[a.rule].policy, a.cost);
-                let decision = shared.store.check(rule).await?;
-                Ok(RateLimitInfo::one(
-                    shared.meta.clone(),
-                    Entry {
-                        rule: a.rule,
-                        decision,
-                    },
-                ))
+        let actives = plan.actives();
+        let policies: Vec<Policy> = actives
+            .iter()
+            .map(|a| effective_policy(&shared.rules[a.rule].policy, a.cost, reserve))
+            .collect();
+        let mut decisions = match actives {
+            [a] => {
+                let rule = Rule::new(plan.key(a), &policies[0], a.cost);
+                vec![shared.store.check(rule).await?]
             }
-            ActiveRules::Many(actives) => {
+            _ => {
                 let rules: Vec<Rule<'_>> = actives
                     .iter()
-                    .map(|a| Rule::new(plan.key(a), &shared.rules[a.rule].policy, a.cost))
+                    .zip(&policies)
+                    .map(|(a, policy)| Rule::new(plan.key(a), policy, a.cost))
                     .collect();
-                let decisions = shared.store.check_all(&rules).await?;
-                many(shared, actives, decisions)
+                shared.store.check_all(&rules).await?
             }
+        };
+        let mut wait = Duration::ZERO;
+        for ((a, used), d) in actives.iter().zip(&policies).zip(&mut decisions) {
+            wait = wait.max(rebase(&shared.rules[a.rule].policy, used, d));
         }
+        let info = match (&plan.rules, decisions.len()) {
+            (ActiveRules::One(a), 1) => RateLimitInfo::one(
+                shared.meta.clone(),
+                Entry {
+                    rule: a.rule,
+                    decision: decisions[0],
+                },
+            ),
+            _ => many(shared, actives, decisions)?,
+        };
+        Ok((info, wait))
     };
     #[cfg(feature = "metrics")]
     let started = std::time::Instant::now();

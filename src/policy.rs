@@ -264,6 +264,22 @@ impl Policy {
         })
     }
 
+    /// For GCRA, the same policy with its tolerance stretched by `extra`
+    /// (rounded down to whole microseconds, so every store accepts it): a
+    /// check against it admits a request whose slot is up to `extra` in the
+    /// future — a reservation — and updates the key's state exactly as an
+    /// admission at that slot would. `None` for other algorithms.
+    pub(crate) fn reserving(&self, extra: Duration) -> Option<Policy> {
+        let Algorithm::Gcra(p) = self.algorithm else {
+            return None;
+        };
+        let extra_ns = u64::try_from(extra.as_nanos()).ok()?;
+        let tolerance_ns = p.tolerance_ns.checked_add(extra_ns - extra_ns % 1000)?;
+        Some(Policy {
+            algorithm: Algorithm::Gcra(GcraParams { tolerance_ns, ..p }),
+        })
+    }
+
     /// True for [`Policy::concurrency`]: admitted checks hold a permit to release.
     pub fn is_concurrency(&self) -> bool {
         matches!(self.algorithm, Algorithm::Concurrency(_))

@@ -231,3 +231,104 @@ async fn request_info_reaches_handlers_unless_turned_off() {
     let status = without.oneshot(request()).await.unwrap().status();
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
 }
+
+/// Counts the checks that reach the store.
+struct CountingStore<S> {
+    inner: S,
+    checks: Arc<AtomicUsize>,
+}
+
+impl<S: tower_throttle::Store> tower_throttle::Store for CountingStore<S> {
+    async fn check(
+        &self,
+        rule: tower_throttle::Rule<'_>,
+    ) -> Result<tower_throttle::Decision, tower_throttle::StoreError> {
+        self.checks.fetch_add(1, Ordering::SeqCst);
+        self.inner.check(rule).await
+    }
+
+    async fn check_all(
+        &self,
+        rules: &[tower_throttle::Rule<'_>],
+    ) -> Result<Vec<tower_throttle::Decision>, tower_throttle::StoreError> {
+        self.checks.fetch_add(1, Ordering::SeqCst);
+        self.inner.check_all(rules).await
+    }
+
+    async fn refund(
+        &self,
+        key: &[u8],
+        policy: &Policy,
+        amount: u64,
+    ) -> Result<(), tower_throttle::StoreError> {
+        self.inner.refund(key, policy, amount).await
+    }
+
+    async fn reset(&self, key: &[u8], policy: &Policy) -> Result<(), tower_throttle::StoreError> {
+        self.inner.reset(key, policy).await
+    }
+
+    async fn release(
+        &self,
+        key: &[u8],
+        policy: &Policy,
+        permit: tower_throttle::PermitId,
+    ) -> Result<(), tower_throttle::StoreError> {
+        self.inner.release(key, policy, permit).await
+    }
+}
+
+/// GCRA waiters reserve distinct slots: one store call each, no stampede of
+/// re-checks when the quota returns, and a request that cannot get a slot
+/// within the bound is refused at once rather than after waiting.
+#[tokio::test(start_paused = true)]
+async fn delay_mode_reserves_gcra_slots_without_rechecking() {
+    let checks = Arc::new(AtomicUsize::new(0));
+    let store = CountingStore {
+        inner: MemoryStore::builder()
+            .clock(TokioClock(tokio::time::Instant::now()))
+            .build(),
+        checks: checks.clone(),
+    };
+    // Bursts of 2, then one every 500 ms; waiting up to 2 s.
+    let layer = ThrottleLayer::new(store, Policy::cell(1, 2, Duration::from_secs(1)).unwrap())
+        .key(Global)
+        .headers_on_allowed(true)
+        .delay_up_to(Duration::from_secs(2));
+    let (inner, calls) = counting(None);
+    let svc = layer.layer(inner);
+    let start = tokio::time::Instant::now();
+    let tasks: Vec<_> = (0..10)
+        .map(|_| {
+            let svc = svc.clone();
+            tokio::spawn(async move {
+                let response = svc.oneshot(request()).await.unwrap();
+                (response.status(), start.elapsed())
+            })
+        })
+        .collect();
+    let mut admitted = Vec::new();
+    let mut rejected_at = Vec::new();
+    for t in tasks {
+        let (status, at) = t.await.unwrap();
+        match status {
+            StatusCode::OK => admitted.push(at),
+            StatusCode::TOO_MANY_REQUESTS => rejected_at.push(at),
+            other => panic!("unexpected {other}"),
+        }
+    }
+    admitted.sort();
+    // Two at once, then one per 500 ms up to the 2 s bound.
+    assert_eq!(
+        admitted,
+        [0, 0, 500, 1000, 1500, 2000].map(Duration::from_millis),
+        "admitted at {admitted:?}"
+    );
+    assert_eq!(rejected_at, [Duration::ZERO; 4], "refused without waiting");
+    assert_eq!(
+        checks.load(Ordering::SeqCst),
+        10,
+        "one store call per request"
+    );
+    assert_eq!(calls.load(Ordering::SeqCst), 6);
+}

@@ -73,6 +73,29 @@ fn check_wide(p: &GcraParams, tat: u64, now: u64, cost: u64) -> Decision {
     }
 }
 
+/// Reads a decision made by a reservation — a check against the same policy
+/// with its tolerance stretched by `extra_ns` — in the real policy's terms:
+/// the decision the policy reports, and how long the admitted request must
+/// wait for its slot.
+pub fn rebase(p: &GcraParams, extra_ns: u64, d: Decision) -> (Decision, Duration) {
+    let ttl = u64::try_from(d.reset_after.as_nanos()).unwrap_or(u64::MAX);
+    let remaining = p.tolerance_ns.saturating_sub(ttl) / p.emission_interval_ns;
+    if d.allowed {
+        let wait = Duration::from_nanos(ttl.saturating_sub(p.tolerance_ns));
+        (Decision { remaining, ..d }, wait)
+    } else {
+        let retry_after = d
+            .retry_after
+            .map(|r| r.saturating_add(Duration::from_nanos(extra_ns)));
+        let d = Decision {
+            remaining,
+            retry_after,
+            ..d
+        };
+        (d, Duration::ZERO)
+    }
+}
+
 /// The new `tat` after admitting `cost` units; call only when [`check`] allowed.
 #[inline]
 pub fn admit(p: &GcraParams, tat: u64, now: u64, cost: u64) -> u64 {
