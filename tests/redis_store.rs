@@ -787,3 +787,343 @@ fn throughput_against_raw_incr() {
         }
     });
 }
+
+// ------------------------------------------------------------- batching ---
+
+fn evalsha_calls(server: &RedisServer) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.conn())
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
+        .and_then(|l| l.split(',').find_map(|kv| kv.strip_prefix("calls=")))
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+/// Many callers at once on one store: checks are coalesced into fewer
+/// script calls, and the calls evaluate them in order, so each admitted
+/// check sees the ones before it (remaining counts down without repeats)
+/// and exactly the bound is admitted, for every algorithm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_callers_on_one_key_admit_exactly_the_bound_in_order() {
+    let server = RedisServer::start();
+    let frozen = ManualClock::starting_at(1_700_000_000_000_000_000);
+    let store = Arc::new(
+        RedisStore::builder()
+            .prefix("t")
+            .timeout(Duration::from_secs(5))
+            .time_source(TimeSource::client(frozen.clone()))
+            .ttl_padding(Duration::from_secs(600))
+            .deny_cache(0)
+            .connect(server.url())
+            .await
+            .unwrap(),
+    );
+    let bound = 40;
+    let calls0 = evalsha_calls(&server);
+    for (i, policy) in five(bound).into_iter().enumerate() {
+        let key = format!("batch{i}").into_bytes();
+        let tasks: Vec<_> = (0..200)
+            .map(|_| {
+                let (store, key) = (store.clone(), key.clone());
+                tokio::spawn(async move { store.check(Rule::new(&key, &policy, 1)).await.unwrap() })
+            })
+            .collect();
+        let mut remaining = Vec::new();
+        for t in tasks {
+            let d = t.await.unwrap();
+            if d.allowed {
+                remaining.push(d.remaining);
+            }
+        }
+        remaining.sort_unstable();
+        assert_eq!(
+            remaining,
+            (0..bound).collect::<Vec<_>>(),
+            "policy {i}: each admission saw every earlier one"
+        );
+    }
+    let calls = evalsha_calls(&server) - calls0;
+    assert!(
+        calls < 5 * 200,
+        "{calls} script calls for 1000 checks: no batching"
+    );
+}
+
+/// One batch mixing algorithms, keys, multi-rule checks and the same key
+/// several times: every key ends exactly at its bound, and multi-rule checks
+/// stay all-or-nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_mixing_keys_algorithms_and_multi_rule_checks() {
+    let server = RedisServer::start();
+    let frozen = ManualClock::starting_at(1_700_000_000_000_000_000);
+    let store = Arc::new(client_store(&server.url(), &frozen).await);
+    let policies = Arc::new(five(7));
+    let tight = Policy::fixed_window(3, Duration::from_secs(10)).unwrap();
+    let mut tasks = Vec::new();
+    for round in 0..20u64 {
+        for (i, _) in policies.iter().enumerate() {
+            for k in 0..3 {
+                let (store, policies) = (store.clone(), policies.clone());
+                tasks.push(tokio::spawn(async move {
+                    let key = format!("mix{i}:{k}");
+                    let d = store
+                        .check(Rule::new(key.as_bytes(), &policies[i], 1 + round % 2))
+                        .await
+                        .unwrap();
+                    (format!("{i}:{k}"), u64::from(d.allowed) * (1 + round % 2))
+                }));
+            }
+        }
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let g = Policy::cell(99, 1, Duration::from_secs(3600)).unwrap();
+            let rules = [Rule::new(b"pair:a", &g, 1), Rule::new(b"pair:b", &tight, 1)];
+            let d = store.check_all(&rules).await.unwrap();
+            ("pair".to_string(), u64::from(d.iter().all(|d| d.allowed)))
+        }));
+    }
+    let mut used = std::collections::HashMap::<String, u64>::new();
+    for t in tasks {
+        let (k, n) = t.await.unwrap();
+        *used.entry(k).or_default() += n;
+    }
+    assert_eq!(used["pair"], 3);
+    // All or nothing: the GCRA rule was charged only with the window's 3.
+    let g = Policy::cell(99, 1, Duration::from_secs(3600)).unwrap();
+    let peek = store.check(Rule::new(b"pair:a", &g, 0)).await.unwrap();
+    assert_eq!(peek.remaining, 97);
+    for (i, p) in policies.iter().enumerate() {
+        for k in 0..3 {
+            let key = format!("mix{i}:{k}");
+            let n = used[&format!("{i}:{k}")];
+            assert!(n <= 7 && n >= 6, "{key}: {n} units admitted of 7");
+            let peek = store.check(Rule::new(key.as_bytes(), p, 0)).await.unwrap();
+            assert_eq!(peek.remaining, 7 - n, "{key}");
+        }
+    }
+}
+
+/// A caller that gives up while its check is still queued (behind a batch
+/// stuck on a busy server) is never evaluated: nothing is charged for it.
+#[test]
+fn a_caller_giving_up_while_queued_is_never_counted() {
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let store = Arc::new(
+            RedisStore::builder()
+                .timeout(Duration::from_secs(5))
+                .batches_in_flight(1)
+                .deny_cache(0)
+                .connect(server.url())
+                .await
+                .unwrap(),
+        );
+        let p = Policy::fixed_window(1000, Duration::from_secs(3600)).unwrap();
+        // Keep the server busy for 600 ms from another connection.
+        let busy = {
+            let mut con = server.conn();
+            std::thread::spawn(move || {
+                let script = "local s = redis.call('TIME') \
+                    local t0 = s[1] * 1000000 + s[2] \
+                    for _ = 1, 100000000 do \
+                      local t = redis.call('TIME') \
+                      if t[1] * 1000000 + t[2] - t0 > 600000 then break end \
+                    end return 1";
+                let _: i64 = redis::cmd("EVAL")
+                    .arg(script)
+                    .arg(0)
+                    .query(&mut con)
+                    .unwrap();
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // The first check goes out at once and waits for the server...
+        let first = {
+            let store = store.clone();
+            tokio::spawn(async move { store.check(Rule::new(b"q", &p, 1)).await.unwrap() })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        // ...so these queue behind it, and their callers give up.
+        let mut gave_up = 0;
+        for _ in 0..20 {
+            let r = tokio::time::timeout(
+                Duration::from_millis(20),
+                store.check(Rule::new(b"q", &p, 1)),
+            )
+            .await;
+            gave_up += u32::from(r.is_err());
+        }
+        assert_eq!(gave_up, 20);
+        assert!(first.await.unwrap().allowed);
+        busy.join().unwrap();
+        let peek = store.check(Rule::new(b"q", &p, 0)).await.unwrap();
+        assert_eq!(peek.remaining, 999, "only the first check was charged");
+    });
+}
+
+#[test]
+fn batching_off_decides_the_same() {
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let clock = ManualClock::starting_at(1_700_000_000_000_000_000);
+        let store = RedisStore::builder()
+            .prefix("t")
+            .timeout(Duration::from_secs(5))
+            .time_source(TimeSource::client(clock.clone()))
+            .ttl_padding(Duration::from_secs(600))
+            .batching(false)
+            .connect(server.url())
+            .await
+            .unwrap();
+        let mem = memory(&clock);
+        for (i, p) in five(3).into_iter().enumerate() {
+            let key = format!("off{i}").into_bytes();
+            for cost in [1, 2, 1, 0, 5] {
+                let m = mem.check(Rule::new(&key, &p, cost)).await.unwrap();
+                let r = store.check(Rule::new(&key, &p, cost)).await.unwrap();
+                assert_eq!(no_permit(m), no_permit(r), "policy {i} cost {cost}");
+                clock.advance(Duration::from_millis(700));
+            }
+        }
+    });
+}
+
+// ---------------------------------------------------------- deny cache ---
+
+/// Denials of a hot key are answered locally (fewer script calls than
+/// checks) yet exactly as Redis and the memory store would answer them, and
+/// the key is admitted again as soon as Redis would admit it.
+#[test]
+fn deny_cache_answers_like_redis_and_lets_go_in_time() {
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let clock = ManualClock::starting_at(1_700_000_000_000_000_000);
+        let store = client_store(&server.url(), &clock).await;
+        let mem = memory(&clock);
+        let policies = [
+            Policy::cell(2, 1, Duration::from_secs(1)).unwrap(),
+            Policy::fixed_window(3, Duration::from_secs(3)).unwrap(),
+            Policy::sliding_window(3, Duration::from_secs(3)).unwrap(),
+        ];
+        for (i, p) in policies.iter().enumerate() {
+            let key = format!("abuse{i}").into_bytes();
+            let calls0 = evalsha_calls(&server);
+            let mut checks = 0;
+            for step in 0..400u64 {
+                for cost in [1, 2, 1] {
+                    let m = mem.check(Rule::new(&key, p, cost)).await.unwrap();
+                    let r = store.check(Rule::new(&key, p, cost)).await.unwrap();
+                    assert_eq!(m, r, "policy {i} step {step} cost {cost}");
+                    checks += 1;
+                }
+                clock.advance(Duration::from_millis(10));
+            }
+            let calls = evalsha_calls(&server) - calls0;
+            assert!(
+                calls * 3 < checks,
+                "policy {i}: {calls} calls for {checks} checks"
+            );
+        }
+    });
+}
+
+/// Refund, reset and release drop the key's cached denial: the next check
+/// is admitted at once.
+#[test]
+fn deny_cache_is_invalidated_by_refund_reset_and_release() {
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let clock = ManualClock::starting_at(1_700_000_000_000_000_000);
+        let store = client_store(&server.url(), &clock).await;
+        let p = Policy::cell(1, 1, Duration::from_secs(3600)).unwrap();
+        let k = b"inv";
+        let fill = || async {
+            while store.check(Rule::new(k, &p, 1)).await.unwrap().allowed {}
+            assert!(!store.check(Rule::new(k, &p, 1)).await.unwrap().allowed);
+        };
+        fill().await;
+        assert_eq!(store.deny_cache_len(), 1);
+        store.refund(k, &p, 1).await.unwrap();
+        assert_eq!(store.deny_cache_len(), 0);
+        assert!(store.check(Rule::new(k, &p, 1)).await.unwrap().allowed);
+        fill().await;
+        assert_eq!(store.deny_cache_len(), 1);
+        store.reset(k, &p).await.unwrap();
+        assert_eq!(store.deny_cache_len(), 0);
+        assert!(store.check(Rule::new(k, &p, 1)).await.unwrap().allowed);
+        fill().await;
+        store.release(k, &p, PermitId(1)).await.unwrap();
+        // release does nothing for GCRA, and changes nothing in Redis either.
+        assert!(!store.check(Rule::new(k, &p, 1)).await.unwrap().allowed);
+
+        // Sliding log and concurrency denials are never cached.
+        for p in [
+            Policy::sliding_log(1, Duration::from_secs(60)).unwrap(),
+            Policy::concurrency(1).unwrap(),
+        ] {
+            let d = store.check(Rule::new(b"nc", &p, 1)).await.unwrap();
+            assert!(d.allowed);
+            let before = store.deny_cache_len();
+            assert!(!store.check(Rule::new(b"nc", &p, 1)).await.unwrap().allowed);
+            assert_eq!(store.deny_cache_len(), before);
+            if let Some(id) = d.permit {
+                store.release(b"nc", &p, id).await.unwrap();
+                assert!(store.check(Rule::new(b"nc", &p, 1)).await.unwrap().allowed);
+            }
+        }
+    });
+}
+
+/// On server time, many callers hammering a denied key never get more than
+/// Redis admits, and the cache stays within its capacity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deny_cache_never_admits_more_than_redis_and_is_bounded() {
+    let server = RedisServer::start();
+    let store = Arc::new(
+        RedisStore::builder()
+            .deny_cache(4)
+            .connect(server.url())
+            .await
+            .unwrap(),
+    );
+    // 5 at once, then one every 100 ms.
+    let p = Policy::cell(4, 10, Duration::from_secs(1)).unwrap();
+    let t0 = Instant::now();
+    let tasks: Vec<_> = (0..16)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let mut admitted = 0u64;
+                for _ in 0..100_000 {
+                    if t0.elapsed() > Duration::from_millis(800) {
+                        break;
+                    }
+                    admitted +=
+                        u64::from(store.check(Rule::new(b"hot", &p, 1)).await.unwrap().allowed);
+                    tokio::task::yield_now().await;
+                }
+                admitted
+            })
+        })
+        .collect();
+    let mut admitted = 0;
+    for t in tasks {
+        admitted += t.await.unwrap();
+    }
+    let elapsed = t0.elapsed();
+    let bound = 5 + (elapsed.as_millis() as u64) / 100 + 1;
+    assert!(
+        admitted >= 5 && admitted <= bound,
+        "{admitted} admitted in {elapsed:?}"
+    );
+    // Bounded: denials on many keys keep at most 4 entries.
+    for i in 0..20 {
+        let key = format!("k{i}").into_bytes();
+        for _ in 0..6 {
+            store.check(Rule::new(&key, &p, 1)).await.unwrap();
+        }
+        assert!(store.deny_cache_len() <= 4);
+    }
+}
