@@ -21,7 +21,6 @@
 //! checks). Prints a markdown table.
 
 #[path = "../tests/support/redis.rs"]
-#[allow(dead_code)]
 mod redis_support;
 
 use std::sync::Arc;

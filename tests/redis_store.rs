@@ -898,7 +898,7 @@ async fn batches_mixing_keys_algorithms_and_multi_rule_checks() {
         for k in 0..3 {
             let key = format!("mix{i}:{k}");
             let n = used[&format!("{i}:{k}")];
-            assert!(n <= 7 && n >= 6, "{key}: {n} units admitted of 7");
+            assert!((6..=7).contains(&n), "{key}: {n} units admitted of 7");
             let peek = store.check(Rule::new(key.as_bytes(), p, 0)).await.unwrap();
             assert_eq!(peek.remaining, 7 - n, "{key}");
         }

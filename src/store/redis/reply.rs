@@ -258,6 +258,18 @@ pub(crate) fn check(
 }
 
 /// Parses the reply of a batch of one check.
+/// Parses the reply of a batch of one check.
+#[cfg(test)]
+pub(crate) fn decisions(rules: &[RuleReply<'_>], v: &Value) -> Result<Vec<Decision>, StoreError> {
+    let (now, items) = head(v)?;
+    let mut pos = 0;
+    let d = check(rules, items, &mut pos, now)??;
+    if pos != items.len() {
+        return Err(bad("trailing items"));
+    }
+    Ok(d.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
