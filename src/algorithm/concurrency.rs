@@ -61,7 +61,8 @@ pub fn check(
         None
     } else {
         // An upper bound: the leases that must lapse if nobody releases.
-        let must_free = held + cost - p.max_in_flight;
+        // held + cost − max, without overflow: here cost ≤ max < held + cost.
+        let must_free = held - (p.max_in_flight - cost);
         let mut live: Vec<&Lease> = s.leases.iter().filter(|l| l.expires_at > now).collect();
         live.sort_by_key(|l| l.expires_at);
         let mut freed = 0;

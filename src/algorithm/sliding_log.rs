@@ -60,8 +60,9 @@ pub fn check(p: &WindowParams, s: &SlidingLogState, now: u64, cost: u64) -> Deci
     let retry_after = if allowed || cost > p.max {
         None
     } else {
-        // The oldest `must_leave` units have to leave the window first.
-        let must_leave = total + cost - p.max;
+        // The oldest `must_leave` units have to leave the window first
+        // (total + cost − max, without overflow: here cost ≤ max < total + cost).
+        let must_leave = total - (p.max - cost);
         let mut left = 0;
         s.entries
             .iter()
