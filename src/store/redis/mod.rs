@@ -1,10 +1,11 @@
 //! Redis and Redis Cluster stores: one set of limits shared by every app
 //! instance (feature `redis`).
 //!
-//! * **Atomic, one round trip.** Every check is one `EVALSHA` of a Lua script
-//!   (loaded at connect, reloaded by redis-rs on `NOSCRIPT`) that decides every
-//!   rule and commits them only if all allow: [`Store::check_all`] is
-//!   all-or-nothing.
+//! * **Atomic, one round trip.** Every check is evaluated by a Lua script
+//!   (loaded at connect, reloaded on `NOSCRIPT`) that decides every rule and
+//!   commits them only if all allow: [`Store::check_all`] is all-or-nothing.
+//!   Checks waiting at the same moment share one `EVALSHA` (see
+//!   [Batching](#batching)).
 //! * **Server time.** Scripts read the server's `TIME` in microseconds (Lua
 //!   numbers are doubles: nanoseconds since the epoch would not be exact), so
 //!   app servers with skewed clocks agree. [`TimeSource::Client`] exists for
@@ -48,8 +49,52 @@
 //! hold one member per permit, `<seq>:<permit id>:<units>`, scored by the
 //! lease's expiry.
 //!
-//! A check of rules that all use one algorithm runs a script holding only
-//! that algorithm (less Lua to run per call); mixed rules run the full one.
+//! A script call whose rules all use one algorithm runs a script holding
+//! only that algorithm (less Lua to run per call); mixed rules run the full
+//! one.
+//!
+//! # Batching
+//!
+//! On by default ([`RedisStoreBuilder::batching`]). Each store has a batcher
+//! task fed by a bounded queue ([`RedisStoreBuilder::batch_queue`]): callers
+//! enqueue their check and wait for its answer; the batcher takes everything
+//! queued (at most [`RedisStoreBuilder::max_batch`] checks) whenever fewer
+//! than [`RedisStoreBuilder::batches_in_flight`] calls are on the wire, and
+//! sends them as ONE `EVALSHA` that evaluates them **in order**, each exactly
+//! as if it ran alone after the previous one (the same key twice sees the
+//! first one's effect; a multi-rule check stays all-or-nothing; a check that
+//! fails, e.g. on a key of another type, fails alone). On a cluster, one
+//! call per hash slot. When the connection is idle a check goes out at once,
+//! alone, so batching adds no round trip; under load the per-call costs of
+//! Redis and of the client are paid once per batch, and a GCRA batch reads
+//! all its keys with one `MGET` and writes each changed key once.
+//!
+//! * Every call stays bounded by the store timeout, queueing included. When
+//!   the queue is full callers wait for room (backpressure) within that
+//!   timeout, then fail with [`StoreError::Timeout`]: nothing queues without
+//!   bound.
+//! * A caller that gives up (its timeout, or its future dropped) while its
+//!   check is still queued is never evaluated, so never charged. A check
+//!   already sent may still be applied, as without batching.
+//! * With [`TimeSource::Client`], a batch uses the clock's reading when it
+//!   is sent.
+//!
+//! # The denial cache
+//!
+//! On by default ([`RedisStoreBuilder::deny_cache`], a bounded number of
+//! keys). When Redis denies a single-rule GCRA, fixed-window or
+//! sliding-window check, the store keeps the state Redis sent with the
+//! denial and answers the key's next checks in process, with the same pure
+//! function, at an upper bound of the server's clock (the local monotonic
+//! clock from the moment the check was sent), for as long as that says
+//! "denied". A denial changes no state and these states only relax with
+//! time, so a locally answered denial is one Redis would give too: the cache
+//! never admits anything. This store's own refund, reset and release drop the
+//! key's entry. What it cannot see is another instance relaxing the key
+//! (its refund or reset): such a key stays denied here until its
+//! `retry_after` at the latest. Sliding-log and concurrency checks are never
+//! cached (their state is a log; a concurrency denial lifts whenever any
+//! holder releases).
 
 mod batch;
 mod breaker;
