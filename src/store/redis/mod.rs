@@ -137,7 +137,7 @@ pub const DEFAULT_MAX_BATCH: usize = 128;
 /// Default capacity of the batching queue (checks waiting to be sent).
 pub const DEFAULT_BATCH_QUEUE: usize = 4096;
 /// Default most batches on the connection at once.
-pub const DEFAULT_BATCHES_IN_FLIGHT: usize = 2;
+pub const DEFAULT_BATCHES_IN_FLIGHT: usize = 1;
 /// Default capacity of the local denial cache (keys).
 pub const DEFAULT_DENY_CACHE: usize = 4096;
 
