@@ -237,6 +237,10 @@ where
             continue;
         }
         let mut jobs = std::mem::replace(&mut buf, Vec::with_capacity(cfg.batch.max));
+        // On a cluster the permit is not held across masters: a batch waiting
+        // on a dead or frozen master (until the timeout) must not hold back
+        // the checks bound for the live ones.
+        let permit = (!cfg.cluster).then_some(permit);
         if !cfg.cluster || jobs.iter().all(|j| j.slot == jobs[0].slot) {
             let (conn, cfg) = (conn.clone(), cfg.clone());
             tokio::spawn(async move {
