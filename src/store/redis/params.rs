@@ -14,6 +14,12 @@ pub(crate) const MAX_SPAN_US: u128 = 1 << 50;
 /// Bound on `now` accepted from a client clock (the scripts enforce it too).
 pub(crate) const MAX_NOW_US: u64 = 1 << 52;
 
+/// Largest sliding-log limit on Redis: the log holds one sorted-set member per
+/// admitted unit, and one check of cost `max` writes `max` members while the
+/// server runs nothing else. Larger limits belong to
+/// [`Policy::sliding_window`], which is O(1) per key.
+pub(crate) const MAX_LOG_ENTRIES: u64 = 10_000;
+
 /// A policy's two script parameters and its limit, validated.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Params {
@@ -52,6 +58,12 @@ impl Params {
                     return Err(too_big);
                 }
                 (t, tau, p.limit)
+            }
+            Algorithm::SlidingLog(p) if p.max > MAX_LOG_ENTRIES => {
+                return Err(StoreError::Unsupported(
+                    "sliding logs above 10,000 per window on Redis (one member per unit blocks \
+                     the server); use Policy::sliding_window",
+                ));
             }
             Algorithm::SlidingLog(p) | Algorithm::FixedWindow(p) => {
                 let w = micros(
@@ -125,6 +137,13 @@ mod tests {
             Params::of(&thirds),
             Err(StoreError::Unsupported(_))
         ));
+        let huge_log = Policy::sliding_log(MAX_LOG_ENTRIES + 1, Duration::from_secs(60)).unwrap();
+        assert!(matches!(
+            Params::of(&huge_log),
+            Err(StoreError::Unsupported(_))
+        ));
+        let log = Policy::sliding_log(MAX_LOG_ENTRIES, Duration::from_secs(60)).unwrap();
+        assert!(Params::of(&log).is_ok());
         let ns = Policy::fixed_window(1, Duration::from_nanos(1500)).unwrap();
         assert!(Params::of(&ns).is_err());
         let big = Policy::sliding_window(1 << 40, Duration::from_secs(3600)).unwrap();
