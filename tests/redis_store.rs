@@ -710,7 +710,6 @@ fn hostile_keys_are_independent_and_bounded() {
     });
 }
 
-
 // ------------------------------------------------------------- batching ---
 
 fn evalsha_calls(server: &RedisServer) -> u64 {
