@@ -567,7 +567,7 @@ mod redis_exactness {
     /// exactly the admitted requests' costs.
     async fn multi_rule_on<S: Store + Clone>(what: &str, stores: Vec<S>) {
         let tight = Policy::sliding_log(7, Duration::from_secs(3600)).unwrap();
-        let loose = Policy::fixed_window(100_000, Duration::from_secs(3600)).unwrap();
+        let loose = Policy::fixed_window(100_000, Duration::from_secs(86_400)).unwrap();
         let gcra = Policy::cell(99_999, 1, Duration::from_secs(3600)).unwrap();
         let mut tasks = Vec::new();
         for store in &stores {

@@ -630,7 +630,7 @@ mod redis_support;
 mod on_redis {
     use super::*;
     use crate::redis_support::RedisServer;
-    use tower_throttle::store::redis::RedisStore;
+    use tower_throttle::store::redis::{RedisStore, TimeSource};
 
     /// Redis Cluster's hash slot of a key (CRC16/XMODEM of the first
     /// non-empty `{…}`, else of the key), computed here, independently.
@@ -700,7 +700,10 @@ mod on_redis {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn hostile_keys_never_break_a_command_or_a_slot() {
         let server = RedisServer::start();
+        // A frozen client clock: the exhaustion asserted below must not depend
+        // on whether a fixed window's wall-clock boundary passes mid-test.
         let store = RedisStore::builder()
+            .time_source(TimeSource::client(ManualClock::new()))
             .prefix("h")
             .timeout(Duration::from_secs(5))
             .connect(server.url())

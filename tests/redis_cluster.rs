@@ -35,8 +35,8 @@ fn five(n: u64) -> Vec<Policy> {
     vec![
         Policy::cell(n - 1, 1, Duration::from_secs(3600)).unwrap(),
         Policy::sliding_log(n, w).unwrap(),
-        Policy::fixed_window(n, Duration::from_secs(3600)).unwrap(),
-        Policy::sliding_window(n, Duration::from_secs(3600)).unwrap(),
+        Policy::fixed_window(n, Duration::from_secs(86_400)).unwrap(),
+        Policy::sliding_window(n, Duration::from_secs(86_400)).unwrap(),
         Policy::concurrency_with_lease(n, w).unwrap(),
     ]
 }
