@@ -298,12 +298,10 @@ impl<C: Clock> MemoryStore<C> {
     #[inline]
     fn locate(&self, key: &[u8]) -> (u64, usize) {
         let hash = self.inner.hasher.hash_one(key);
-        // Top bits pick the shard; the map uses the low bits for buckets.
-        let index = if self.inner.shard_bits == 0 {
-            0
-        } else {
-            (hash >> (64 - self.inner.shard_bits)) as usize
-        };
+        // Bits 32.. pick the shard: the map itself uses the low bits for the
+        // bucket and the top 7 as the probe tag, and both must still vary
+        // among the keys of one shard.
+        let index = ((hash >> 32) & ((1 << self.inner.shard_bits) - 1)) as usize;
         (hash, index)
     }
 
