@@ -31,7 +31,7 @@ LUA
   kill "$pid"; wait "$pid" 2>/dev/null || true; pid=
   rps=$(awk '/Requests\/sec/ {print $2}' <<<"$out")
   p99=$(awk '$1=="99%" {print $2}' <<<"$out")
-  non2xx=$(awk '/Non-2xx/ {print $4}' <<<"$out")
+  non2xx=$(awk '/Non-2xx/ {print $NF}' <<<"$out")
   printf '| %s | %s | %s | %s | %s |\n' "$1" "$2" "$rps" "$p99" "${non2xx:-0}"
 }
 
