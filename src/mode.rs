@@ -31,9 +31,13 @@ pub enum Mode {
     /// Wait for the quota, up to `max_wait` in all, then forward; answer 429
     /// when the wait would be longer (or the request can never fit).
     ///
-    /// The request sleeps for the decision's `retry_after` and is checked
-    /// again, at most [`MAX_DELAY_ATTEMPTS`] times; a request that loses the
-    /// race for a freed slot waits again within the same budget.
+    /// GCRA rules (cell, funnel, token bucket) reserve the next free slot
+    /// within the remaining budget in the same store call: the request then
+    /// sleeps until its slot and is forwarded without checking again, so
+    /// waiters queue behind each other instead of stampeding. Other rules
+    /// sleep for the decision's `retry_after` and are checked again, at most
+    /// [`MAX_DELAY_ATTEMPTS`] times; a request that loses the race for a
+    /// freed slot waits again within the same budget.
     Delay {
         /// The longest a request is held before it is rejected.
         max_wait: Duration,
