@@ -105,7 +105,7 @@ pub(crate) fn rejection_response(
     let mut response = match format {
         BodyFormat::Custom(f) => f(rejection),
         BodyFormat::PlainText => {
-            let mut r = Response::new(Bytes::from(format!("{rejection}\n")));
+            let mut r = Response::new(plain_text(rejection));
             r.headers_mut().insert(
                 CONTENT_TYPE,
                 HeaderValue::from_static("text/plain; charset=utf-8"),
@@ -194,21 +194,57 @@ pub(crate) fn policy_value(rules: &[RuleMeta]) -> Option<HeaderValue> {
     HeaderValue::try_from(s).ok()
 }
 
-/// `"reply";r=0;t=42, "day";r=97;t=86400`.
+/// `"reply";r=0;t=42, "day";r=97;t=86400`. Written byte by byte: this runs
+/// for every 429 (and every response with headers on), where `core::fmt`
+/// cost more than the rate-limit check itself.
 pub(crate) fn ratelimit_value(info: &RateLimitInfo) -> Option<HeaderValue> {
-    let mut s = String::with_capacity(info.entries().len() * 24);
+    let mut s = Vec::with_capacity(info.entries().len() * 32);
     for (i, (name, _, d)) in info.iter().enumerate() {
         if i > 0 {
-            s.push_str(", ");
+            s.extend_from_slice(b", ");
         }
-        let _ = write!(
-            s,
-            "\"{name}\";r={};t={}",
-            d.remaining.min(SF_INT_MAX),
-            ceil_secs(d.reset_after).min(SF_INT_MAX)
-        );
+        s.push(b'"');
+        s.extend_from_slice(name.as_bytes());
+        s.extend_from_slice(b"\";r=");
+        push_u64(&mut s, d.remaining.min(SF_INT_MAX));
+        s.extend_from_slice(b";t=");
+        push_u64(&mut s, ceil_secs(d.reset_after).min(SF_INT_MAX));
     }
-    HeaderValue::try_from(s).ok()
+    HeaderValue::from_maybe_shared(Bytes::from(s)).ok()
+}
+
+/// The plain-text body; the common 429 without `core::fmt`.
+fn plain_text(rejection: &Rejection<'_>) -> Bytes {
+    match rejection {
+        Rejection::Limited(info) => match info.retry_after_secs() {
+            Some(secs) => {
+                let mut s = Vec::with_capacity(48);
+                s.extend_from_slice(b"Too many requests: try again in ");
+                push_u64(&mut s, secs);
+                s.extend_from_slice(b" s.\n");
+                Bytes::from(s)
+            }
+            None => Bytes::from_static(
+                b"Too many requests: this request exceeds the limit and can never be admitted.\n",
+            ),
+        },
+        other => Bytes::from(format!("{other}\n")),
+    }
+}
+
+/// Appends `n` in decimal.
+fn push_u64(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
 }
 
 /// An RFC 9457 problem document.
@@ -249,6 +285,15 @@ mod tests {
     use crate::info::{Entry, Meta};
     use crate::{Decision, Policy};
     use std::time::Duration;
+
+    #[test]
+    fn decimal_digits_match_display() {
+        for n in [0, 7, 10, 99, 1_000_000, SF_INT_MAX, u64::MAX] {
+            let mut out = Vec::new();
+            push_u64(&mut out, n);
+            assert_eq!(out, n.to_string().into_bytes());
+        }
+    }
 
     fn meta(legacy: bool) -> Arc<Meta> {
         let rules: Box<[RuleMeta]> = vec![
