@@ -16,7 +16,7 @@
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockWriteGuard, Weak};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockWriteGuard};
 use std::time::Duration;
 
 use super::{Rule, Store, StoreError};
@@ -24,8 +24,11 @@ use crate::clock::{Clock, SystemClock};
 use crate::decision::{Decision, PermitId};
 use crate::policy::Policy;
 
+mod builder;
+mod multi;
 mod slot;
 
+pub use builder::MemoryStoreBuilder;
 use slot::Slot;
 
 /// Default cap on live keys.
@@ -153,93 +156,6 @@ impl<C: Clock> std::fmt::Debug for MemoryStore<C> {
             .field("max_keys", &self.inner.max_keys)
             .field("len", &self.len())
             .finish()
-    }
-}
-
-/// Builds a [`MemoryStore`] with explicit limits and clock.
-#[derive(Debug)]
-pub struct MemoryStoreBuilder<C> {
-    clock: C,
-    max_keys: usize,
-    shards: usize,
-    sweep_interval: Option<Duration>,
-}
-
-impl MemoryStoreBuilder<SystemClock> {
-    fn new() -> Self {
-        MemoryStoreBuilder {
-            clock: SystemClock::new(),
-            max_keys: DEFAULT_MAX_KEYS,
-            shards: 64,
-            sweep_interval: Some(DEFAULT_SWEEP_INTERVAL),
-        }
-    }
-}
-
-impl<C: Clock> MemoryStoreBuilder<C> {
-    /// The clock (a [`ManualClock`](crate::clock::ManualClock) in tests).
-    pub fn clock<C2: Clock>(self, clock: C2) -> MemoryStoreBuilder<C2> {
-        MemoryStoreBuilder {
-            clock,
-            max_keys: self.max_keys,
-            shards: self.shards,
-            sweep_interval: self.sweep_interval,
-        }
-    }
-
-    /// Cap on live keys (default [`DEFAULT_MAX_KEYS`]); at least one per shard.
-    pub fn max_keys(mut self, max_keys: usize) -> Self {
-        self.max_keys = max_keys.max(1);
-        self
-    }
-
-    /// Number of lock shards, rounded up to a power of two (default 64).
-    pub fn shards(mut self, shards: usize) -> Self {
-        self.shards = shards.clamp(1, 1 << 16);
-        self
-    }
-
-    /// How often the background thread sweeps cold keys; `None` disables it
-    /// (shards are still swept as they grow). Default [`DEFAULT_SWEEP_INTERVAL`].
-    pub fn sweep_interval(mut self, every: Option<Duration>) -> Self {
-        self.sweep_interval = every;
-        self
-    }
-
-    /// Builds the store, starting the janitor thread if enabled.
-    pub fn build(self) -> MemoryStore<C> {
-        let shards = self.shards.next_power_of_two();
-        let shards = shards.min(self.max_keys.next_power_of_two()).max(1);
-        let inner = Arc::new(Inner {
-            clock: self.clock,
-            hasher: foldhash::fast::RandomState::default(),
-            shards: (0..shards).map(|_| RwLock::new(Shard::new())).collect(),
-            shard_bits: shards.trailing_zeros(),
-            max_keys: self.max_keys,
-            live: AtomicUsize::new(0),
-            next_permit: AtomicU64::new(1),
-            janitor: Mutex::new(None),
-        });
-        if let Some(every) = self.sweep_interval {
-            spawn_janitor(&inner, every);
-        }
-        MemoryStore { inner }
-    }
-}
-
-fn spawn_janitor<C: Clock>(inner: &Arc<Inner<C>>, every: Duration) {
-    let weak: Weak<Inner<C>> = Arc::downgrade(inner);
-    let spawned = std::thread::Builder::new()
-        .name("tower-throttle-janitor".into())
-        .spawn(move || loop {
-            std::thread::park_timeout(every);
-            let Some(inner) = weak.upgrade() else { return };
-            MemoryStore { inner }.sweep();
-        });
-    // Without the thread, shards are still swept as they grow.
-    if let Ok(handle) = spawned {
-        *inner.janitor.lock().unwrap_or_else(PoisonError::into_inner) =
-            Some(handle.thread().clone());
     }
 }
 
@@ -377,90 +293,6 @@ impl<C: Clock> MemoryStore<C> {
         }
         self.inner.live.fetch_add(extra, Ordering::Relaxed);
         Ok(())
-    }
-
-    /// Decides several rules atomically, synchronously. [`Store::check_all`] calls this.
-    pub fn check_all_sync(&self, rules: &[Rule<'_>]) -> Result<Vec<Decision>, StoreError> {
-        if let [rule] = rules {
-            return self.check_sync(*rule).map(|d| vec![d]);
-        }
-        let now = self.inner.clock.now_ns();
-        let located: Vec<(u64, usize)> = rules.iter().map(|r| self.locate(r.key)).collect();
-        let mut hashes: Vec<u64> = located.iter().map(|&(h, _)| h).collect();
-        hashes.sort_unstable();
-        if hashes.windows(2).any(|w| w[0] == w[1]) {
-            return Err(StoreError::InvalidRequest("two rules name the same key"));
-        }
-        let mut order: Vec<usize> = located.iter().map(|&(_, s)| s).collect();
-        order.sort_unstable();
-        order.dedup();
-        // Lock in index order so concurrent multi-rule checks cannot deadlock.
-        let mut guards: Vec<(usize, RwLockWriteGuard<'_, Shard>)> =
-            order.iter().map(|&i| (i, write(self.shard(i)))).collect();
-        let guard_of = |i: usize| order.binary_search(&i).unwrap_or(0);
-        let permits: Vec<Option<PermitId>> = rules
-            .iter()
-            .map(|r| r.policy.is_concurrency().then(|| self.next_permit()))
-            .collect();
-
-        let mut decisions = Vec::with_capacity(rules.len());
-        let mut new_keys = vec![0usize; order.len()];
-        for ((rule, &(hash, shard)), &permit) in rules.iter().zip(&located).zip(&permits) {
-            let g = guard_of(shard);
-            let existing = guards[g].1.slots.get(&hash);
-            let live = existing.and_then(|s| s.peek_as(rule.policy, now, rule.cost, permit));
-            let d = match live {
-                Some(d) => d,
-                None => {
-                    new_keys[g] += usize::from(rule.cost > 0 && existing.is_none());
-                    Slot::fresh(rule.policy)
-                        .peek_as(rule.policy, now, rule.cost, permit)
-                        .expect("a fresh slot matches its policy")
-                }
-            };
-            decisions.push(d);
-        }
-        if !super::all_allowed(&decisions) {
-            // Nothing is charged: rules that would have passed report a peek.
-            for ((rule, &(hash, shard)), d) in rules.iter().zip(&located).zip(&mut decisions) {
-                if d.allowed {
-                    let slot = guards[guard_of(shard)].1.slots.get(&hash);
-                    let peek = slot.and_then(|s| s.peek_as(rule.policy, now, 0, None));
-                    *d = peek.unwrap_or_else(|| {
-                        Slot::fresh(rule.policy)
-                            .peek_as(rule.policy, now, 0, None)
-                            .expect("a fresh slot matches its policy")
-                    });
-                }
-            }
-            return Ok(decisions);
-        }
-        for (g, &extra) in new_keys.iter().enumerate() {
-            if extra > 0 {
-                self.make_room(&mut guards[g].1, now, extra)?;
-            }
-        }
-        for ((rule, &(hash, shard)), &permit) in rules.iter().zip(&located).zip(&permits) {
-            if rule.cost == 0 {
-                continue;
-            }
-            let shard = &mut guards[guard_of(shard)].1;
-            let slot = shard
-                .slots
-                .entry(hash)
-                .or_insert_with(|| Slot::fresh(rule.policy));
-            if !slot.matches(rule.policy) {
-                *slot = Slot::fresh(rule.policy);
-            }
-            let d = slot.check(rule.policy, now, rule.cost, permit);
-            debug_assert!(
-                d.is_some_and(|d| d.allowed),
-                "admitted under the same locks"
-            );
-            let at = slot.expires_at();
-            shard.next_expiry = shard.next_expiry.min(at);
-        }
-        Ok(decisions)
     }
 
     /// Gives `amount` units back to `key`.
