@@ -98,6 +98,7 @@
 
 mod batch;
 mod breaker;
+mod builder;
 mod cell;
 mod deny;
 mod error;
@@ -111,19 +112,20 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
 use redis::{IntoConnectionInfo, Script, Value};
 use tokio::sync::{mpsc, oneshot};
 
+pub use builder::{RedisStoreBuilder, TimeSource};
 pub use cell::CellStore;
 pub use keys::{HashTag, MAX_RAW_KEY};
 
 use self::batch::{Job, JobRule, Outcome};
+use self::builder::{BatchConfig, Config};
 use self::deny::DenyCache;
 use self::error::timed;
 use self::params::Params;
-use crate::clock::Clock;
 use crate::decision::{Decision, PermitId};
 use crate::policy::Policy;
 use crate::store::{Rule, Store, StoreError};
@@ -186,236 +188,6 @@ fn check_script<'a>(policies: impl IntoIterator<Item = &'a Policy>) -> &'static 
         "l" => &CHECK_L,
         "c" => &CHECK_C,
         _ => &CHECK,
-    }
-}
-
-/// Where the scripts take `now` from.
-#[derive(Clone, Default)]
-#[non_exhaustive]
-pub enum TimeSource {
-    /// The Redis server's `TIME` (default). Use this in production: every app
-    /// instance sees one clock, however skewed their own clocks are.
-    #[default]
-    Server,
-    /// A clock in this process, sent with every call (truncated to whole
-    /// microseconds). For deterministic tests with a
-    /// [`ManualClock`](crate::clock::ManualClock): several instances with
-    /// skewed clocks would disagree, and the server still expires keys on its
-    /// own clock (see [`RedisStoreBuilder::ttl_padding`]).
-    Client(Arc<dyn Clock>),
-}
-
-impl TimeSource {
-    /// [`TimeSource::Client`] from any clock.
-    pub fn client(clock: impl Clock) -> Self {
-        TimeSource::Client(Arc::new(clock))
-    }
-}
-
-impl fmt::Debug for TimeSource {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            TimeSource::Server => "Server",
-            TimeSource::Client(_) => "Client",
-        })
-    }
-}
-
-#[derive(Clone, Copy, Debug)]
-struct BatchConfig {
-    enabled: bool,
-    max: usize,
-    queue: usize,
-    in_flight: usize,
-}
-
-#[derive(Debug)]
-struct Config {
-    prefix: String,
-    timeout: Duration,
-    time: TimeSource,
-    tag: HashTag,
-    ttl_padding_ms: u64,
-    cluster: bool,
-    batch: BatchConfig,
-    deny_cache: usize,
-    /// Stops sending while a single server is unresponsive (no offline queue).
-    breaker: breaker::Breaker,
-}
-
-impl Config {
-    /// `now` for the scripts: empty for server time, else µs.
-    fn now_arg(&self) -> Result<String, StoreError> {
-        match &self.time {
-            TimeSource::Server => Ok(String::new()),
-            TimeSource::Client(clock) => {
-                let us = clock.now_ns() / 1000;
-                if us >= params::MAX_NOW_US {
-                    return Err(StoreError::Unsupported(
-                        "a client clock at or beyond 2^52 µs on Redis",
-                    ));
-                }
-                Ok(us.to_string())
-            }
-        }
-    }
-}
-
-/// Configures a [`RedisStore`] or [`RedisClusterStore`].
-#[derive(Debug)]
-pub struct RedisStoreBuilder {
-    prefix: String,
-    timeout: Duration,
-    time: TimeSource,
-    tag: HashTag,
-    ttl_padding: Duration,
-    batch: BatchConfig,
-    deny_cache: usize,
-}
-
-impl RedisStoreBuilder {
-    /// Prefix of every key (default [`DEFAULT_PREFIX`]); no `{` or `}`.
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// Bound on every call, connecting included (default [`DEFAULT_TIMEOUT`]);
-    /// a call that takes longer fails with [`StoreError::Timeout`].
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout.max(Duration::from_millis(1));
-        self
-    }
-
-    /// Where `now` comes from (default [`TimeSource::Server`]).
-    pub fn time_source(mut self, time: TimeSource) -> Self {
-        self.time = time;
-        self
-    }
-
-    /// How keys are assigned hash tags (default [`HashTag::PerKey`]).
-    pub fn hash_tag(mut self, tag: HashTag) -> Self {
-        self.tag = tag;
-        self
-    }
-
-    /// Extra lifetime added to every key's TTL (default zero: keys live
-    /// exactly as long as their state matters, rounded up to the ms). Only
-    /// for a [`TimeSource::Client`] clock that runs slower than real time, as
-    /// a frozen test clock does; keep it zero in production.
-    pub fn ttl_padding(mut self, padding: Duration) -> Self {
-        self.ttl_padding = padding;
-        self
-    }
-
-    /// Whether checks waiting at the same moment are sent together, as one
-    /// script call that evaluates them in order (default on; see the
-    /// [module docs](self#batching)). Off, every check is its own `EVALSHA`.
-    pub fn batching(mut self, on: bool) -> Self {
-        self.batch.enabled = on;
-        self
-    }
-
-    /// Most checks in one script call (default [`DEFAULT_MAX_BATCH`], at
-    /// least 1): bounds how long one call holds Redis's single thread.
-    pub fn max_batch(mut self, checks: usize) -> Self {
-        self.batch.max = checks.max(1);
-        self
-    }
-
-    /// Capacity of the queue of checks waiting to be batched (default
-    /// [`DEFAULT_BATCH_QUEUE`], at least 1). When it is full, callers wait
-    /// for room (backpressure) within their store timeout, then fail with
-    /// [`StoreError::Timeout`]: nothing queues without bound.
-    pub fn batch_queue(mut self, checks: usize) -> Self {
-        self.batch.queue = checks.max(1);
-        self
-    }
-
-    /// Most batches on the connection at once (default
-    /// [`DEFAULT_BATCHES_IN_FLIGHT`], at least 1): while that many are out,
-    /// new checks gather into the next batch.
-    pub fn batches_in_flight(mut self, batches: usize) -> Self {
-        self.batch.in_flight = batches.max(1);
-        self
-    }
-
-    /// Capacity, in keys, of the local denial cache (default
-    /// [`DEFAULT_DENY_CACHE`]; 0 turns it off): a denied hot key is answered
-    /// in process until Redis would admit it again, never admitting what
-    /// Redis would deny (see the [module docs](self#the-denial-cache)).
-    pub fn deny_cache(mut self, keys: usize) -> Self {
-        self.deny_cache = keys;
-        self
-    }
-
-    fn config(self, cluster: bool) -> Result<Config, StoreError> {
-        if self.prefix.contains(['{', '}']) {
-            return Err(StoreError::InvalidRequest(
-                "the Redis key prefix may not contain `{` or `}`",
-            ));
-        }
-        Ok(Config {
-            prefix: self.prefix,
-            timeout: self.timeout,
-            time: self.time,
-            tag: self.tag,
-            ttl_padding_ms: u64::try_from(self.ttl_padding.as_millis()).unwrap_or(u64::MAX),
-            cluster,
-            batch: self.batch,
-            deny_cache: self.deny_cache,
-            breaker: breaker::Breaker::default(),
-        })
-    }
-
-    /// Connects to one Redis server (`redis://host:port/db`) through a
-    /// [`ConnectionManager`] that reconnects by itself. Connection and
-    /// response timeouts are the store timeout and reconnection retries are
-    /// few, so calls fail fast (per the layer's fail mode) while Redis is down
-    /// instead of queueing.
-    pub async fn connect(self, info: impl IntoConnectionInfo) -> Result<RedisStore, StoreError> {
-        let t = self.timeout;
-        let cfg = self.config(false)?;
-        let client = redis::Client::open(info).map_err(|e| error::map(e, t))?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(t))
-            .set_response_timeout(Some(t))
-            .set_number_of_retries(2)
-            .set_min_delay(Duration::from_millis(10))
-            .set_max_delay(t.max(Duration::from_millis(100)));
-        let conn = timed(t, ConnectionManager::new_with_config(client, config)).await?;
-        let store = RedisStore::with_config(conn, cfg);
-        store.load_scripts().await?;
-        Ok(store)
-    }
-
-    /// Connects to a Redis Cluster through any of its nodes. Multi-rule
-    /// checks need keys with one hash tag: see [`HashTag`].
-    pub async fn connect_cluster<T: IntoConnectionInfo>(
-        self,
-        nodes: impl IntoIterator<Item = T>,
-    ) -> Result<RedisClusterStore, StoreError> {
-        let t = self.timeout;
-        let cfg = self.config(true)?;
-        let client = redis::cluster::ClusterClientBuilder::new(nodes)
-            .connection_timeout(t)
-            .response_timeout(t)
-            .retries(2)
-            .build()
-            .map_err(|e| error::map(e, t))?;
-        let conn = timed(t, client.get_async_connection()).await?;
-        let store = RedisStore::with_config(conn, cfg);
-        store.load_scripts().await?;
-        Ok(store)
-    }
-
-    /// A store over a connection you made yourself (any redis-rs async
-    /// connection). `cluster` enforces one hash tag per multi-rule check.
-    pub fn build<C>(self, conn: C, cluster: bool) -> Result<RedisStore<C>, StoreError>
-    where
-        C: ConnectionLike + Clone + Send + Sync + 'static,
-    {
-        Ok(RedisStore::with_config(conn, self.config(cluster)?))
     }
 }
 
