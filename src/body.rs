@@ -13,7 +13,9 @@ pin_project! {
     ///
     /// It has the inner body's `Data` type (which must be buildable from
     /// [`Bytes`], as axum's and hyper's are), so the layer needs no boxing and
-    /// works over any body.
+    /// works over any body. When the request holds concurrency permits, the
+    /// body holds them until it has been read to the end (or dropped): a
+    /// streamed download counts as in flight until its last byte.
     #[derive(Debug)]
     pub struct ThrottleBody<B> {
         #[pin]
@@ -25,8 +27,23 @@ pin_project! {
     #[project = KindProj]
     #[derive(Debug)]
     enum Kind<B> {
-        Inner { #[pin] body: B },
+        Inner { #[pin] body: B, guard: Option<Guard> },
         Full { data: Option<Bytes> },
+    }
+}
+
+/// Something held until the body ends (the request's concurrency permits).
+pub(crate) struct Guard(#[allow(dead_code)] Box<dyn Send + Sync>);
+
+impl std::fmt::Debug for Guard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Guard")
+    }
+}
+
+impl Guard {
+    pub(crate) fn new(held: impl Send + Sync + 'static) -> Self {
+        Guard(Box::new(held))
     }
 }
 
@@ -34,7 +51,14 @@ impl<B> ThrottleBody<B> {
     /// Wraps the inner service's body.
     pub fn inner(body: B) -> Self {
         ThrottleBody {
-            kind: Kind::Inner { body },
+            kind: Kind::Inner { body, guard: None },
+        }
+    }
+
+    /// Wraps the inner service's body, holding `guard` until it ends.
+    pub(crate) fn inner_holding(body: B, guard: Option<Guard>) -> Self {
+        ThrottleBody {
+            kind: Kind::Inner { body, guard },
         }
     }
 
@@ -61,21 +85,28 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         match self.project().kind.project() {
-            KindProj::Inner { body } => body.poll_frame(cx),
+            KindProj::Inner { body, guard } => {
+                let frame = body.poll_frame(cx);
+                // The end of the body (or its failure) ends the request's hold.
+                if matches!(frame, Poll::Ready(None | Some(Err(_)))) {
+                    guard.take();
+                }
+                frame
+            }
             KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d.into())))),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match &self.kind {
-            Kind::Inner { body } => body.is_end_stream(),
+            Kind::Inner { body, .. } => body.is_end_stream(),
             Kind::Full { data } => data.is_none(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
-            Kind::Inner { body } => body.size_hint(),
+            Kind::Inner { body, .. } => body.size_hint(),
             Kind::Full { data } => {
                 SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
             }

@@ -9,7 +9,7 @@ use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use crate::body::ThrottleBody;
+use crate::body::{Guard, ThrottleBody};
 use crate::check::{Forwarding, Outcome, Permits};
 use crate::info::RateLimitInfo;
 use crate::response::add_headers;
@@ -175,10 +175,12 @@ where
                     permits,
                 } => {
                     let result = ready!(future.poll(cx));
-                    // The inner future is done: release concurrency permits now.
-                    drop(permits.take());
+                    // Concurrency permits stay held until the response body
+                    // ends (or is dropped), or now if the inner service failed.
+                    let guard = permits.take().map(Guard::new);
                     return Poll::Ready(result.map(|response| {
-                        let mut response = response.map(ThrottleBody::inner);
+                        let mut response =
+                            response.map(|body| ThrottleBody::inner_holding(body, guard));
                         if let Some(info) = headers.take() {
                             add_headers(response.headers_mut(), &info);
                         }

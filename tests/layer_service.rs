@@ -332,3 +332,37 @@ async fn delay_mode_reserves_gcra_slots_without_rechecking() {
     );
     assert_eq!(calls.load(Ordering::SeqCst), 6);
 }
+
+/// A concurrency permit covers the whole response: it is held while the body
+/// is unread (a streamed download is still in flight) and released once the
+/// body has been read to its end, or dropped.
+#[tokio::test]
+async fn concurrency_permits_last_until_the_body_ends() {
+    use http_body_util::BodyExt;
+    let (inner, _) = counting(None);
+    let svc = ThrottleLayer::new(MemoryStore::new(), Policy::concurrency(1).unwrap())
+        .key(Global)
+        .layer(inner);
+    let first = svc.clone().oneshot(request()).await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    let second = svc.clone().oneshot(request()).await.unwrap();
+    assert_eq!(
+        second.status(),
+        StatusCode::TOO_MANY_REQUESTS,
+        "the first body is not read yet"
+    );
+    first.into_body().collect().await.unwrap();
+    let third = svc.clone().oneshot(request()).await.unwrap();
+    assert_eq!(
+        third.status(),
+        StatusCode::OK,
+        "released at the end of the body"
+    );
+    drop(third);
+    let fourth = svc.oneshot(request()).await.unwrap();
+    assert_eq!(
+        fourth.status(),
+        StatusCode::OK,
+        "released when the body is dropped"
+    );
+}
