@@ -409,6 +409,20 @@ fn every_key_has_a_ttl_within_the_policy_bound() {
 
 // ------------------------------------------------------------ server time ---
 
+/// Sends `n` checks alternately through two store instances; counts the admitted.
+async fn alternate<A: Store, B: Store>(a: &A, b: &B, rule: Rule<'_>, n: usize) -> u64 {
+    let mut admitted = 0;
+    for i in 0..n {
+        let d = if i % 2 == 0 {
+            a.check(rule).await
+        } else {
+            b.check(rule).await
+        };
+        admitted += u64::from(d.unwrap().allowed);
+    }
+    admitted
+}
+
 #[test]
 fn skewed_app_clocks_are_irrelevant_with_server_time() {
     let server = RedisServer::start();
@@ -418,17 +432,7 @@ fn skewed_app_clocks_are_irrelevant_with_server_time() {
         // Two app instances whose own clocks are hours apart, on server time.
         let a = RedisStore::connect(server.url()).await.unwrap();
         let b = RedisStore::connect(server.url()).await.unwrap();
-        let mut admitted = 0;
-        for i in 0..30 {
-            let d = if i % 2 == 0 {
-                a.check(rule)
-            } else {
-                b.check(rule)
-            }
-            .await
-            .unwrap();
-            admitted += u64::from(d.allowed);
-        }
+        let admitted = alternate(&a, &b, rule, 30).await;
         assert_eq!(admitted, 10);
         let (da, db) = (a.check(rule).await.unwrap(), b.check(rule).await.unwrap());
         let diff = da.reset_after.abs_diff(db.reset_after);
@@ -441,17 +445,7 @@ fn skewed_app_clocks_are_irrelevant_with_server_time() {
         let a = client_store(&server.url(), &early).await;
         let b = client_store(&server.url(), &late).await;
         let rule = Rule::new(b"skewed", &p, 1);
-        let mut admitted = 0;
-        for i in 0..30 {
-            let d = if i % 2 == 0 {
-                a.check(rule)
-            } else {
-                b.check(rule)
-            }
-            .await
-            .unwrap();
-            admitted += u64::from(d.allowed);
-        }
+        let admitted = alternate(&a, &b, rule, 30).await;
         assert!(
             admitted > 10,
             "client clocks skewed by 2 h over-admit: {admitted}"
