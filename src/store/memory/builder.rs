@@ -21,7 +21,7 @@ impl MemoryStoreBuilder<SystemClock> {
         MemoryStoreBuilder {
             clock: SystemClock::new(),
             max_keys: DEFAULT_MAX_KEYS,
-            shards: 64,
+            shards: 256,
             sweep_interval: Some(DEFAULT_SWEEP_INTERVAL),
         }
     }
@@ -44,7 +44,7 @@ impl<C: Clock> MemoryStoreBuilder<C> {
         self
     }
 
-    /// Number of lock shards, rounded up to a power of two (default 64).
+    /// Number of lock shards, rounded up to a power of two (default 256).
     pub fn shards(mut self, shards: usize) -> Self {
         self.shards = shards.clamp(1, 1 << 16);
         self
