@@ -9,31 +9,18 @@ use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use http::{HeaderName, HeaderValue, Request, Response};
+use http::{HeaderValue, Request, Response};
 use tower::{Layer, Service, ServiceExt};
 use tower_governor::governor::GovernorConfigBuilder;
-use tower_governor::key_extractor::KeyExtractor;
-use tower_governor::{GovernorError, GovernorLayer};
+use tower_governor::GovernorLayer;
 use tower_throttle::key::HeaderKey;
 use tower_throttle::{MemoryStore, Policy, ThrottleLayer};
 
+#[path = "common/user_header.rs"]
+mod user_header;
+use user_header::{UserHeader, USER};
+
 const USERS: usize = 10_000;
-const USER: HeaderName = HeaderName::from_static("x-user");
-
-/// tower_governor keyed by the same header as ours.
-#[derive(Clone)]
-struct UserHeader;
-
-impl KeyExtractor for UserHeader {
-    type Key = HeaderValue;
-
-    fn extract<T>(&self, req: &Request<T>) -> Result<Self::Key, GovernorError> {
-        req.headers()
-            .get(&USER)
-            .cloned()
-            .ok_or(GovernorError::UnableToExtractKey)
-    }
-}
 
 fn inner() -> impl Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone {
     tower::service_fn(|_req: Request<Body>| async { Ok(Response::new(Body::from("ok"))) })

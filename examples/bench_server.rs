@@ -9,28 +9,14 @@ use std::time::Duration;
 
 use axum::routing::get;
 use axum::Router;
-use http::{HeaderName, HeaderValue, Request};
 use tower_governor::governor::GovernorConfigBuilder;
-use tower_governor::key_extractor::KeyExtractor;
-use tower_governor::{GovernorError, GovernorLayer};
+use tower_governor::GovernorLayer;
 use tower_throttle::key::HeaderKey;
 use tower_throttle::{MemoryStore, Policy, ThrottleLayer};
 
-const USER: HeaderName = HeaderName::from_static("x-user");
-
-#[derive(Clone)]
-struct UserHeader;
-
-impl KeyExtractor for UserHeader {
-    type Key = HeaderValue;
-
-    fn extract<T>(&self, req: &Request<T>) -> Result<Self::Key, GovernorError> {
-        req.headers()
-            .get(&USER)
-            .cloned()
-            .ok_or(GovernorError::UnableToExtractKey)
-    }
-}
+#[path = "../benches/common/user_header.rs"]
+mod user_header;
+use user_header::{UserHeader, USER};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();

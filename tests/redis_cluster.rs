@@ -7,18 +7,10 @@ mod redis_support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis_support::RedisCluster;
+use redis_support::{runtime, RedisCluster};
 use tower_throttle::clock::ManualClock;
 use tower_throttle::store::redis::{HashTag, RedisClusterStore, RedisStore, TimeSource};
 use tower_throttle::{Decision, MemoryStore, PermitId, Policy, Rule, Store, StoreError};
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 async fn store(cluster: &RedisCluster, tag: HashTag) -> RedisClusterStore {
     RedisStore::builder()

@@ -29,7 +29,7 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use redis::aio::ConnectionLike;
-use redis_support::{RedisCluster, RedisServer};
+use redis_support::{runtime, RedisCluster, RedisServer};
 use tower::{ServiceBuilder, ServiceExt};
 use tower_throttle::key::HeaderKey;
 use tower_throttle::store::redis::RedisStore;
@@ -48,14 +48,6 @@ const FAULT: Duration = Duration::from_millis(1500);
 fn policy() -> Policy {
     // A day: an hour boundary passing mid-test would reset the count.
     Policy::fixed_window(BOUND, Duration::from_secs(86_400)).unwrap()
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
 }
 
 /// Which path a request took.

@@ -230,3 +230,12 @@ impl Drop for RedisCluster {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// A two-worker runtime for tests that drive several stores at once.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
