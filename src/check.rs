@@ -56,6 +56,13 @@ impl Default for Settings {
 }
 
 impl Settings {
+    /// Whether an admitted request needs its [`RateLimitInfo`] (for the
+    /// request extension or the response headers).
+    pub(crate) fn info_on_allowed(&self) -> bool {
+        let f = self.forwarding();
+        f.headers || f.request_info
+    }
+
     /// What an admitted request carries forward.
     pub(crate) fn forwarding(&self) -> Forwarding {
         Forwarding {
@@ -257,6 +264,21 @@ pub(crate) fn evaluate_now<St: Store>(shared: &Shared<St>, plan: &Plan) -> Optio
         ActiveRules::One(a) => {
             let rule = Rule::new(plan.key(a), &shared.rules[a.rule].policy, a.cost);
             let decision = shared.store.check_now(rule)?;
+            if let Ok(d) = &decision {
+                // The common case, admitted with nothing to carry forward:
+                // no `RateLimitInfo` (and no shared-meta reference count) at all.
+                if d.allowed
+                    && d.permit.is_none()
+                    && !shared.settings.info_on_allowed()
+                    && !tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG)
+                {
+                    count("allowed");
+                    return Some(Outcome::Forward {
+                        info: None,
+                        permits: None,
+                    });
+                }
+            }
             decision.map(|decision| {
                 RateLimitInfo::one(
                     shared.meta.clone(),

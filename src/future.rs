@@ -37,11 +37,10 @@ pin_project! {
         S: Service<Request<ReqB>>,
         St: Store,
     {
+        // Boxed: only stores that answer asynchronously get here, and the
+        // request would otherwise make every response future a copy of it.
         Checking {
-            check: BoxCheck<St>,
-            service: Option<S>,
-            request: Option<Request<ReqB>>,
-            forwarding: Forwarding,
+            pending: Option<Box<Pending<S, ReqB, St>>>,
         },
         Calling {
             #[pin]
@@ -53,6 +52,14 @@ pin_project! {
             response: Option<Response<Bytes>>,
         },
     }
+}
+
+/// A request waiting for its check, with the service that will take it.
+pub(crate) struct Pending<S, ReqB, St: Store> {
+    check: BoxCheck<St>,
+    service: S,
+    request: Request<ReqB>,
+    forwarding: Forwarding,
 }
 
 impl<S, ReqB, St> ResponseFuture<S, ReqB, St>
@@ -68,10 +75,12 @@ where
     ) -> Self {
         ResponseFuture {
             state: State::Checking {
-                check,
-                service: Some(service),
-                request: Some(request),
-                forwarding,
+                pending: Some(Box::new(Pending {
+                    check,
+                    service,
+                    request,
+                    forwarding,
+                })),
             },
         }
     }
@@ -155,18 +164,21 @@ where
         let mut this = self.project();
         loop {
             match this.state.as_mut().project() {
-                StateProj::Checking {
-                    check,
-                    service,
-                    request,
-                    forwarding,
-                } => {
-                    let outcome = ready!(check.as_mut().poll(cx));
-                    let (Some(mut service), Some(request)) = (service.take(), request.take())
-                    else {
-                        panic!("ResponseFuture polled after completion");
+                StateProj::Checking { pending } => {
+                    let waiting = pending
+                        .as_mut()
+                        .expect("ResponseFuture polled after completion");
+                    let outcome = ready!(waiting.check.as_mut().poll(cx));
+                    let Some(pending) = pending.take() else {
+                        unreachable!("checked above");
                     };
-                    let next = State::decided(outcome, &mut service, request, *forwarding);
+                    let Pending {
+                        mut service,
+                        request,
+                        forwarding,
+                        ..
+                    } = *pending;
+                    let next = State::decided(outcome, &mut service, request, forwarding);
                     this.state.set(next);
                 }
                 StateProj::Calling {

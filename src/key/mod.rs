@@ -215,7 +215,7 @@ impl<'a> KeyWriter<'a> {
     /// Appends `bytes`, escaped.
     pub fn push(&mut self, bytes: &[u8]) {
         let mut rest = bytes;
-        while let Some(i) = rest.iter().position(|&b| needs_escape(b)) {
+        while let Some(i) = rest.iter().position(|&b| ESCAPED[usize::from(b)]) {
             self.buf.extend_from_slice(&rest[..i]);
             let b = rest[i];
             self.buf
@@ -251,9 +251,17 @@ impl fmt::Write for KeyWriter<'_> {
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
 
-fn needs_escape(b: u8) -> bool {
-    matches!(b, b'|' | b'%' | b'~') || b < 0x20 || b == 0x7f
-}
+/// Bytes written as `%hh`: the key separators, `%` itself, and controls.
+/// A table, so scanning a key part is one load per byte.
+static ESCAPED: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        table[b] = matches!(b as u8, b'|' | b'%' | b'~') || b < 0x20 || b == 0x7f;
+        b += 1;
+    }
+    table
+};
 
 /// The first 16 bytes of SHA-256, in hex: stable across processes and
 /// versions, so it can name keys in a shared store.
