@@ -35,6 +35,8 @@ pub(crate) struct Meta {
 pub(crate) struct RuleMeta {
     pub(crate) name: Arc<str>,
     pub(crate) policy: Policy,
+    /// This rule's `RateLimit` items of a 429, prebuilt.
+    pub(crate) exhausted: crate::response::ExhaustedItems,
 }
 
 #[derive(Clone)]

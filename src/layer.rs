@@ -290,6 +290,7 @@ impl<St: Store> ThrottleLayer<St> {
             .map(|l| RuleMeta {
                 name: l.name.clone(),
                 policy: l.policy,
+                exhausted: Default::default(),
             })
             .collect();
         let meta = Arc::new(Meta {

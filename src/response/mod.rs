@@ -20,6 +20,10 @@ use crate::decision::ceil_secs;
 use crate::info::{RateLimitInfo, RuleMeta};
 use crate::store::StoreError;
 
+mod cache;
+
+pub(crate) use cache::ExhaustedItems;
+
 /// `RateLimit-Policy`.
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 /// `RateLimit`.
@@ -106,6 +110,8 @@ pub(crate) fn rejection_response(
         BodyFormat::Custom(f) => f(rejection),
         BodyFormat::PlainText => {
             let mut r = Response::new(plain_text(rejection));
+            // Room for every header of a 429 at once: no growth, one allocation.
+            r.headers_mut().reserve(6);
             r.headers_mut().insert(
                 CONTENT_TYPE,
                 HeaderValue::from_static("text/plain; charset=utf-8"),
@@ -129,7 +135,7 @@ pub(crate) fn rejection_response(
         if let Some(secs) = info.retry_after_secs() {
             headers
                 .entry(RETRY_AFTER)
-                .or_insert_with(|| HeaderValue::from(secs));
+                .or_insert_with(|| cache::int_value(secs));
         }
         if info.meta().ietf_headers && !headers.contains_key(RATELIMIT) {
             add_ietf(headers, info);
@@ -163,11 +169,11 @@ fn add_ietf(headers: &mut HeaderMap, info: &RateLimitInfo) {
 
 fn add_legacy(headers: &mut HeaderMap, info: &RateLimitInfo) {
     let d = info.decision();
-    headers.insert(X_RATELIMIT_LIMIT, HeaderValue::from(d.limit));
-    headers.insert(X_RATELIMIT_REMAINING, HeaderValue::from(d.remaining));
+    headers.insert(X_RATELIMIT_LIMIT, cache::int_value(d.limit));
+    headers.insert(X_RATELIMIT_REMAINING, cache::int_value(d.remaining));
     headers.insert(
         X_RATELIMIT_RESET,
-        HeaderValue::from(ceil_secs(d.reset_after)),
+        cache::int_value(ceil_secs(d.reset_after)),
     );
 }
 
@@ -198,32 +204,40 @@ pub(crate) fn policy_value(rules: &[RuleMeta]) -> Option<HeaderValue> {
 /// for every 429 (and every response with headers on), where `core::fmt`
 /// cost more than the rate-limit check itself.
 pub(crate) fn ratelimit_value(info: &RateLimitInfo) -> Option<HeaderValue> {
+    if let [entry] = info.entries() {
+        if entry.decision.remaining == 0 {
+            let rule = &info.meta().rules[entry.rule];
+            let reset = ceil_secs(entry.decision.reset_after);
+            if let Some(value) = rule.exhausted.get(&rule.name, reset) {
+                return Some(value);
+            }
+        }
+    }
     let mut s = Vec::with_capacity(info.entries().len() * 32);
     for (i, (name, _, d)) in info.iter().enumerate() {
         if i > 0 {
             s.extend_from_slice(b", ");
         }
-        s.push(b'"');
-        s.extend_from_slice(name.as_bytes());
-        s.extend_from_slice(b"\";r=");
-        push_u64(&mut s, d.remaining.min(SF_INT_MAX));
-        s.extend_from_slice(b";t=");
-        push_u64(&mut s, ceil_secs(d.reset_after).min(SF_INT_MAX));
+        ratelimit_item(&mut s, name, d.remaining, ceil_secs(d.reset_after));
     }
     HeaderValue::from_maybe_shared(Bytes::from(s)).ok()
+}
+
+/// `"name";r=<remaining>;t=<reset_secs>`.
+fn ratelimit_item(s: &mut Vec<u8>, name: &str, remaining: u64, reset_secs: u64) {
+    s.push(b'"');
+    s.extend_from_slice(name.as_bytes());
+    s.extend_from_slice(b"\";r=");
+    push_u64(s, remaining.min(SF_INT_MAX));
+    s.extend_from_slice(b";t=");
+    push_u64(s, reset_secs.min(SF_INT_MAX));
 }
 
 /// The plain-text body; the common 429 without `core::fmt`.
 fn plain_text(rejection: &Rejection<'_>) -> Bytes {
     match rejection {
         Rejection::Limited(info) => match info.retry_after_secs() {
-            Some(secs) => {
-                let mut s = Vec::with_capacity(48);
-                s.extend_from_slice(b"Too many requests: try again in ");
-                push_u64(&mut s, secs);
-                s.extend_from_slice(b" s.\n");
-                Bytes::from(s)
-            }
+            Some(secs) => cache::retry_body(secs),
             None => Bytes::from_static(
                 b"Too many requests: this request exceeds the limit and can never be admitted.\n",
             ),
@@ -300,14 +314,17 @@ mod tests {
             RuleMeta {
                 name: "reply".into(),
                 policy: Policy::sliding_log(5, Duration::from_secs(60)).unwrap(),
+                exhausted: Default::default(),
             },
             RuleMeta {
                 name: "upload".into(),
                 policy: Policy::concurrency(2).unwrap(),
+                exhausted: Default::default(),
             },
             RuleMeta {
                 name: "post".into(),
                 policy: Policy::cell(15, 30, Duration::from_secs(3600)).unwrap(),
+                exhausted: Default::default(),
             },
         ]
         .into();

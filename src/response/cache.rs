@@ -1,0 +1,102 @@
+//! Prebuilt pieces of the common 429, so that a flood of denied requests
+//! allocates nothing beyond each response's own header map: small integers
+//! as header values, the plain-text body per `Retry-After`, and a rule's
+//! `RateLimit` item with nothing remaining.
+
+use std::sync::OnceLock;
+
+use bytes::Bytes;
+use http::HeaderValue;
+
+use super::{push_u64, ratelimit_item};
+
+/// Seconds below this come from the tables (a minute-scale limit's whole
+/// range); larger values are rendered per response.
+const CACHED: u64 = 128;
+
+/// `n` as a header value.
+pub(crate) fn int_value(n: u64) -> HeaderValue {
+    static SMALL: OnceLock<Box<[HeaderValue]>> = OnceLock::new();
+    match usize::try_from(n).ok().filter(|&n| n < CACHED as usize) {
+        Some(i) => SMALL.get_or_init(|| {
+            (0..CACHED)
+                .map(|n| static_value(n.to_string().into_bytes()))
+                .collect()
+        })[i]
+            .clone(),
+        None => HeaderValue::from(n),
+    }
+}
+
+/// The plain-text body of a 429 that may retry in `secs`.
+pub(crate) fn retry_body(secs: u64) -> Bytes {
+    static BODIES: OnceLock<Box<[Bytes]>> = OnceLock::new();
+    let render = |secs: u64| {
+        let mut s = Vec::with_capacity(48);
+        s.extend_from_slice(b"Too many requests: try again in ");
+        push_u64(&mut s, secs);
+        s.extend_from_slice(b" s.\n");
+        s
+    };
+    match usize::try_from(secs).ok().filter(|&s| s < CACHED as usize) {
+        Some(i) => BODIES.get_or_init(|| {
+            (0..CACHED)
+                .map(|s| Bytes::from_static(render(s).leak()))
+                .collect()
+        })[i]
+            .clone(),
+        None => Bytes::from(render(secs)),
+    }
+}
+
+/// One rule's `RateLimit` items with `r=0`, by `t`: what every 429 of a
+/// one-rule layer carries. Built on the layer's first denial.
+#[derive(Default)]
+pub(crate) struct ExhaustedItems(OnceLock<Box<[Option<HeaderValue>]>>);
+
+impl ExhaustedItems {
+    /// `"name";r=0;t=<reset_secs>`, if `reset_secs` is in the table.
+    pub(crate) fn get(&self, name: &str, reset_secs: u64) -> Option<HeaderValue> {
+        let i = usize::try_from(reset_secs)
+            .ok()
+            .filter(|&t| t < CACHED as usize)?;
+        let items = self.0.get_or_init(|| {
+            (0..CACHED)
+                .map(|t| {
+                    let mut s = Vec::with_capacity(name.len() + 16);
+                    ratelimit_item(&mut s, name, 0, t);
+                    HeaderValue::from_maybe_shared(Bytes::from(s)).ok()
+                })
+                .collect()
+        });
+        items.get(i).cloned().flatten()
+    }
+}
+
+/// A value over static bytes: cloning it touches no reference count. The
+/// tables are built once per process and live as long as it.
+fn static_value(bytes: Vec<u8>) -> HeaderValue {
+    HeaderValue::from_maybe_shared(Bytes::from_static(bytes.leak()))
+        .expect("digits are a valid header value")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cached_and_rendered_values_agree() {
+        for n in [0, 1, 9, 10, 99, 127, 128, 1000, u64::MAX] {
+            assert_eq!(int_value(n), HeaderValue::from(n), "{n}");
+            assert_eq!(
+                retry_body(n),
+                format!("Too many requests: try again in {n} s.\n"),
+                "{n}"
+            );
+        }
+        let items = ExhaustedItems::default();
+        assert_eq!(items.get("reply", 0).unwrap(), "\"reply\";r=0;t=0");
+        assert_eq!(items.get("reply", 127).unwrap(), "\"reply\";r=0;t=127");
+        assert!(items.get("reply", 128).is_none());
+    }
+}
