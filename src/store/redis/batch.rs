@@ -26,7 +26,7 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 use super::error::timed;
 use super::params::Params;
 use super::reply::{self, Checked, RuleReply};
-use super::{check_script, keys, Config};
+use super::{check_script, keys, Config, GCRA_BATCH};
 use crate::decision::PermitId;
 use crate::policy::Policy;
 use crate::store::StoreError;
@@ -109,6 +109,9 @@ pub(crate) async fn eval_checks<C>(
 where
     C: ConnectionLike + Clone + Send,
 {
+    if let Some(uniform) = uniform_gcra(checks) {
+        return eval_uniform_gcra(conn, cfg, checks, uniform).await;
+    }
     let script = check_script(checks.iter().flat_map(|c| c.iter()).map(|r| &r.policy));
     let n_keys: usize = checks.iter().map(|c| c.len()).sum();
     let mut cmd = redis::cmd("EVALSHA");
@@ -182,6 +185,57 @@ where
             checks.len()
         )));
     }
+    Ok((now_ns, out))
+}
+
+/// The one rule every check has, when every check is a single GCRA rule
+/// of one policy and cost.
+fn uniform_gcra<'a>(checks: &[&'a [JobRule]]) -> Option<&'a JobRule> {
+    let [first] = checks.first()? else {
+        return None;
+    };
+    let same =
+        |c: &&[JobRule]| matches!(c, [r] if r.policy == first.policy && r.cost == first.cost);
+    (first.params.code == "g" && checks.iter().all(same)).then_some(first)
+}
+
+/// [`eval_checks`] for a uniform GCRA batch: no per-check arguments, one
+/// number per check in the reply (`gcra_batch.lua`).
+async fn eval_uniform_gcra<C>(
+    conn: &C,
+    cfg: &Config,
+    checks: &[&[JobRule]],
+    rule: &JobRule,
+) -> Result<(u64, Vec<Result<Checked, StoreError>>), StoreError>
+where
+    C: ConnectionLike + Clone + Send,
+{
+    let script: &Script = &GCRA_BATCH;
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(checks.len());
+    for c in checks {
+        cmd.arg(&c[0].key[..]);
+    }
+    cmd.arg(cfg.now_arg()?)
+        .arg(cfg.ttl_padding_ms)
+        .arg(rule.params.p1)
+        .arg(rule.params.p2)
+        .arg(rule.params.script_cost(rule.cost));
+    let mut c = conn.clone();
+    let call = timed(cfg.timeout, query(&mut c, script, &cmd));
+    let v = cfg.breaker.guard(conn, cfg, call).await?;
+    let (now_ns, items) = reply::head(&v)?;
+    if items.len() != checks.len() {
+        return Err(StoreError::Protocol(format!(
+            "{} replies for {} checks",
+            items.len(),
+            checks.len()
+        )));
+    }
+    let out = items
+        .iter()
+        .map(|item| reply::uniform_gcra(&rule.policy, rule.cost, item, now_ns))
+        .collect::<Result<Vec<_>, _>>()?;
     Ok((now_ns, out))
 }
 

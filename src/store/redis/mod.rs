@@ -160,6 +160,8 @@ static CHECK: LazyLock<Script> = script!(
     "check.lua"
 );
 static CHECK_G: LazyLock<Script> = script!("gcra.lua", "check.lua");
+/// Single-rule GCRA checks under one policy and cost: see `gcra_batch.lua`.
+static GCRA_BATCH: LazyLock<Script> = script!("gcra.lua", "gcra_batch.lua");
 static CHECK_F: LazyLock<Script> = script!("fixed_window.lua", "check.lua");
 static CHECK_S: LazyLock<Script> = script!("sliding_window.lua", "check.lua");
 static CHECK_L: LazyLock<Script> = script!("sliding_log.lua", "check.lua");

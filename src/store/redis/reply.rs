@@ -257,7 +257,39 @@ pub(crate) fn check(
     Ok(Ok((out, first)))
 }
 
-/// Parses the reply of a batch of one check.
+/// One check of a uniform GCRA batch (`gcra_batch.lua`): the stored tat in
+/// µs when admitted, −tat − 1 when denied, or the check's own error. The
+/// outer error means the reply cannot be trusted at all.
+pub(crate) fn uniform_gcra(
+    policy: &Policy,
+    cost: u64,
+    item: &Value,
+    now_ns: u64,
+) -> Result<Result<Checked, StoreError>, StoreError> {
+    let (script_allowed, tat_us) = match item {
+        Value::Int(n) if *n >= 0 => (true, n.unsigned_abs()),
+        // −tat − 1 as an i64: −n − 1 ≥ 0 never overflows.
+        Value::Int(n) => (false, (-(n + 1)).unsigned_abs()),
+        Value::BulkString(b) => {
+            let msg = String::from_utf8_lossy(b).into_owned();
+            return Ok(Err(StoreError::Script(Box::new(CheckFailed(msg)))));
+        }
+        other => return Err(bad(format!("expected a GCRA state, got {other:?}"))),
+    };
+    let Algorithm::Gcra(p) = policy.algorithm() else {
+        return Err(bad("a GCRA reply for another algorithm"));
+    };
+    let tat = ns(tat_us)?;
+    let d = gcra::check(p, tat, now_ns, cost);
+    if d.allowed != script_allowed {
+        return Err(bad(format!(
+            "the script decided {script_allowed} where the model decides {}",
+            d.allowed
+        )));
+    }
+    Ok(Ok((vec![d], Some(RawState::Gcra(tat)))))
+}
+
 /// Parses the reply of a batch of one check.
 #[cfg(test)]
 pub(crate) fn decisions(rules: &[RuleReply<'_>], v: &Value) -> Result<Vec<Decision>, StoreError> {

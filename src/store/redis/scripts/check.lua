@@ -157,7 +157,4 @@ for _ = 1, n_checks do
     end
   end
 end
-for i = 1, #flush do
-  flush[i](now)
-end
-return out
+return finish(now, out)

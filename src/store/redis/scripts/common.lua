@@ -65,3 +65,11 @@ local algo = {}
 -- Functions run once at the end of a check batch, after every check: write
 -- back state an algorithm kept in a table during the batch.
 local flush = {}
+
+-- Ends a check batch: runs the flushes, then hands back the reply.
+local function finish(now, out)
+  for i = 1, #flush do
+    flush[i](now)
+  end
+  return out
+end
