@@ -153,6 +153,150 @@ fn all_or_nothing_under_concurrency() {
     assert_eq!(d.remaining, 95);
 }
 
+// ------------------------------------------------------------ hot keys ---
+// A GCRA key one thread keeps checking is decided lock-free through a
+// thread cache (src/store/memory/hot.rs). These tests pit that path against
+// everything that takes a key out of the map or must exclude it.
+
+/// Multi-rule checks stay all-or-nothing while other threads hammer one of
+/// their keys through the lock-free path: the hot key is charged exactly
+/// once per admission, by either kind of check.
+#[test]
+fn multi_rule_checks_stay_atomic_against_a_hot_key() {
+    let clock = ManualClock::new();
+    let store = manual_store(&clock);
+    let hot = Policy::cell(299, 1, Duration::from_secs(3600)).unwrap(); // 300 at once
+    let pair = Policy::fixed_window(50, Duration::from_secs(86_400)).unwrap();
+    // Each round races the hot key to its bound from both sides: the
+    // boundary is where a check slipping between a multi-rule check's
+    // decision and its commit would show.
+    for round in 0..20 {
+        let (hot_key, pair_key) = (format!("hot{round}"), format!("pair{round}"));
+        let start = Arc::new(Barrier::new(4));
+        let handles: Vec<_> = (0..4)
+            .map(|t| {
+                let (store, start) = (store.clone(), start.clone());
+                let (hot_key, pair_key) = (hot_key.clone(), pair_key.clone());
+                std::thread::spawn(move || {
+                    start.wait();
+                    let (mut single, mut multi) = (0u64, 0u64);
+                    for _ in 0..1_000 {
+                        let h = Rule::new(hot_key.as_bytes(), &hot, 1);
+                        if t % 2 == 0 {
+                            single += u64::from(store.check_sync(h).unwrap().allowed);
+                        } else {
+                            let rules = [h, Rule::new(pair_key.as_bytes(), &pair, 1)];
+                            let d = store.check_all_sync(&rules).unwrap();
+                            multi += u64::from(d.iter().all(|d| d.allowed));
+                        }
+                    }
+                    (single, multi)
+                })
+            })
+            .collect();
+        let (single, multi) = handles
+            .into_iter()
+            .map(|h| h.join().unwrap())
+            .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
+        assert!(multi <= 50, "round {round}: the pair rule's bound: {multi}");
+        assert_eq!(single + multi, 300, "round {round}: {single} + {multi}");
+        let peek = store
+            .check_sync(Rule::new(pair_key.as_bytes(), &pair, 0))
+            .unwrap();
+        assert_eq!(
+            peek.remaining,
+            50 - multi,
+            "round {round}: pair charged once per admission"
+        );
+    }
+}
+
+/// A hot key swept while a thread still caches it: the sweep takes it only
+/// once it is cold, and the thread's next checks see the key afresh.
+#[test]
+fn sweeping_a_cached_hot_key_loses_nothing() {
+    let clock = ManualClock::new();
+    let store = manual_store(&clock);
+    // 10 at once, one more every 10 s: cold 100 s after the burst.
+    let p = Policy::cell(9, 1, Duration::from_secs(10)).unwrap();
+    let check = || store.check_sync(Rule::new(b"k", &p, 1)).unwrap().allowed;
+    assert_eq!((0..20).filter(|_| check()).count(), 10);
+    // Still warm: a sweep keeps it, and it stays exhausted.
+    assert_eq!(store.sweep(), 0);
+    assert!(!check());
+    clock.advance(Duration::from_secs(99));
+    assert_eq!(store.sweep(), 0, "one second from cold");
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(store.sweep(), 1);
+    assert_eq!(store.len(), 0);
+    // The cache's cell is retired: the key starts over in the map, exactly.
+    assert_eq!((0..20).filter(|_| check()).count(), 10);
+    assert_eq!(store.len(), 1);
+}
+
+/// Reset and refund reach a key that a thread decides through its cache.
+#[test]
+fn reset_and_refund_reach_a_cached_hot_key() {
+    let clock = ManualClock::new();
+    let store = manual_store(&clock);
+    let p = Policy::cell(4, 1, Duration::from_secs(60)).unwrap(); // 5 at once
+    let admitted = |n| {
+        (0..n)
+            .filter(|_| store.check_sync(Rule::new(b"k", &p, 1)).unwrap().allowed)
+            .count()
+    };
+    assert_eq!(admitted(10), 5);
+    store.refund_sync(b"k", &p, 2);
+    assert_eq!(admitted(10), 2, "exactly the refund");
+    store.reset_sync(b"k");
+    assert_eq!(admitted(10), 5, "a fresh key after reset");
+}
+
+/// Many threads promote one key at once and keep deciding it lock-free
+/// while the clock moves: never more than the rate allows.
+#[test]
+fn a_hot_key_shared_by_threads_admits_exactly_the_bound() {
+    let clock = ManualClock::new();
+    let store = manual_store(&clock);
+    let p = Policy::cell(99, 10, Duration::from_secs(1)).unwrap(); // burst 100, 10/s
+    let start = Arc::new(Barrier::new(8));
+    let admitted = Arc::new(AtomicU64::new(0));
+    let handles: Vec<_> = (0..8)
+        .map(|t| {
+            let (store, start, admitted, clock) = (
+                store.clone(),
+                start.clone(),
+                admitted.clone(),
+                clock.clone(),
+            );
+            std::thread::spawn(move || {
+                start.wait();
+                for i in 0..5_000 {
+                    if t == 0 && i % 500 == 0 {
+                        clock.advance(Duration::from_millis(100)); // one more each time
+                    }
+                    if store
+                        .check_sync(Rule::new(b"global", &p, 1))
+                        .unwrap()
+                        .allowed
+                    {
+                        admitted.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    // 100 at once, then one per 100 ms over the 10 advances (1 s): at most 110.
+    let n = admitted.load(Ordering::Relaxed);
+    assert!((100..=110).contains(&n), "{n} admitted");
+    // And exactly what remains is consistent with what was admitted.
+    let peek = store.check_sync(Rule::new(b"global", &p, 0)).unwrap();
+    assert!(peek.remaining <= 110 - n, "{peek:?} after {n}");
+}
+
 #[test]
 fn duplicate_keys_in_one_check_are_a_typed_error() {
     let store = MemoryStore::new();

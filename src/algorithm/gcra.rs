@@ -23,7 +23,7 @@ use crate::policy::GcraParams;
 /// assert_eq!(gcra::admit(&p, 0, now, 1), now + 2_000_000_000);
 /// # Ok::<(), tower_throttle::PolicyError>(())
 /// ```
-#[inline]
+#[inline(always)]
 pub fn check(p: &GcraParams, tat: u64, now: u64, cost: u64) -> Decision {
     // Fast path in u64 (a u128 division is a libcall); the same formulas as
     // `check_wide`, which takes over whenever a sum or product would overflow.

@@ -4,7 +4,9 @@
 //! bytes, so an idle GCRA key costs one map bucket: 24 bytes plus control.
 //! The hot path takes a shard's read lock and updates the key's state with a
 //! compare-and-swap (GCRA) or a per-key mutex (the others); only new keys take
-//! the write lock. Multi-rule checks take the write locks of every shard they
+//! the write lock. A GCRA key that one thread keeps checking is promoted to a
+//! cell that thread decides without any lock (see `hot`): one clock read, one
+//! hash and one compare-and-swap per check. Multi-rule checks take the write locks of every shard they
 //! touch, in index order, which excludes all other writers to those keys.
 //!
 //! Cold keys (back to a fresh state) are swept as a shard grows and by a
@@ -22,9 +24,10 @@ use std::time::Duration;
 use super::{Rule, Store, StoreError};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::{Decision, PermitId};
-use crate::policy::Policy;
+use crate::policy::{Algorithm, Policy};
 
 mod builder;
+mod hot;
 mod multi;
 mod slot;
 
@@ -79,12 +82,11 @@ impl Shard {
         let before = self.slots.len();
         let mut next_expiry = u64::MAX;
         self.slots.retain(|_, slot| {
-            let at = slot.expires_at();
-            let live = at > now;
-            if live {
-                next_expiry = next_expiry.min(at);
+            if slot.retire_if_cold(now) {
+                return false;
             }
-            live
+            next_expiry = next_expiry.min(slot.expires_at());
+            true
         });
         self.next_expiry = next_expiry;
         let len = self.slots.len();
@@ -98,6 +100,8 @@ impl Shard {
 }
 
 struct Inner<C> {
+    /// Unique per store, so thread caches never confuse two stores.
+    id: u64,
     clock: C,
     hasher: foldhash::fast::RandomState,
     shards: Box<[RwLock<Shard>]>,
@@ -234,12 +238,25 @@ impl<C: Clock> MemoryStore<C> {
     pub fn check_sync(&self, rule: Rule<'_>) -> Result<Decision, StoreError> {
         let now = self.inner.clock.now_ns();
         let (hash, index) = self.locate(rule.key);
+        let mut promote = false;
+        if let Algorithm::Gcra(p) = rule.policy.algorithm() {
+            match hot::check(self.inner.id, hash, p, now, rule.cost) {
+                hot::Lookup::Hit(d) => return Ok(d),
+                hot::Lookup::Miss { promote: run } => promote = run,
+            }
+        }
         let shard = self.shard(index);
         let permit = rule.policy.is_concurrency().then(|| self.next_permit());
-        if let Some(slot) = read(shard).slots.get(&hash) {
-            if let Some(d) = slot.check(rule.policy, now, rule.cost, permit) {
-                return Ok(d);
+        let found = read(shard)
+            .slots
+            .get(&hash)
+            .and_then(|slot| slot.check(rule.policy, now, rule.cost, permit));
+        if let Some(d) = found {
+            // The read lock is released: promoting takes the write lock.
+            if promote {
+                self.promote(index, hash);
             }
+            return Ok(d);
         }
         // Absent, or held for another algorithm: decide on a fresh state and
         // insert only what an admission changes.
@@ -255,11 +272,26 @@ impl<C: Clock> MemoryStore<C> {
             }
         }
         if decision.allowed && rule.cost > 0 {
-            self.make_room(&mut shard, now, 1)?;
+            if !shard.slots.contains_key(&hash) {
+                self.make_room(&mut shard, now, 1)?;
+            }
             shard.next_expiry = shard.next_expiry.min(fresh.expires_at());
+            // Replacing another algorithm's slot drops (and retires) it.
             shard.slots.insert(hash, fresh);
         }
         Ok(decision)
+    }
+
+    /// Gives this thread a hot cell for a GCRA key it keeps checking.
+    #[cold]
+    fn promote(&self, index: usize, hash: u64) {
+        let cell = write(self.shard(index))
+            .slots
+            .get_mut(&hash)
+            .and_then(Slot::promote);
+        if let Some(cell) = cell {
+            hot::cache(self.inner.id, hash, cell);
+        }
     }
 
     /// Ensures `extra` new keys fit in `shard` and under the global cap,

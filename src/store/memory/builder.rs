@@ -1,6 +1,6 @@
 //! Configuring a [`MemoryStore`], and the janitor thread that sweeps it.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
@@ -61,7 +61,9 @@ impl<C: Clock> MemoryStoreBuilder<C> {
     pub fn build(self) -> MemoryStore<C> {
         let shards = self.shards.next_power_of_two();
         let shards = shards.min(self.max_keys.next_power_of_two()).max(1);
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         let inner = Arc::new(Inner {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             clock: self.clock,
             hasher: foldhash::fast::RandomState::default(),
             shards: (0..shards).map(|_| RwLock::new(Shard::new())).collect(),

@@ -28,6 +28,13 @@ impl<C: Clock> MemoryStore<C> {
         let mut guards: Vec<(usize, RwLockWriteGuard<'_, Shard>)> =
             order.iter().map(|&i| (i, write(self.shard(i)))).collect();
         let guard_of = |i: usize| order.binary_search(&i).unwrap_or(0);
+        // Hot keys come back under the locks alone: no thread cache can
+        // write them until these locks are released.
+        for &(hash, shard) in &located {
+            if let Some(slot) = guards[guard_of(shard)].1.slots.get_mut(&hash) {
+                slot.demote();
+            }
+        }
         let permits: Vec<Option<PermitId>> = rules
             .iter()
             .map(|r| r.policy.is_concurrency().then(|| self.next_permit()))

@@ -1,7 +1,9 @@
 //! One key's state in the memory store, and the algorithm dispatch.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use super::hot::{HotCell, HotSlot};
 
 use crate::algorithm::concurrency::{self, ConcurrencyState};
 use crate::algorithm::fixed_window::{self, FixedWindowState};
@@ -15,6 +17,8 @@ use crate::policy::{Algorithm, Policy};
 /// sit behind a per-key mutex so the shard lock is only ever read-locked.
 pub(super) enum Slot {
     Gcra(AtomicU64),
+    /// A hot GCRA key, also decided lock-free through thread caches (see `hot`).
+    Hot(HotSlot),
     Other(Box<Mutex<Other>>),
 }
 
@@ -49,7 +53,7 @@ impl Slot {
     /// Whether this slot holds the state `policy`'s algorithm needs.
     pub(super) fn matches(&mut self, policy: &Policy) -> bool {
         match self {
-            Slot::Gcra(_) => matches!(policy.algorithm(), Algorithm::Gcra(_)),
+            Slot::Gcra(_) | Slot::Hot(_) => matches!(policy.algorithm(), Algorithm::Gcra(_)),
             Slot::Other(m) => lock_mut(m).state.matches(policy),
         }
     }
@@ -58,7 +62,43 @@ impl Slot {
     pub(super) fn expires_at(&mut self) -> u64 {
         match self {
             Slot::Gcra(tat) => gcra::expires_at(*tat.get_mut()),
+            // A lower bound: cached admissions only ever move it later.
+            Slot::Hot(hot) => gcra::expires_at(hot.0.load()),
             Slot::Other(m) => lock_mut(m).expires_at,
+        }
+    }
+
+    /// For a sweep: whether the key is back to a fresh state at `now`, in
+    /// which case a hot cell is retired (atomically with respect to cached
+    /// admissions) and the slot may be dropped.
+    pub(super) fn retire_if_cold(&mut self, now: u64) -> bool {
+        match self {
+            Slot::Hot(hot) => hot.0.retire_if_cold(now),
+            _ => self.expires_at() <= now,
+        }
+    }
+
+    /// Moves a GCRA key's state into a hot cell (or finds the one it has);
+    /// call under the shard's write lock.
+    pub(super) fn promote(&mut self) -> Option<Arc<HotCell>> {
+        match self {
+            Slot::Gcra(tat) => {
+                let cell = HotCell::new(*tat.get_mut());
+                *self = Slot::Hot(HotSlot(cell.clone()));
+                Some(cell)
+            }
+            Slot::Hot(hot) => Some(hot.0.clone()),
+            Slot::Other(_) => None,
+        }
+    }
+
+    /// Takes a hot key back into the map alone (its cell retired, its final
+    /// state kept), so that code holding the write lock excludes every other
+    /// writer again; call under the shard's write lock.
+    pub(super) fn demote(&mut self) {
+        if let Slot::Hot(hot) = self {
+            let tat = hot.0.retire();
+            *self = Slot::Gcra(AtomicU64::new(tat));
         }
     }
 
@@ -115,17 +155,19 @@ impl Slot {
                     }
                 }
             }
+            (Slot::Hot(hot), Algorithm::Gcra(p)) => hot.0.decide(p, now, cost, admit),
             (Slot::Other(m), _) => {
                 let mut other = m.lock().unwrap_or_else(PoisonError::into_inner);
                 let permit = permit.unwrap_or(PermitId(0));
                 other.decide(policy, now, cost, permit, admit)
             }
-            (Slot::Gcra(_), _) => None,
+            (Slot::Gcra(_) | Slot::Hot(_), _) => None,
         }
     }
 
     /// Gives `amount` units back.
     pub(super) fn refund(&mut self, policy: &Policy, now: u64, amount: u64) {
+        self.demote();
         match (self, policy.algorithm()) {
             (Slot::Gcra(tat), Algorithm::Gcra(p)) => {
                 let t = tat.get_mut();

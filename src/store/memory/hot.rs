@@ -1,0 +1,249 @@
+//! The lock-free path of hot GCRA keys.
+//!
+//! A shard's read lock costs two atomic read-modify-writes per check, as
+//! much again as the check's own compare-and-swap. A key that one thread
+//! checks several times in a row (a global limit, a busy user, an abusive
+//! client) is therefore *promoted*: its state moves into a [`HotCell`]
+//! shared by the map and by a one-entry cache in each thread that uses it,
+//! and that thread then decides the key with one compare-and-swap on the
+//! cell and no lock.
+//!
+//! Soundness rests on one rule: the cell's state word is the only state of
+//! its key, and a cell leaves the map only by atomically swapping in
+//! [`RETIRED`], which never changes again. Whoever takes the cell out
+//! (sweep, reset, a multi-rule check, a refund) thereby reads the final
+//! state, so no admission is lost or counted twice; a thread whose cached
+//! cell is retired falls back to the map. Only hot keys pay for a cell
+//! (an `Arc`, 24 bytes); idle keys keep the plain 16-byte slot.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::algorithm::gcra;
+use crate::decision::Decision;
+use crate::policy::GcraParams;
+
+/// The state word of a cell that has left its map.
+pub(super) const RETIRED: u64 = u64::MAX;
+
+/// Consecutive checks of one key by one thread before it is promoted.
+const PROMOTE_AFTER: u32 = 4;
+
+/// A hot key's GCRA state (`tat`), shared by its map slot and the caches.
+#[derive(Debug)]
+pub(super) struct HotCell {
+    tat: AtomicU64,
+}
+
+impl HotCell {
+    /// A live cell holding `tat`. `RETIRED` is reserved: a tat saturated at
+    /// `u64::MAX` is kept one nanosecond earlier (in the year 2554).
+    pub(super) fn new(tat: u64) -> Arc<Self> {
+        Arc::new(HotCell {
+            tat: AtomicU64::new(tat.min(RETIRED - 1)),
+        })
+    }
+
+    /// Decides and, when `admit` and allowed, admits; `None` once retired.
+    #[inline(always)]
+    pub(super) fn decide(
+        &self,
+        p: &GcraParams,
+        now: u64,
+        cost: u64,
+        admit: bool,
+    ) -> Option<Decision> {
+        let mut current = self.tat.load(Ordering::Acquire);
+        loop {
+            if current == RETIRED {
+                return None;
+            }
+            let d = gcra::check(p, current, now, cost);
+            if !(admit && d.allowed && cost > 0) {
+                return Some(d);
+            }
+            let next = gcra::admit(p, current, now, cost).min(RETIRED - 1);
+            match self
+                .tat
+                .compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Some(d),
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// The current state (never `RETIRED` while the cell is in its map).
+    pub(super) fn load(&self) -> u64 {
+        self.tat.load(Ordering::Acquire)
+    }
+
+    /// Takes the cell out of service; returns its final state.
+    pub(super) fn retire(&self) -> u64 {
+        self.tat.swap(RETIRED, Ordering::AcqRel)
+    }
+
+    /// Retires the cell if its key is back to a fresh state at `now`;
+    /// returns whether it did. Races with admissions through the caches.
+    pub(super) fn retire_if_cold(&self, now: u64) -> bool {
+        let mut current = self.load();
+        loop {
+            if current == RETIRED {
+                return true;
+            }
+            if gcra::expires_at(current) > now {
+                return false;
+            }
+            match self.tat.compare_exchange_weak(
+                current,
+                RETIRED,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return true,
+                Err(actual) => current = actual,
+            }
+        }
+    }
+}
+
+/// The map's handle of a hot cell: dropping it (the slot removed, replaced
+/// or the store dropped) retires the cell, so no cache can write a state
+/// the map no longer holds.
+#[derive(Debug)]
+pub(super) struct HotSlot(pub(super) Arc<HotCell>);
+
+impl Drop for HotSlot {
+    fn drop(&mut self) {
+        self.0.retire();
+    }
+}
+
+/// What a thread remembers: the hot cell it uses, and the key it has been
+/// checking lately (to decide a promotion). Cells, not a `RefCell`: the
+/// fast path is a few loads and no borrow flag.
+struct Cache {
+    store: Cell<u64>,
+    hash: Cell<u64>,
+    cell: Cell<Option<Arc<HotCell>>>,
+    streak: Cell<u32>,
+}
+
+thread_local! {
+    static CACHE: Cache = const {
+        Cache {
+            store: Cell::new(0),
+            hash: Cell::new(0),
+            cell: Cell::new(None),
+            streak: Cell::new(0),
+        }
+    };
+}
+
+/// The answer of [`check`].
+pub(super) enum Lookup {
+    /// Decided on this thread's hot cell.
+    Hit(Decision),
+    /// Not cached: decide through the map, then promote the key if asked.
+    Miss { promote: bool },
+}
+
+/// Decides `hash` of store `store` on this thread's hot cell, if it holds
+/// that key; otherwise counts the check towards a promotion.
+#[inline(always)]
+pub(super) fn check(store: u64, hash: u64, p: &GcraParams, now: u64, cost: u64) -> Lookup {
+    CACHE
+        .try_with(|c| {
+            if c.store.get() == store && c.hash.get() == hash {
+                if let Some(cell) = c.cell.take() {
+                    if let Some(d) = cell.decide(p, now, cost, true) {
+                        c.cell.set(Some(cell));
+                        return Lookup::Hit(d);
+                    }
+                    // Retired (dropped here): back to the map, maybe a new cell.
+                    c.streak.set(0);
+                }
+                c.streak.set(c.streak.get().saturating_add(1));
+            } else {
+                c.store.set(store);
+                c.hash.set(hash);
+                c.cell.set(None);
+                c.streak.set(1);
+            }
+            Lookup::Miss {
+                promote: c.streak.get() >= PROMOTE_AFTER,
+            }
+        })
+        .unwrap_or(Lookup::Miss { promote: false })
+}
+
+/// Makes `cell` this thread's hot cell for `hash` of store `store`.
+pub(super) fn cache(store: u64, hash: u64, cell: Arc<HotCell>) {
+    let _ = CACHE.try_with(|c| {
+        c.store.set(store);
+        c.hash.set(hash);
+        c.cell.set(Some(cell));
+        c.streak.set(0);
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::{Algorithm, Policy};
+    use std::time::Duration;
+
+    fn params() -> GcraParams {
+        let Algorithm::Gcra(p) = *Policy::cell(2, 1, Duration::from_secs(1))
+            .unwrap()
+            .algorithm()
+        else {
+            unreachable!()
+        };
+        p
+    }
+
+    #[test]
+    fn a_retired_cell_decides_nothing_and_keeps_its_last_state() {
+        let p = params();
+        let cell = HotCell::new(0);
+        let now = 10_000_000_000;
+        assert!(cell.decide(&p, now, 1, true).unwrap().allowed);
+        let slot = HotSlot(cell.clone());
+        drop(slot);
+        assert!(cell.decide(&p, now, 1, true).is_none());
+        assert_eq!(cell.load(), RETIRED);
+    }
+
+    #[test]
+    fn only_a_cold_cell_is_retired_by_a_sweep() {
+        let p = params();
+        let now = 10_000_000_000;
+        let cell = HotCell::new(0);
+        cell.decide(&p, now, 1, true).unwrap();
+        assert!(!cell.retire_if_cold(now), "just admitted: still live");
+        assert!(cell.retire_if_cold(now + 1_000_000_000));
+        assert!(cell.decide(&p, now, 1, true).is_none());
+    }
+
+    #[test]
+    fn a_saturated_state_is_never_mistaken_for_retired() {
+        let cell = HotCell::new(u64::MAX);
+        assert_eq!(cell.load(), RETIRED - 1);
+    }
+
+    #[test]
+    fn promotion_needs_a_run_of_one_key_on_one_store() {
+        let p = params();
+        let promote = |store, hash| match check(store, hash, &p, 0, 1) {
+            Lookup::Miss { promote } => promote,
+            Lookup::Hit(_) => panic!("nothing cached yet"),
+        };
+        let runs: Vec<bool> = (0..PROMOTE_AFTER).map(|_| promote(1, 7)).collect();
+        assert_eq!(runs.last(), Some(&true));
+        assert!(runs[..runs.len() - 1].iter().all(|&p| !p));
+        assert!(!promote(2, 7), "another store breaks the run");
+        assert!(!promote(1, 8), "another key breaks the run");
+    }
+}
