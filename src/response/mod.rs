@@ -131,16 +131,20 @@ pub(crate) fn rejection_response(
         *response.status_mut() = rejection.status();
     }
     if let Rejection::Limited(info) = rejection {
+        // A custom response may carry its own rate-limit fields: keep them.
+        // The built-in ones carry none, so no lookups are needed.
+        let custom = matches!(format, BodyFormat::Custom(_));
+        let absent = |headers: &HeaderMap, name| !custom || !headers.contains_key(name);
         let headers = response.headers_mut();
         if let Some(secs) = info.retry_after_secs() {
-            headers
-                .entry(RETRY_AFTER)
-                .or_insert_with(|| cache::int_value(secs));
+            if absent(headers, RETRY_AFTER) {
+                headers.insert(RETRY_AFTER, cache::int_value(secs));
+            }
         }
-        if info.meta().ietf_headers && !headers.contains_key(RATELIMIT) {
+        if info.meta().ietf_headers && absent(headers, RATELIMIT) {
             add_ietf(headers, info);
         }
-        if info.meta().legacy_headers && !headers.contains_key(X_RATELIMIT_LIMIT) {
+        if info.meta().legacy_headers && absent(headers, X_RATELIMIT_LIMIT) {
             add_legacy(headers, info);
         }
     }
