@@ -1,9 +1,11 @@
 //! Prebuilt pieces of the common 429, so that a flood of denied requests
-//! allocates nothing beyond each response's own header map: small integers
-//! as header values, the plain-text body per `Retry-After`, and a rule's
-//! `RateLimit` item with nothing remaining.
+//! allocates nothing beyond each response's own header map, and cloning a
+//! piece touches no reference count: small integers as header values, the
+//! plain-text body per `Retry-After`, a layer's `RateLimit-Policy` and a
+//! rule's `RateLimit` item with nothing remaining.
 
-use std::sync::OnceLock;
+use std::collections::HashSet;
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 use bytes::Bytes;
 use http::HeaderValue;
@@ -65,7 +67,7 @@ impl ExhaustedItems {
                 .map(|t| {
                     let mut s = Vec::with_capacity(name.len() + 16);
                     ratelimit_item(&mut s, name, 0, t);
-                    HeaderValue::from_maybe_shared(Bytes::from(s)).ok()
+                    interned(s)
                 })
                 .collect()
         });
@@ -78,6 +80,29 @@ impl ExhaustedItems {
 fn static_value(bytes: Vec<u8>) -> HeaderValue {
     HeaderValue::from_maybe_shared(Bytes::from_static(bytes.leak()))
         .expect("digits are a valid header value")
+}
+
+/// A header value over bytes kept for the life of the process, one copy
+/// per distinct content; `None` if not a valid value. Only configuration is
+/// interned (rule names, limits, windows: what layers render once), never
+/// request data, so the table is bounded by the configurations a process
+/// builds, however many layers repeat them.
+pub(crate) fn interned(bytes: Vec<u8>) -> Option<HeaderValue> {
+    static TABLE: OnceLock<Mutex<HashSet<&'static [u8]>>> = OnceLock::new();
+    HeaderValue::from_bytes(&bytes).ok()?;
+    let mut table = TABLE
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let kept: &'static [u8] = match table.get(&bytes[..]) {
+        Some(kept) => kept,
+        None => {
+            let kept: &'static [u8] = bytes.leak();
+            table.insert(kept);
+            kept
+        }
+    };
+    HeaderValue::from_maybe_shared(Bytes::from_static(kept)).ok()
 }
 
 #[cfg(test)]
@@ -94,6 +119,10 @@ mod tests {
                 "{n}"
             );
         }
+        let a = interned(b"\"reply\";q=5;w=60".to_vec()).unwrap();
+        let b = interned(b"\"reply\";q=5;w=60".to_vec()).unwrap();
+        assert_eq!(a.as_bytes().as_ptr(), b.as_bytes().as_ptr(), "one copy");
+        assert!(interned(b"bad\nvalue".to_vec()).is_none());
         let items = ExhaustedItems::default();
         assert_eq!(items.get("reply", 0).unwrap(), "\"reply\";r=0;t=0");
         assert_eq!(items.get("reply", 127).unwrap(), "\"reply\";r=0;t=127");

@@ -201,7 +201,7 @@ pub(crate) fn policy_value(rules: &[RuleMeta]) -> Option<HeaderValue> {
             let _ = write!(s, ";w={}", ceil_secs(rule.policy.window()).min(SF_INT_MAX));
         }
     }
-    HeaderValue::try_from(s).ok()
+    cache::interned(s.into_bytes())
 }
 
 /// `"reply";r=0;t=42, "day";r=97;t=86400`. Written byte by byte: this runs
