@@ -821,53 +821,61 @@ async fn batches_mixing_keys_algorithms_and_multi_rule_checks() {
     }
 }
 
-/// A batch of single GCRA checks under one policy (the lean wire format):
-/// a key of another type fails its own check only, and every other caller
-/// is decided as if alone.
+/// Batches of single checks under one policy and cost (the lean wire
+/// formats: GCRA's own script, the windows' uniform mode): a key of another
+/// type fails its own check only, and every other caller is decided as if
+/// alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_clobbered_key_fails_alone_in_a_uniform_gcra_batch() {
+async fn a_clobbered_key_fails_alone_in_a_uniform_batch() {
     let server = RedisServer::start();
     let frozen = ManualClock::starting_at(1_700_000_000_000_000_000);
     let store = Arc::new(client_store(&server.url(), &frozen).await);
-    let policy = Policy::cell(2, 1, Duration::from_secs(60)).unwrap();
-    let clobbered = store.redis_key(b"u7", &policy);
-    let _: () = redis::cmd("LPUSH")
-        .arg(&clobbered)
-        .arg("x")
-        .query(&mut server.conn())
-        .unwrap();
-    let calls0 = evalsha_calls(&server);
-    for round in 0..4u64 {
-        let tasks: Vec<_> = (0..64)
-            .map(|i| {
-                let store = store.clone();
-                tokio::spawn(async move {
-                    let key = format!("u{}", i % 16);
-                    (
-                        i % 16,
-                        store.check(Rule::new(key.as_bytes(), &policy, 1)).await,
-                    )
+    let minute = Duration::from_secs(60);
+    let policies = [
+        ("gcra", Policy::cell(2, 1, minute).unwrap()), // 3 at once
+        ("fixed", Policy::fixed_window(3, minute).unwrap()),
+        ("sliding", Policy::sliding_window(3, minute).unwrap()),
+    ];
+    for (name, policy) in policies {
+        let key = |u: u64| format!("{name}:u{u}");
+        let clobbered = store.redis_key(key(7).as_bytes(), &policy);
+        let _: () = redis::cmd("LPUSH")
+            .arg(&clobbered)
+            .arg("x")
+            .query(&mut server.conn())
+            .unwrap();
+        let calls0 = evalsha_calls(&server);
+        for round in 0..4u64 {
+            let tasks: Vec<_> = (0..64)
+                .map(|i| {
+                    let (store, k) = (store.clone(), key(i % 16));
+                    tokio::spawn(async move {
+                        (
+                            i % 16,
+                            store.check(Rule::new(k.as_bytes(), &policy, 1)).await,
+                        )
+                    })
                 })
-            })
-            .collect();
-        let mut admitted = [0u64; 16];
-        for t in tasks {
-            match t.await.unwrap() {
-                (7, r) => assert!(matches!(r, Err(StoreError::Script(_))), "{r:?}"),
-                (u, r) => admitted[u] += u64::from(r.unwrap().allowed),
+                .collect();
+            let mut admitted = [0u64; 16];
+            for t in tasks {
+                match t.await.unwrap() {
+                    (7, r) => assert!(matches!(r, Err(StoreError::Script(_))), "{name}: {r:?}"),
+                    (u, r) => admitted[u as usize] += u64::from(r.unwrap().allowed),
+                }
+            }
+            for (u, &n) in admitted.iter().enumerate().filter(|&(u, _)| u != 7) {
+                // 3 in the first round, none after: no time passes.
+                let want = if round == 0 { 3 } else { 0 };
+                assert_eq!(n, want, "{name}: user {u}, round {round}");
             }
         }
-        for (u, &n) in admitted.iter().enumerate().filter(|&(u, _)| u != 7) {
-            // A burst of 3 (limit 2 + 1) and no time passing: 3 in the first
-            // round, none after.
-            assert_eq!(n, if round == 0 { 3 } else { 0 }, "user {u}, round {round}");
-        }
+        let calls = evalsha_calls(&server) - calls0;
+        assert!(
+            calls < 4 * 64,
+            "{name}: {calls} script calls for 256 checks"
+        );
     }
-    let calls = evalsha_calls(&server) - calls0;
-    assert!(
-        calls < 4 * 64,
-        "{calls} script calls for 256 checks: no batching"
-    );
 }
 
 /// A caller that gives up while its check is still queued (behind a batch

@@ -109,9 +109,13 @@ pub(crate) async fn eval_checks<C>(
 where
     C: ConnectionLike + Clone + Send,
 {
-    if let Some(uniform) = uniform_gcra(checks) {
-        return eval_uniform_gcra(conn, cfg, checks, uniform).await;
+    let uniform = uniform(checks);
+    if let Some(rule) = uniform.filter(|r| r.params.code == "g") {
+        return eval_uniform_gcra(conn, cfg, checks, rule).await;
     }
+    // Windows have a single-rule fast path in the script too: a uniform
+    // batch of them sends no per-check arguments either.
+    let uniform = uniform.filter(|r| matches!(r.params.code, "f" | "s"));
     let script = check_script(checks.iter().flat_map(|c| c.iter()).map(|r| &r.policy));
     let n_keys: usize = checks.iter().map(|c| c.len()).sum();
     let mut cmd = redis::cmd("EVALSHA");
@@ -138,15 +142,19 @@ where
     for r in &policies {
         cmd.arg(r.params.code).arg(r.params.p1).arg(r.params.p2);
     }
-    cmd.arg(checks.len());
-    let mut index = index.into_iter();
-    for c in checks {
-        cmd.arg(c.len());
-        for r in *c {
-            cmd.arg(index.next().unwrap_or(1))
-                .arg(r.params.script_cost(r.cost));
-            if r.policy.is_concurrency() {
-                cmd.arg(r.permit.map_or(0, |id| id.0));
+    if let Some(rule) = uniform {
+        cmd.arg("U").arg(rule.params.script_cost(rule.cost));
+    } else {
+        cmd.arg(checks.len());
+        let mut index = index.into_iter();
+        for c in checks {
+            cmd.arg(c.len());
+            for r in *c {
+                cmd.arg(index.next().unwrap_or(1))
+                    .arg(r.params.script_cost(r.cost));
+                if r.policy.is_concurrency() {
+                    cmd.arg(r.permit.map_or(0, |id| id.0));
+                }
             }
         }
     }
@@ -188,15 +196,15 @@ where
     Ok((now_ns, out))
 }
 
-/// The one rule every check has, when every check is a single GCRA rule
-/// of one policy and cost.
-fn uniform_gcra<'a>(checks: &[&'a [JobRule]]) -> Option<&'a JobRule> {
+/// The one rule every check has, when every check is a single rule of one
+/// policy and cost.
+fn uniform<'a>(checks: &[&'a [JobRule]]) -> Option<&'a JobRule> {
     let [first] = checks.first()? else {
         return None;
     };
     let same =
         |c: &&[JobRule]| matches!(c, [r] if r.policy == first.policy && r.cost == first.cost);
-    (first.params.code == "g" && checks.iter().all(same)).then_some(first)
+    checks.iter().all(same).then_some(first)
 }
 
 /// [`eval_checks`] for a uniform GCRA batch: no per-check arguments, one

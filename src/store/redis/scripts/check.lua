@@ -4,7 +4,8 @@
 -- KEYS: every rule's key, check after check (all in one slot on a cluster).
 -- ARGV[3] = number of policies P, then P × (algorithm code, p1, p2);
 -- then the number of checks, and per check its rule count n followed by
--- n × (policy index, cost[, permit id if the policy is a concurrency one]).
+-- n × (policy index, cost[, permit id if the policy is a concurrency one]);
+-- or, for a uniform batch, 'U' and the cost (see below).
 -- Reply (flat): { now (µs), then per check: 1 and its rules' fields, or 2 and
 -- an error message }. A failing check (a key of another type) fails alone.
 -- When a rule denies, nothing is charged and the rules that would have passed
@@ -66,6 +67,40 @@ local function one(n)
     end
   end
   return flat
+end
+
+-- A check that failed alone (a key of another type): status 2 and why.
+local function fail(why)
+  out[n_out + 1] = 2
+  out[n_out + 2] = tostring(why)
+  n_out = n_out + 2
+end
+
+-- Runs an algorithm's single-rule fast path into the reply.
+local function run_single(single, key, p1, p2, cost)
+  local len, err = single(key, p1, p2, cost, now, out, n_out)
+  if len then
+    n_out = len
+  else
+    fail(err)
+  end
+end
+
+-- A uniform batch ('U', then the cost): every key is one single-rule check
+-- of policy 1 at that cost, for an algorithm with a `single` fast path.
+if ARGV[4 + 3 * n_pol] == 'U' then
+  local cost = tonumber(ARGV[5 + 3 * n_pol])
+  local a, p1, p2 = pol_a[1], pol_1[1], pol_2[1]
+  if not a.single then
+    error({ err = 'ERR tower-throttle: no uniform batches for this algorithm' })
+  end
+  if a.prefetch then
+    a.prefetch(KEYS)
+  end
+  for k = 1, #KEYS do
+    run_single(a.single, KEYS[k], p1, p2, cost)
+  end
+  return finish(now, out)
 end
 
 local n_checks = tonumber(ARGV[4 + 3 * n_pol])
@@ -130,14 +165,7 @@ for _ = 1, n_checks do
   local p = rule_pol[1]
   local single = n == 1 and pol_a[p].single
   if single then
-    local len, err = single(rule_key[1], pol_1[p], pol_2[p], rule_cost[1], now, out, n_out)
-    if len then
-      n_out = len
-    else
-      out[n_out + 1] = 2
-      out[n_out + 2] = tostring(err)
-      n_out = n_out + 2
-    end
+    run_single(single, rule_key[1], pol_1[p], pol_2[p], rule_cost[1])
   else
     local ok, reply = pcall(one, n)
     if ok then
@@ -151,9 +179,7 @@ for _ = 1, n_checks do
       if type(reply) == 'table' then
         reply = reply.err or 'error'
       end
-      out[n_out + 1] = 2
-      out[n_out + 2] = tostring(reply)
-      n_out = n_out + 2
+      fail(reply)
     end
   end
 end

@@ -73,3 +73,39 @@ local function finish(now, out)
   end
   return out
 end
+
+-- For algorithms whose state is one string read into a table by `parse`:
+-- the state of `key` kept in `states` for this batch, or read now; nil and
+-- the error for a key of another type.
+local function cached_state(states, key, parse)
+  local s = states[key]
+  if s == nil then
+    local v = redis.pcall('GET', key)
+    if type(v) == 'table' and v.err then
+      return nil, v.err
+    end
+    s = { parse(v) }
+    states[key] = s
+  end
+  return s
+end
+
+-- Reads the states of `keys` with one MGET. A false (absent, or a key of
+-- another type) is left for cached_state's GET, which reports the type.
+local function prefetch_states(states, keys, parse)
+  local vals = redis.call('MGET', unpack(keys))
+  for i = 1, #keys do
+    if vals[i] then
+      states[keys[i]] = { parse(vals[i]) }
+    end
+  end
+end
+
+-- cached_state for code that raises (a multi-rule check's pcall reports it).
+local function state_or_raise(states, key, parse)
+  local s, err = cached_state(states, key, parse)
+  if not s then
+    error({ err = err })
+  end
+  return s
+end

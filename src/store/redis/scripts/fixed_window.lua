@@ -1,44 +1,97 @@
--- Fixed window: a hash { w = window index, c = count }.
+-- Fixed window: a string "<window index>:<count>".
 -- p1 = max, p2 = window (µs). The reply carries the stored state; Rust
 -- renders the decision with crate::algorithm::fixed_window::check.
+--
+-- As for GCRA, a batch reads each key once (one MGET for all of them),
+-- keeps its state in `fixed_states`, and writes each changed key once at
+-- the end (`SET … PX`): the state and TTL that writing after every
+-- admission would leave, at one write per key instead of three calls.
 
-local function fixed_state(key, w, now)
-  local s = redis.call('HMGET', key, 'w', 'c')
-  local sw, sc = tonumber(s[1]) or 0, tonumber(s[2]) or 0
-  local current = fdiv(now, w)
-  if sw >= current then
-    return sw, sc, sw, sc
+local fixed_states = {}
+local fixed_dirty = {}
+local FIXED_FORMAT = INT_FORMAT .. ':' .. INT_FORMAT
+
+local function fixed_parse(v)
+  if not v then
+    return 0, 0
   end
-  return sw, sc, current, 0
+  local w, c = string.match(v, '^(%d+):(%d+)$')
+  return tonumber(w) or 0, tonumber(c) or 0
 end
 
-local function fixed_store(key, w, win, count, now)
+-- The live window and its count at `now` from a stored state.
+local function fixed_live(sw, sc, w, now)
+  local current = fdiv(now, w)
+  if sw >= current then
+    return sw, sc
+  end
+  return current, 0
+end
+
+local function fixed_write(key, w, win, count, now)
   if count <= 0 then
     redis.call('DEL', key)
   else
-    redis.call('HSET', key, 'w', int(win), 'c', int(count))
-    redis.call('PEXPIRE', key, ttl_ms((win + 1) * w - now))
+    redis.call('SET', key, string.format(FIXED_FORMAT, win, count), 'PX', ttl_ms((win + 1) * w - now))
+  end
+end
+
+flush[#flush + 1] = function(now)
+  for key, d in pairs(fixed_dirty) do
+    fixed_write(key, d[1], d[2], d[3], now)
   end
 end
 
 algo.f = {
+  prefetch = function(keys)
+    prefetch_states(fixed_states, keys, fixed_parse)
+  end,
+
+  -- A single-rule check, straight into the batch reply `out` after index
+  -- `n` (no closures or tables per check); returns the new length, or nil
+  -- and an error.
+  single = function(key, max, w, cost, now, out, n)
+    local s, err = cached_state(fixed_states, key, fixed_parse)
+    if not s then
+      return nil, err
+    end
+    local win, count = fixed_live(s[1], s[2], w, now)
+    local allowed = 0
+    if count + cost <= max then
+      allowed = 1
+      if cost > 0 then
+        fixed_states[key] = { win, count + cost }
+        fixed_dirty[key] = { w, win, count + cost }
+      end
+    end
+    out[n + 1] = 1
+    out[n + 2] = allowed
+    out[n + 3] = s[1]
+    out[n + 4] = s[2]
+    return n + 4
+  end,
+
   check = function(key, max, w, cost, _, now)
-    local sw, sc, win, count = fixed_state(key, w, now)
+    local s = state_or_raise(fixed_states, key, fixed_parse)
+    local win, count = fixed_live(s[1], s[2], w, now)
     local allowed = count + cost <= max
     local commit = nil
     if allowed and cost > 0 then
       commit = function()
-        fixed_store(key, w, win, count + cost, now)
+        fixed_states[key] = { win, count + cost }
+        fixed_dirty[key] = { w, win, count + cost }
       end
     end
-    return allowed, { allowed and 1 or 0, sw, sc }, commit
+    return allowed, { allowed and 1 or 0, s[1], s[2] }, commit
   end,
 
   refund = function(key, _, w, amount, now)
-    if redis.call('EXISTS', key) == 0 then
+    local v = redis.call('GET', key)
+    if not v then
       return
     end
-    local _, _, win, count = fixed_state(key, w, now)
-    fixed_store(key, w, win, math.max(count - amount, 0), now)
+    local sw, sc = fixed_parse(v)
+    local win, count = fixed_live(sw, sc, w, now)
+    fixed_write(key, w, win, math.max(count - amount, 0), now)
   end,
 }

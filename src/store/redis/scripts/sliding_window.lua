@@ -1,14 +1,28 @@
--- Sliding-window counter: a hash { w = window index, c = current, p = previous }.
+-- Sliding-window counter: a string "<window index>:<current>:<previous>".
 -- p1 = max, p2 = window (µs). Admission compares integers scaled by the
 -- window (prev*(w - elapsed) + cur*w + cost*w <= max*w); Rust guarantees
 -- (3*max + 1)*w < 2^53 so every product is exact. The reply carries the
 -- stored state; Rust renders the decision with
 -- crate::algorithm::sliding_window::check (its retry_after divides, which is
 -- not scale-free between µs and ns, so it is computed there, in ns).
+--
+-- Batches read each key once (one MGET), keep its state in
+-- `sliding_states` and write each changed key once at the end, as for GCRA.
 
-local function sliding_state(key, w, now)
-  local s = redis.call('HMGET', key, 'w', 'c', 'p')
-  local sw, sc, sp = tonumber(s[1]) or 0, tonumber(s[2]) or 0, tonumber(s[3]) or 0
+local sliding_states = {}
+local sliding_dirty = {}
+local SLIDING_FORMAT = INT_FORMAT .. ':' .. INT_FORMAT .. ':' .. INT_FORMAT
+
+local function sliding_parse(v)
+  if not v then
+    return 0, 0, 0
+  end
+  local w, c, p = string.match(v, '^(%d+):(%d+):(%d+)$')
+  return tonumber(w) or 0, tonumber(c) or 0, tonumber(p) or 0
+end
+
+-- The live window, its counts and the time into it, at `now`.
+local function sliding_live(sw, sc, sp, w, now)
   local index = fdiv(now, w)
   local win, cur, prev = sw, sc, sp
   if sw < index then
@@ -24,10 +38,10 @@ local function sliding_state(key, w, now)
   elseif elapsed > w then
     elapsed = w
   end
-  return { sw, sc, sp }, win, cur, prev, elapsed
+  return win, cur, prev, elapsed
 end
 
-local function sliding_store(key, w, win, cur, prev, now)
+local function sliding_write(key, w, win, cur, prev, now)
   local left = 0
   if cur > 0 then
     left = 2
@@ -37,30 +51,67 @@ local function sliding_store(key, w, win, cur, prev, now)
   if left == 0 then
     redis.call('DEL', key)
   else
-    redis.call('HSET', key, 'w', int(win), 'c', int(cur), 'p', int(prev))
-    redis.call('PEXPIRE', key, ttl_ms((win + left) * w - now))
+    redis.call('SET', key, string.format(SLIDING_FORMAT, win, cur, prev),
+      'PX', ttl_ms((win + left) * w - now))
+  end
+end
+
+flush[#flush + 1] = function(now)
+  for key, d in pairs(sliding_dirty) do
+    sliding_write(key, d[1], d[2], d[3], d[4], now)
   end
 end
 
 algo.s = {
+  prefetch = function(keys)
+    prefetch_states(sliding_states, keys, sliding_parse)
+  end,
+
+  -- A single-rule check, straight into the batch reply (see fixed_window).
+  single = function(key, max, w, cost, now, out, n)
+    local s, err = cached_state(sliding_states, key, sliding_parse)
+    if not s then
+      return nil, err
+    end
+    local win, cur, prev, elapsed = sliding_live(s[1], s[2], s[3], w, now)
+    local allowed = 0
+    if prev * (w - elapsed) + cur * w + cost * w <= max * w then
+      allowed = 1
+      if cost > 0 then
+        sliding_states[key] = { win, cur + cost, prev }
+        sliding_dirty[key] = { w, win, cur + cost, prev }
+      end
+    end
+    out[n + 1] = 1
+    out[n + 2] = allowed
+    out[n + 3] = s[1]
+    out[n + 4] = s[2]
+    out[n + 5] = s[3]
+    return n + 5
+  end,
+
   check = function(key, max, w, cost, _, now)
-    local raw, win, cur, prev, elapsed = sliding_state(key, w, now)
+    local s = state_or_raise(sliding_states, key, sliding_parse)
+    local win, cur, prev, elapsed = sliding_live(s[1], s[2], s[3], w, now)
     local used = prev * (w - elapsed) + cur * w
     local allowed = used + cost * w <= max * w
     local commit = nil
     if allowed and cost > 0 then
       commit = function()
-        sliding_store(key, w, win, cur + cost, prev, now)
+        sliding_states[key] = { win, cur + cost, prev }
+        sliding_dirty[key] = { w, win, cur + cost, prev }
       end
     end
-    return allowed, { allowed and 1 or 0, raw[1], raw[2], raw[3] }, commit
+    return allowed, { allowed and 1 or 0, s[1], s[2], s[3] }, commit
   end,
 
   refund = function(key, _, w, amount, now)
-    if redis.call('EXISTS', key) == 0 then
+    local v = redis.call('GET', key)
+    if not v then
       return
     end
-    local _, win, cur, prev = sliding_state(key, w, now)
-    sliding_store(key, w, win, math.max(cur - amount, 0), prev, now)
+    local sw, sc, sp = sliding_parse(v)
+    local win, cur, prev = sliding_live(sw, sc, sp, w, now)
+    sliding_write(key, w, win, math.max(cur - amount, 0), prev, now)
   end,
 }
