@@ -29,9 +29,11 @@ use crate::policy::{Algorithm, Policy};
 mod builder;
 mod hot;
 mod multi;
+mod shard;
 mod slot;
 
 pub use builder::MemoryStoreBuilder;
+use shard::Shard;
 use slot::Slot;
 
 /// Default cap on live keys.
@@ -59,45 +61,6 @@ impl Hasher for IdentityHasher {
 }
 
 type Slots = HashMap<u64, Slot, BuildHasherDefault<IdentityHasher>>;
-
-struct Shard {
-    slots: Slots,
-    /// Sweep when `slots.len()` reaches this.
-    sweep_at: usize,
-    /// No slot expires before this: sweeping earlier frees nothing.
-    next_expiry: u64,
-}
-
-impl Shard {
-    fn new() -> Self {
-        Shard {
-            slots: Slots::default(),
-            sweep_at: MIN_SWEEP_AT,
-            next_expiry: 0,
-        }
-    }
-
-    /// Drops every slot back at a fresh state; returns how many.
-    fn sweep(&mut self, now: u64) -> usize {
-        let before = self.slots.len();
-        let mut next_expiry = u64::MAX;
-        self.slots.retain(|_, slot| {
-            if slot.retire_if_cold(now) {
-                return false;
-            }
-            next_expiry = next_expiry.min(slot.expires_at());
-            true
-        });
-        self.next_expiry = next_expiry;
-        let len = self.slots.len();
-        if self.slots.capacity() > 4 * len.max(MIN_SWEEP_AT) {
-            self.slots.shrink_to(2 * len);
-        }
-        // Amortised: the next growth-triggered sweep waits for the shard to double.
-        self.sweep_at = (2 * len).max(MIN_SWEEP_AT);
-        before - len
-    }
-}
 
 struct Inner<C> {
     /// Unique per store, so thread caches never confuse two stores.

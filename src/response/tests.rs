@@ -1,0 +1,151 @@
+//! Tests of the layer's own responses and rate-limit headers.
+use super::*;
+use crate::info::{Entry, Meta};
+use crate::{Decision, Policy};
+use std::time::Duration;
+
+#[test]
+fn decimal_digits_match_display() {
+    for n in [0, 7, 10, 99, 1_000_000, SF_INT_MAX, u64::MAX] {
+        let mut out = Vec::new();
+        push_u64(&mut out, n);
+        assert_eq!(out, n.to_string().into_bytes());
+    }
+}
+
+fn meta(legacy: bool) -> Arc<Meta> {
+    let rules: Box<[RuleMeta]> = vec![
+        RuleMeta {
+            name: "reply".into(),
+            policy: Policy::sliding_log(5, Duration::from_secs(60)).unwrap(),
+            exhausted: Default::default(),
+        },
+        RuleMeta {
+            name: "upload".into(),
+            policy: Policy::concurrency(2).unwrap(),
+            exhausted: Default::default(),
+        },
+        RuleMeta {
+            name: "post".into(),
+            policy: Policy::cell(15, 30, Duration::from_secs(3600)).unwrap(),
+            exhausted: Default::default(),
+        },
+    ]
+    .into();
+    Arc::new(Meta {
+        policy_header: policy_value(&rules),
+        rules,
+        ietf_headers: true,
+        legacy_headers: legacy,
+    })
+}
+
+fn decision(allowed: bool, remaining: u64, retry_ms: Option<u64>, reset_ms: u64) -> Decision {
+    Decision {
+        allowed,
+        limit: 5,
+        remaining,
+        retry_after: retry_ms.map(Duration::from_millis),
+        reset_after: Duration::from_millis(reset_ms),
+        permit: None,
+    }
+}
+
+#[test]
+fn policy_header_syntax() {
+    let m = meta(false);
+    assert_eq!(
+        m.policy_header.as_ref().unwrap(),
+        "\"reply\";q=5;w=60, \"upload\";q=2;qu=\"concurrent-requests\", \"post\";q=16;w=1920"
+    );
+}
+
+#[test]
+fn denied_response_headers_and_body() {
+    let info = RateLimitInfo::many(
+        meta(true),
+        vec![
+            Entry {
+                rule: 0,
+                decision: decision(false, 0, Some(41_200), 59_000),
+            },
+            Entry {
+                rule: 2,
+                decision: decision(true, 3, None, 8_001),
+            },
+        ],
+    );
+    let r = rejection_response(&BodyFormat::PlainText, &Rejection::Limited(&info));
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    let h = r.headers();
+    assert_eq!(h[RETRY_AFTER], "42");
+    assert_eq!(h[RATELIMIT], "\"reply\";r=0;t=59, \"post\";r=3;t=9");
+    assert_eq!(h[X_RATELIMIT_LIMIT], "5");
+    assert_eq!(h[X_RATELIMIT_REMAINING], "0");
+    assert_eq!(h[X_RATELIMIT_RESET], "59");
+    assert_eq!(h[CONTENT_TYPE], "text/plain; charset=utf-8");
+    assert_eq!(r.body(), "Too many requests: try again in 42 s.\n");
+
+    let r = rejection_response(&BodyFormat::ProblemJson, &Rejection::Limited(&info));
+    assert_eq!(r.headers()[CONTENT_TYPE], "application/problem+json");
+    assert_eq!(
+        r.body(),
+        "{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,\
+         \"detail\":\"Too many requests: try again in 42 s.\",\"retry_after\":42}"
+    );
+}
+
+#[test]
+fn retry_after_is_never_zero_and_absent_when_never() {
+    let info = RateLimitInfo::one(
+        meta(false),
+        Entry {
+            rule: 0,
+            decision: decision(false, 0, Some(1), 1),
+        },
+    );
+    let r = rejection_response(&BodyFormat::PlainText, &Rejection::Limited(&info));
+    assert_eq!(r.headers()[RETRY_AFTER], "1");
+    assert!(r.headers().get(X_RATELIMIT_LIMIT).is_none());
+    let never = RateLimitInfo::one(
+        meta(false),
+        Entry {
+            rule: 0,
+            decision: decision(false, 0, None, 0),
+        },
+    );
+    let r = rejection_response(&BodyFormat::PlainText, &Rejection::Limited(&never));
+    assert!(r.headers().get(RETRY_AFTER).is_none());
+    assert!(r
+        .body()
+        .starts_with(b"Too many requests: this request exceeds"));
+}
+
+#[test]
+fn custom_responses_keep_their_status_and_get_headers() {
+    let info = RateLimitInfo::one(
+        meta(false),
+        Entry {
+            rule: 0,
+            decision: decision(false, 0, Some(2_500), 3_000),
+        },
+    );
+    let custom = BodyFormat::Custom(Arc::new(|r: &Rejection<'_>| {
+        let mut resp = Response::new(Bytes::from_static(b"slow down"));
+        *resp.status_mut() = r.status();
+        resp.headers_mut()
+            .insert(RETRY_AFTER, HeaderValue::from_static("9"));
+        resp
+    }));
+    let r = rejection_response(&custom, &Rejection::Limited(&info));
+    assert_eq!(r.status(), 429);
+    assert_eq!(r.headers()[RETRY_AFTER], "9");
+    assert_eq!(r.headers()[RATELIMIT], "\"reply\";r=0;t=3");
+}
+
+#[test]
+fn json_escaping() {
+    let mut s = String::new();
+    json_string(&mut s, "a\"b\\c\n");
+    assert_eq!(s, "\"a\\\"b\\\\c\\u000a\"");
+}
