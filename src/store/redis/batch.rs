@@ -113,9 +113,9 @@ where
     if let Some(rule) = uniform.filter(|r| r.params.code == "g") {
         return eval_uniform_gcra(conn, cfg, checks, rule).await;
     }
-    // Windows have a single-rule fast path in the script too: a uniform
+    // Windows and logs have a single-rule fast path in the script too: a uniform
     // batch of them sends no per-check arguments either.
-    let uniform = uniform.filter(|r| matches!(r.params.code, "f" | "s"));
+    let uniform = uniform.filter(|r| matches!(r.params.code, "f" | "s" | "l"));
     let script = check_script(checks.iter().flat_map(|c| c.iter()).map(|r| &r.policy));
     let n_keys: usize = checks.iter().map(|c| c.len()).sum();
     let mut cmd = redis::cmd("EVALSHA");

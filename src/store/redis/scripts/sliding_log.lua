@@ -29,8 +29,18 @@ end
 -- Records `cost` units at `now`, or at the newest instant if a clock that
 -- went back left it later (as the model merges them into that entry).
 local function log_add(key, w, cost, now)
-  local at = math.max(now, log_time(key, -1) or now)
-  local base = redis.call('ZCOUNT', key, int(at), int(at))
+  -- The newest member tells both the instant to record at and, when that
+  -- instant is already held, how many units it has: indices at an instant
+  -- run 0..k-1 (pruning removes whole instants, refunds the newest units),
+  -- so the newest member's index + 1 is the count ZCOUNT would give.
+  local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  local at, base = now, 0
+  local newest_at = tonumber(newest[2])
+  if newest_at and newest_at >= now then
+    at = newest_at
+    local index = tonumber(string.match(newest[1], ':(%d+)$'))
+    base = index and index + 1 or redis.call('ZCOUNT', key, int(at), int(at))
+  end
   local args, i = {}, 0
   while i < cost do
     args[#args + 1] = int(at)
@@ -44,37 +54,61 @@ local function log_add(key, w, cost, now)
   redis.call('PEXPIRE', key, ttl_ms(at + w - now))
 end
 
+-- One check's reply fields and whether it is admitted (nothing written).
+local function log_decide(key, max, w, cost, now)
+  local total = log_prune(key, w, now)
+  local allowed = total + cost <= max
+  -- As the model: an admission is reported as the newest entry.
+  local newest = nil
+  if allowed and cost > 0 then
+    newest = now
+  elseif total > 0 then
+    newest = log_time(key, -1)
+  end
+  local after = total
+  if allowed then
+    after = total + cost
+  end
+  local retry = -1
+  if not allowed and cost <= max then
+    -- The oldest total + cost - max units must leave first.
+    retry = math.max(log_time(key, total + cost - max - 1) + w - now, 0)
+  end
+  local reset = 0
+  if newest then
+    reset = math.max(newest + w - now, 0)
+  end
+  return allowed, max - after, retry, reset
+end
+
 algo.l = {
-  check = function(key, max, w, cost, _, now)
-    local total = log_prune(key, w, now)
-    local allowed = total + cost <= max
-    -- As the model: an admission is reported as the newest entry.
-    local newest = nil
+  -- A single-rule check, straight into the batch reply (no closures or
+  -- tables per check); a key of another type fails alone.
+  single = function(key, max, w, cost, now, out, n)
+    local ok, allowed, remaining, retry, reset = pcall(log_decide, key, max, w, cost, now)
+    if not ok then
+      return nil, type(allowed) == 'table' and allowed.err or allowed
+    end
     if allowed and cost > 0 then
-      newest = now
-    elseif total > 0 then
-      newest = log_time(key, -1)
+      log_add(key, w, cost, now)
     end
-    local after = total
-    if allowed then
-      after = total + cost
-    end
-    local retry = -1
-    if not allowed and cost <= max then
-      -- The oldest total + cost - max units must leave first.
-      retry = math.max(log_time(key, total + cost - max - 1) + w - now, 0)
-    end
-    local reset = 0
-    if newest then
-      reset = math.max(newest + w - now, 0)
-    end
+    out[n + 1] = 1
+    out[n + 2] = allowed and 1 or 0
+    out[n + 3] = remaining
+    out[n + 4] = retry
+    out[n + 5] = reset
+    return n + 5
+  end,
+
+  check = function(key, max, w, cost, _, now)
+    local allowed, remaining, retry, reset = log_decide(key, max, w, cost, now)
     local commit = nil
     if allowed and cost > 0 then
       commit = function()
         log_add(key, w, cost, now)
       end
     end
-    return allowed, { allowed and 1 or 0, max - after, retry, reset }, commit
+    return allowed, { allowed and 1 or 0, remaining, retry, reset }, commit
   end,
 
   refund = function(key, _, w, amount, now)
