@@ -210,10 +210,19 @@ mod tests {
         let cell = HotCell::new(0);
         let now = 10_000_000_000;
         assert!(cell.decide(&p, now, 1, true).unwrap().allowed);
-        let slot = HotSlot(cell.clone());
-        drop(slot);
+        let admitted = cell.load();
+        assert_eq!(admitted, gcra::admit(&p, 0, now, 1));
+        assert_eq!(
+            cell.retire(),
+            admitted,
+            "the swap hands over the last state"
+        );
         assert!(cell.decide(&p, now, 1, true).is_none());
         assert_eq!(cell.load(), RETIRED);
+        // Dropping the map's handle retires a live cell too.
+        let other = HotCell::new(0);
+        drop(HotSlot(other.clone()));
+        assert!(other.decide(&p, now, 1, true).is_none());
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Several rules in one atomic check: the write locks of every shard they
 //! touch, taken in index order, exclude all other writers to those keys.
 
+use std::sync::atomic::Ordering;
 use std::sync::RwLockWriteGuard;
 
 use super::{write, MemoryStore, Shard, Slot};
@@ -28,11 +29,14 @@ impl<C: Clock> MemoryStore<C> {
         let mut guards: Vec<(usize, RwLockWriteGuard<'_, Shard>)> =
             order.iter().map(|&i| (i, write(self.shard(i)))).collect();
         let guard_of = |i: usize| order.binary_search(&i).unwrap_or(0);
-        // Hot keys come back under the locks alone: no thread cache can
-        // write them until these locks are released.
-        for &(hash, shard) in &located {
-            if let Some(slot) = guards[guard_of(shard)].1.slots.get_mut(&hash) {
-                slot.demote();
+        // Hot keys this check may charge come back under the locks alone: no
+        // thread cache can write them until these locks are released. (A
+        // rule of cost 0 only reads its key: a snapshot of the cell is enough.)
+        for (rule, &(hash, shard)) in rules.iter().zip(&located) {
+            if rule.cost > 0 {
+                if let Some(slot) = guards[guard_of(shard)].1.slots.get_mut(&hash) {
+                    slot.demote();
+                }
             }
         }
         let permits: Vec<Option<PermitId>> = rules
@@ -77,15 +81,19 @@ impl<C: Clock> MemoryStore<C> {
                 self.make_room(&mut guards[g].1, now, extra)?;
             }
         }
+        // Keys inserted per shard: more than `new_keys` when making room swept
+        // a cold key of this very check, which then comes back.
+        let mut inserted = vec![0usize; order.len()];
         for ((rule, &(hash, shard)), &permit) in rules.iter().zip(&located).zip(&permits) {
             if rule.cost == 0 {
                 continue;
             }
-            let shard = &mut guards[guard_of(shard)].1;
-            let slot = shard
-                .slots
-                .entry(hash)
-                .or_insert_with(|| Slot::fresh(rule.policy));
+            let g = guard_of(shard);
+            let shard = &mut guards[g].1;
+            let slot = shard.slots.entry(hash).or_insert_with(|| {
+                inserted[g] += 1;
+                Slot::fresh(rule.policy)
+            });
             if !slot.matches(rule.policy) {
                 *slot = Slot::fresh(rule.policy);
             }
@@ -96,6 +104,14 @@ impl<C: Clock> MemoryStore<C> {
             );
             let at = slot.expires_at();
             shard.next_expiry = shard.next_expiry.min(at);
+        }
+        let uncounted: usize = inserted
+            .iter()
+            .zip(&new_keys)
+            .map(|(&inserted, &counted)| inserted.saturating_sub(counted))
+            .sum();
+        if uncounted > 0 {
+            self.inner.live.fetch_add(uncounted, Ordering::Relaxed);
         }
         Ok(decisions)
     }
