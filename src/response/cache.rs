@@ -22,7 +22,7 @@ pub(crate) fn int_value(n: u64) -> HeaderValue {
     match usize::try_from(n).ok().filter(|&n| n < CACHED as usize) {
         Some(i) => SMALL.get_or_init(|| {
             (0..CACHED)
-                .map(|n| static_value(n.to_string().into_bytes()))
+                .map(|n| interned(n.to_string().into_bytes()).expect("digits are a valid value"))
                 .collect()
         })[i]
             .clone(),
@@ -73,13 +73,6 @@ impl ExhaustedItems {
         });
         items.get(i).cloned().flatten()
     }
-}
-
-/// A value over static bytes: cloning it touches no reference count. The
-/// tables are built once per process and live as long as it.
-fn static_value(bytes: Vec<u8>) -> HeaderValue {
-    HeaderValue::from_maybe_shared(Bytes::from_static(bytes.leak()))
-        .expect("digits are a valid header value")
 }
 
 /// A header value over bytes kept for the life of the process, one copy

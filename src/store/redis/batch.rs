@@ -125,17 +125,12 @@ where
     }
     // Each distinct policy once; rules name theirs by index (from 1).
     let mut policies: Vec<&JobRule> = Vec::new();
-    let mut index = Vec::with_capacity(n_keys);
     for r in checks.iter().flat_map(|c| c.iter()) {
-        let i = match policies.iter().position(|p| p.policy == r.policy) {
-            Some(i) => i,
-            None => {
-                policies.push(r);
-                policies.len() - 1
-            }
-        };
-        index.push(i + 1);
+        if !policies.iter().any(|p| p.policy == r.policy) {
+            policies.push(r);
+        }
     }
+    let index_of = |r: &JobRule| 1 + policies.iter().take_while(|p| p.policy != r.policy).count();
     cmd.arg(cfg.now_arg()?)
         .arg(cfg.ttl_padding_ms)
         .arg(policies.len());
@@ -146,12 +141,10 @@ where
         cmd.arg("U").arg(rule.params.script_cost(rule.cost));
     } else {
         cmd.arg(checks.len());
-        let mut index = index.into_iter();
         for c in checks {
             cmd.arg(c.len());
             for r in *c {
-                cmd.arg(index.next().unwrap_or(1))
-                    .arg(r.params.script_cost(r.cost));
+                cmd.arg(index_of(r)).arg(r.params.script_cost(r.cost));
                 if r.policy.is_concurrency() {
                     cmd.arg(r.permit.map_or(0, |id| id.0));
                 }

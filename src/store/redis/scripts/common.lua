@@ -101,6 +101,20 @@ local function prefetch_states(states, keys, parse)
   end
 end
 
+-- Sets up an algorithm whose state is one string per key: its changed
+-- states (`dirty[key] = { ... }`) are written once at the end of the batch
+-- by `write(key, now, ...)`. Returns its prefetch.
+local function string_state(states, dirty, parse, write)
+  flush[#flush + 1] = function(now)
+    for key, d in pairs(dirty) do
+      write(key, now, unpack(d))
+    end
+  end
+  return function(keys)
+    prefetch_states(states, keys, parse)
+  end
+end
+
 -- cached_state for code that raises (a multi-rule check's pcall reports it).
 local function state_or_raise(states, key, parse)
   local s, err = cached_state(states, key, parse)

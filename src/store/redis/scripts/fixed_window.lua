@@ -28,7 +28,7 @@ local function fixed_live(sw, sc, w, now)
   return current, 0
 end
 
-local function fixed_write(key, w, win, count, now)
+local function fixed_write(key, now, w, win, count)
   if count <= 0 then
     redis.call('DEL', key)
   else
@@ -36,16 +36,8 @@ local function fixed_write(key, w, win, count, now)
   end
 end
 
-flush[#flush + 1] = function(now)
-  for key, d in pairs(fixed_dirty) do
-    fixed_write(key, d[1], d[2], d[3], now)
-  end
-end
-
 algo.f = {
-  prefetch = function(keys)
-    prefetch_states(fixed_states, keys, fixed_parse)
-  end,
+  prefetch = string_state(fixed_states, fixed_dirty, fixed_parse, fixed_write),
 
   -- A single-rule check, straight into the batch reply `out` after index
   -- `n` (no closures or tables per check); returns the new length, or nil
@@ -92,6 +84,6 @@ algo.f = {
     end
     local sw, sc = fixed_parse(v)
     local win, count = fixed_live(sw, sc, w, now)
-    fixed_write(key, w, win, math.max(count - amount, 0), now)
+    fixed_write(key, now, w, win, math.max(count - amount, 0))
   end,
 }

@@ -41,7 +41,7 @@ local function sliding_live(sw, sc, sp, w, now)
   return win, cur, prev, elapsed
 end
 
-local function sliding_write(key, w, win, cur, prev, now)
+local function sliding_write(key, now, w, win, cur, prev)
   local left = 0
   if cur > 0 then
     left = 2
@@ -56,16 +56,8 @@ local function sliding_write(key, w, win, cur, prev, now)
   end
 end
 
-flush[#flush + 1] = function(now)
-  for key, d in pairs(sliding_dirty) do
-    sliding_write(key, d[1], d[2], d[3], d[4], now)
-  end
-end
-
 algo.s = {
-  prefetch = function(keys)
-    prefetch_states(sliding_states, keys, sliding_parse)
-  end,
+  prefetch = string_state(sliding_states, sliding_dirty, sliding_parse, sliding_write),
 
   -- A single-rule check, straight into the batch reply (see fixed_window).
   single = function(key, max, w, cost, now, out, n)
@@ -112,6 +104,6 @@ algo.s = {
     end
     local sw, sc, sp = sliding_parse(v)
     local win, cur, prev = sliding_live(sw, sc, sp, w, now)
-    sliding_write(key, w, win, math.max(cur - amount, 0), prev, now)
+    sliding_write(key, now, w, win, math.max(cur - amount, 0), prev)
   end,
 }
