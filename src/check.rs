@@ -253,17 +253,44 @@ fn settle<St: Store>(
     )))
 }
 
+/// What a request's check came to before any future.
+pub(crate) enum Now<St: Store> {
+    /// Admitted in process, with nothing to carry forward: the hot path.
+    Admitted,
+    /// Every rule was skipped for want of a key.
+    Skip,
+    /// Rejected before any check (a missing key).
+    Reject(Response<Bytes>),
+    /// Decided in process, with something to carry forward or a rejection.
+    Decided(Outcome<St>),
+    /// Needs [`evaluate`]: an asynchronous store, or delay mode.
+    Later(Plan),
+}
+
+/// Builds the request's keys and decides at once when the store answers in
+/// process and no wait is needed.
+#[inline]
+pub(crate) fn decide_now<St: Store>(shared: &Shared<St>, req: &RequestHead<'_>) -> Now<St> {
+    match plan(shared, req) {
+        Planned::Check(plan) => evaluate_now(shared, plan),
+        Planned::Skip => Now::Skip,
+        Planned::Reject(response) => Now::Reject(response),
+    }
+}
+
 /// Decides without a future when the store answers in process and no wait
-/// is needed; `None` sends the request down [`evaluate`].
-pub(crate) fn evaluate_now<St: Store>(shared: &Shared<St>, plan: &Plan) -> Option<Outcome<St>> {
+/// is needed; otherwise hands the plan on.
+fn evaluate_now<St: Store>(shared: &Shared<St>, plan: Plan) -> Now<St> {
     if matches!(shared.settings.mode, Mode::Delay { .. }) {
         // Delay mode reserves slots and may sleep: the asynchronous path.
-        return None;
+        return Now::Later(plan);
     }
     let answer = match &plan.rules {
         ActiveRules::One(a) => {
             let rule = Rule::new(plan.key(a), &shared.rules[a.rule].policy, a.cost);
-            let decision = shared.store.check_now(rule)?;
+            let Some(decision) = shared.store.check_now(rule) else {
+                return Now::Later(plan);
+            };
             if let Ok(d) = &decision {
                 // The common case, admitted with nothing to carry forward:
                 // no `RateLimitInfo` (and no shared-meta reference count) at all.
@@ -272,11 +299,9 @@ pub(crate) fn evaluate_now<St: Store>(shared: &Shared<St>, plan: &Plan) -> Optio
                     && !shared.settings.info_on_allowed()
                     && !tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG)
                 {
+                    plan.recycle();
                     count("allowed");
-                    return Some(Outcome::Forward {
-                        info: None,
-                        permits: None,
-                    });
+                    return Now::Admitted;
                 }
             }
             decision.map(|decision| {
@@ -294,13 +319,19 @@ pub(crate) fn evaluate_now<St: Store>(shared: &Shared<St>, plan: &Plan) -> Optio
                 .iter()
                 .map(|a| Rule::new(plan.key(a), &shared.rules[a.rule].policy, a.cost))
                 .collect();
-            let decisions = shared.store.check_all_now(&rules)?;
+            let Some(decisions) = shared.store.check_all_now(&rules) else {
+                drop(rules);
+                return Now::Later(plan);
+            };
             decisions.and_then(|decisions| many(shared, actives, decisions))
         }
     };
-    match settle(shared, plan, answer, Duration::ZERO, 0) {
-        Step::Done(outcome) => Some(outcome),
-        Step::Wait(_) => None,
+    match settle(shared, &plan, answer, Duration::ZERO, 0) {
+        Step::Done(outcome) => {
+            plan.recycle();
+            Now::Decided(outcome)
+        }
+        Step::Wait(_) => Now::Later(plan),
     }
 }
 

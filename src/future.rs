@@ -42,16 +42,23 @@ pin_project! {
         Checking {
             pending: Option<Box<Pending<S, ReqB, St>>>,
         },
+        // What an admission carries and a rejection are boxed too: the
+        // future stays small enough to move without a `memcpy` call.
         Calling {
             #[pin]
             future: S::Future,
-            headers: Option<RateLimitInfo>,
-            permits: Option<Permits<St>>,
+            carried: Option<Box<Carried<St>>>,
         },
         Done {
-            response: Option<Response<Bytes>>,
+            response: Option<Box<Response<Bytes>>>,
         },
     }
+}
+
+/// What an admitted request carries to its response.
+pub(crate) struct Carried<St: Store> {
+    headers: Option<RateLimitInfo>,
+    permits: Option<Permits<St>>,
 }
 
 /// A request waiting for its check, with the service that will take it.
@@ -88,17 +95,17 @@ where
     pub(crate) fn done(response: Response<Bytes>) -> Self {
         ResponseFuture {
             state: State::Done {
-                response: Some(response),
+                response: Some(Box::new(response)),
             },
         }
     }
 
-    pub(crate) fn unchecked(future: S::Future) -> Self {
+    /// The inner service's call, with nothing to add to its response.
+    pub(crate) fn forwarded(future: S::Future) -> Self {
         ResponseFuture {
             state: State::Calling {
                 future,
-                headers: None,
-                permits: None,
+                carried: None,
             },
         }
     }
@@ -130,7 +137,7 @@ where
     ) -> Self {
         match outcome {
             Outcome::Reject(response) => State::Done {
-                response: Some(response),
+                response: Some(Box::new(response)),
             },
             Outcome::Forward { info, permits } => {
                 let headers = match info {
@@ -143,10 +150,11 @@ where
                     }
                     None => None,
                 };
+                let carried = (headers.is_some() || permits.is_some())
+                    .then(|| Box::new(Carried { headers, permits }));
                 State::Calling {
                     future: service.call(request),
-                    headers,
-                    permits,
+                    carried,
                 }
             }
         }
@@ -181,19 +189,19 @@ where
                     let next = State::decided(outcome, &mut service, request, forwarding);
                     this.state.set(next);
                 }
-                StateProj::Calling {
-                    future,
-                    headers,
-                    permits,
-                } => {
+                StateProj::Calling { future, carried } => {
                     let result = ready!(future.poll(cx));
+                    let Some(carried) = carried.take() else {
+                        return Poll::Ready(result.map(|r| r.map(ThrottleBody::inner)));
+                    };
+                    let Carried { headers, permits } = *carried;
                     // Concurrency permits stay held until the response body
                     // ends (or is dropped), or now if the inner service failed.
-                    let guard = permits.take().map(Guard::new);
+                    let guard = permits.map(Guard::new);
                     return Poll::Ready(result.map(|response| {
                         let mut response =
                             response.map(|body| ThrottleBody::inner_holding(body, guard));
-                        if let Some(info) = headers.take() {
+                        if let Some(info) = headers {
                             add_headers(response.headers_mut(), &info);
                         }
                         response
@@ -203,7 +211,7 @@ where
                     let response = response
                         .take()
                         .expect("ResponseFuture polled after completion");
-                    return Poll::Ready(Ok(response.map(ThrottleBody::full)));
+                    return Poll::Ready(Ok((*response).map(ThrottleBody::full)));
                 }
             }
         }

@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::HeaderValue;
+use http::{HeaderMap, HeaderValue};
 
 use crate::decision::Decision;
 use crate::policy::Policy;
@@ -30,6 +30,26 @@ pub(crate) struct Meta {
     pub(crate) policy_header: Option<HeaderValue>,
     pub(crate) ietf_headers: bool,
     pub(crate) legacy_headers: bool,
+    /// The fields of a plain-text 429, prebuilt (see `response`).
+    pub(crate) limited_headers: HeaderMap,
+}
+
+impl Meta {
+    /// Renders what every response of the layer shares.
+    pub(crate) fn new(rules: Box<[RuleMeta]>, ietf_headers: bool, legacy_headers: bool) -> Self {
+        let policy_header = crate::response::policy_value(&rules);
+        Meta {
+            limited_headers: crate::response::limited_headers_template(
+                policy_header.as_ref(),
+                ietf_headers,
+                legacy_headers,
+            ),
+            policy_header,
+            rules,
+            ietf_headers,
+            legacy_headers,
+        }
+    }
 }
 
 pub(crate) struct RuleMeta {

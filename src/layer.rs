@@ -13,7 +13,7 @@ use crate::info::{Meta, RuleMeta};
 use crate::key::{KeyExtractor, PeerIp, RequestHead};
 use crate::mode::{FailMode, Mode, OnMissingKey};
 use crate::policy::Policy;
-use crate::response::{policy_value, BodyFormat, Rejection};
+use crate::response::{BodyFormat, Rejection};
 use crate::rule::{valid_name, Cost, Limit, RuleCfg};
 use crate::service::Throttle;
 use crate::store::Store;
@@ -293,12 +293,11 @@ impl<St: Store> ThrottleLayer<St> {
                 exhausted: Default::default(),
             })
             .collect();
-        let meta = Arc::new(Meta {
-            policy_header: policy_value(&metas),
-            rules: metas,
-            ietf_headers: self.settings.ietf_headers,
-            legacy_headers: self.settings.legacy_headers,
-        });
+        let meta = Arc::new(Meta::new(
+            metas,
+            self.settings.ietf_headers,
+            self.settings.legacy_headers,
+        ));
         Arc::new(Shared {
             store: self.store.clone(),
             rules,

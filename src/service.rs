@@ -9,7 +9,7 @@ use http_body::Body;
 use tower_service::Service;
 
 use crate::body::ThrottleBody;
-use crate::check::{evaluate, evaluate_now, plan, Planned, Shared};
+use crate::check::{decide_now, evaluate, Now, Shared};
 use crate::future::{BoxCheck, ResponseFuture};
 use crate::key::RequestHead;
 use crate::store::Store;
@@ -79,16 +79,39 @@ where
     }
 
     fn call(&mut self, request: Request<ReqB>) -> Self::Future {
-        let plan = match plan(&self.shared, &RequestHead::new(&request)) {
-            Planned::Check(plan) => plan,
-            Planned::Skip => return ResponseFuture::unchecked(self.inner.call(request)),
-            Planned::Reject(response) => return ResponseFuture::done(response),
-        };
-        let forwarding = self.shared.settings.forwarding();
-        if let Some(outcome) = evaluate_now(&self.shared, &plan) {
-            plan.recycle();
-            return ResponseFuture::decided(outcome, &mut self.inner, request, forwarding);
+        // Kept small enough to inline into the caller, so the request moves
+        // once, straight into the inner call; everything else is out of line.
+        match decide_now(&self.shared, &RequestHead::new(&request)) {
+            Now::Admitted => ResponseFuture::forwarded(self.inner.call(request)),
+            now => self.call_slow(now, request),
         }
+    }
+}
+
+impl<S, St> Throttle<S, St> {
+    /// Every request that is not simply admitted in process: rejections,
+    /// admissions that carry information forward, asynchronous stores.
+    #[inline(never)]
+    fn call_slow<ReqB, ResB>(
+        &mut self,
+        now: Now<St>,
+        request: Request<ReqB>,
+    ) -> ResponseFuture<S, ReqB, St>
+    where
+        S: Service<Request<ReqB>, Response = Response<ResB>> + Clone,
+        St: Store,
+    {
+        let forwarding = self.shared.settings.forwarding();
+        let plan = match now {
+            Now::Admitted | Now::Skip => {
+                return ResponseFuture::forwarded(self.inner.call(request))
+            }
+            Now::Reject(response) => return ResponseFuture::done(response),
+            Now::Decided(outcome) => {
+                return ResponseFuture::decided(outcome, &mut self.inner, request, forwarding)
+            }
+            Now::Later(plan) => plan,
+        };
         let mut check: BoxCheck<St> = Box::pin(evaluate(self.shared.clone(), plan));
         // Most checks (the memory store) finish at once: then the ready inner
         // service is called here, without cloning it. Polling with a no-op

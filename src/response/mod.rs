@@ -106,16 +106,18 @@ pub(crate) fn rejection_response(
     format: &BodyFormat,
     rejection: &Rejection<'_>,
 ) -> Response<Bytes> {
+    if let (BodyFormat::PlainText, Rejection::Limited(info)) = (format, rejection) {
+        if let Some(response) = limited_plain_text(info) {
+            return response;
+        }
+    }
     let mut response = match format {
         BodyFormat::Custom(f) => f(rejection),
         BodyFormat::PlainText => {
             let mut r = Response::new(plain_text(rejection));
             // Room for every header of a 429 at once: no growth, one allocation.
             r.headers_mut().reserve(6);
-            r.headers_mut().insert(
-                CONTENT_TYPE,
-                HeaderValue::from_static("text/plain; charset=utf-8"),
-            );
+            r.headers_mut().insert(CONTENT_TYPE, TEXT_PLAIN);
             r
         }
         BodyFormat::ProblemJson => {
@@ -149,6 +151,71 @@ pub(crate) fn rejection_response(
         }
     }
     response
+}
+
+const TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
+
+/// The default 429, from the layer's prebuilt header map: a clone and a
+/// few values set in place, instead of hashing and inserting every field.
+/// `None` (build it field by field) for a request that can never be admitted.
+fn limited_plain_text(info: &RateLimitInfo) -> Option<Response<Bytes>> {
+    let retry_secs = info.retry_after_secs()?;
+    let mut headers = info.meta().limited_headers.clone();
+    let mut ratelimit_ok = true;
+    for (name, value) in headers.iter_mut() {
+        if name == RETRY_AFTER {
+            *value = cache::int_value(retry_secs);
+        } else if name == RATELIMIT {
+            match ratelimit_value(info) {
+                Some(v) => *value = v,
+                None => ratelimit_ok = false,
+            }
+        } else if name == X_RATELIMIT_LIMIT
+            || name == X_RATELIMIT_REMAINING
+            || name == X_RATELIMIT_RESET
+        {
+            let d = info.decision();
+            *value = cache::int_value(if name == X_RATELIMIT_LIMIT {
+                d.limit
+            } else if name == X_RATELIMIT_REMAINING {
+                d.remaining
+            } else {
+                ceil_secs(d.reset_after)
+            });
+        }
+    }
+    if !ratelimit_ok {
+        headers.remove(RATELIMIT);
+    }
+    let mut response = Response::new(cache::retry_body(retry_secs));
+    *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    *response.headers_mut() = headers;
+    Some(response)
+}
+
+/// The fields of a layer's plain-text 429, with placeholder values where a
+/// response's own go: what [`limited_plain_text`] clones.
+pub(crate) fn limited_headers_template(
+    policy_header: Option<&HeaderValue>,
+    ietf: bool,
+    legacy: bool,
+) -> HeaderMap {
+    let placeholder = HeaderValue::from_static("0");
+    let mut headers = HeaderMap::with_capacity(7);
+    headers.insert(CONTENT_TYPE, TEXT_PLAIN);
+    headers.insert(RETRY_AFTER, placeholder.clone());
+    if ietf {
+        if let Some(policy) = policy_header {
+            headers.insert(RATELIMIT_POLICY, policy.clone());
+        }
+        headers.insert(RATELIMIT, placeholder.clone());
+    }
+    if legacy {
+        for name in [X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET] {
+            headers.insert(name, placeholder.clone());
+        }
+    }
+    headers
 }
 
 /// Adds the configured headers to a forwarded request's response.

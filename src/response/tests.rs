@@ -14,7 +14,11 @@ fn decimal_digits_match_display() {
 }
 
 fn meta(legacy: bool) -> Arc<Meta> {
-    let rules: Box<[RuleMeta]> = vec![
+    Arc::new(Meta::new(rules(), true, legacy))
+}
+
+fn rules() -> Box<[RuleMeta]> {
+    vec![
         RuleMeta {
             name: "reply".into(),
             policy: Policy::sliding_log(5, Duration::from_secs(60)).unwrap(),
@@ -31,13 +35,7 @@ fn meta(legacy: bool) -> Arc<Meta> {
             exhausted: Default::default(),
         },
     ]
-    .into();
-    Arc::new(Meta {
-        policy_header: policy_value(&rules),
-        rules,
-        ietf_headers: true,
-        legacy_headers: legacy,
-    })
+    .into()
 }
 
 fn decision(allowed: bool, remaining: u64, retry_ms: Option<u64>, reset_ms: u64) -> Decision {
@@ -148,4 +146,66 @@ fn json_escaping() {
     let mut s = String::new();
     json_string(&mut s, "a\"b\\c\n");
     assert_eq!(s, "\"a\\\"b\\\\c\\u000a\"");
+}
+
+/// The default 429 comes from a prebuilt header map; it must equal the
+/// response built field by field (what a custom plain-text body gets).
+#[test]
+fn prebuilt_429_matches_the_field_by_field_one() {
+    let plain = BodyFormat::Custom(Arc::new(|r: &Rejection<'_>| {
+        let mut resp = Response::new(plain_text(r));
+        *resp.status_mut() = r.status();
+        resp.headers_mut().insert(CONTENT_TYPE, TEXT_PLAIN);
+        resp
+    }));
+    let sorted = |r: &Response<Bytes>| {
+        let mut fields: Vec<(String, Vec<u8>)> = r
+            .headers()
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()))
+            .collect();
+        fields.sort();
+        fields
+    };
+    for (ietf, legacy) in [(true, false), (true, true), (false, true), (false, false)] {
+        let meta = Arc::new(Meta::new(rules(), ietf, legacy));
+        let one = |d| {
+            RateLimitInfo::one(
+                meta.clone(),
+                Entry {
+                    rule: 0,
+                    decision: d,
+                },
+            )
+        };
+        let cases = [
+            one(decision(false, 0, Some(1_500), 60_000)),
+            one(decision(false, 2, Some(300_000), 900_000)),
+            one(decision(false, 0, Some(1), 200_000)),
+            RateLimitInfo::many(
+                meta.clone(),
+                vec![
+                    Entry {
+                        rule: 0,
+                        decision: decision(false, 0, Some(41_200), 59_000),
+                    },
+                    Entry {
+                        rule: 2,
+                        decision: decision(true, 3, None, 8_001),
+                    },
+                ],
+            ),
+        ];
+        for info in &cases {
+            let fast = rejection_response(&BodyFormat::PlainText, &Rejection::Limited(info));
+            let slow = rejection_response(&plain, &Rejection::Limited(info));
+            assert_eq!(fast.status(), slow.status());
+            assert_eq!(
+                sorted(&fast),
+                sorted(&slow),
+                "ietf {ietf} legacy {legacy} {info:?}"
+            );
+            assert_eq!(fast.body(), slow.body());
+        }
+    }
 }
