@@ -67,13 +67,13 @@ fn path(c: &mut Criterion, group: &str, per_user: u32, users: Vec<HeaderValue>) 
     )
     .key(HeaderKey::new(USER))
     .layer(inner());
-    // The same without the `RateLimitInfo` request extension (two allocations).
-    let lean = ThrottleLayer::new(
+    // The same with the `RateLimitInfo` request extension (two allocations).
+    let with_info = ThrottleLayer::new(
         MemoryStore::new(),
         Policy::cell(u64::from(per_user) - 1, 1, Duration::from_secs(1)).unwrap(),
     )
     .key(HeaderKey::new(USER))
-    .request_info(false)
+    .request_info(true)
     .layer(inner());
     let config = GovernorConfigBuilder::default()
         .key_extractor(UserHeader)
@@ -84,14 +84,14 @@ fn path(c: &mut Criterion, group: &str, per_user: u32, users: Vec<HeaderValue>) 
     let governed = GovernorLayer::new(config).layer(inner());
     // Exhaust (denied path) or warm (allowed path) both limiters alike.
     drive(&ours, &users, users.len() as u64 * 2);
-    drive(&lean, &users, users.len() as u64 * 2);
+    drive(&with_info, &users, users.len() as u64 * 2);
     drive(&governed, &users, users.len() as u64 * 2);
     g.bench_function("bare", |b| b.iter_custom(|n| drive(&bare, &users, n)));
     g.bench_function("tower_throttle", |b| {
         b.iter_custom(|n| drive(&ours, &users, n))
     });
-    g.bench_function("tower_throttle_without_request_info", |b| {
-        b.iter_custom(|n| drive(&lean, &users, n))
+    g.bench_function("tower_throttle_with_request_info", |b| {
+        b.iter_custom(|n| drive(&with_info, &users, n))
     });
     g.bench_function("tower_governor", |b| {
         b.iter_custom(|n| drive(&governed, &users, n))

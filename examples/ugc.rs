@@ -93,12 +93,14 @@ fn app<St: Store>(store: Arc<St>) -> Result<Router, tower_throttle::PolicyError>
     .key(per_user())
     .prefix("reply")
     .on_missing_key(signed_in)
-    .legacy_headers(true);
+    .legacy_headers(true)
+    .request_info(true);
     let posts = ThrottleLayer::new(store.clone(), Policy::funnel(15, 30.0 / 3600.0)?)
         .key(per_user())
         .prefix("post")
         .on_missing_key(signed_in)
-        .problem_json_body();
+        .problem_json_body()
+        .request_info(true);
     let likes = ThrottleLayer::new(store.clone(), Policy::token_bucket(10, 1.0)?)
         .key(per_user())
         .prefix("like")

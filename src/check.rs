@@ -48,7 +48,7 @@ impl Default for Settings {
             on_missing: OnMissingKey::default(),
             body: BodyFormat::PlainText,
             headers_on_allowed: false,
-            request_info: true,
+            request_info: false,
             ietf_headers: true,
             legacy_headers: false,
         }

@@ -11,8 +11,10 @@ use crate::policy::Policy;
 
 /// What every rule of a layer decided for one request.
 ///
-/// Inserted in the request extensions before the inner service runs, so
-/// handlers can read each rule's [`Decision`] and the binding one
+/// Inserted in the request extensions before the inner service runs when
+/// the layer is built with
+/// [`request_info(true)`](crate::ThrottleLayer::request_info), so handlers
+/// can read each rule's [`Decision`] and the binding one
 /// ([`RateLimitInfo::decision`]) (axum: `Extension<RateLimitInfo>`). In
 /// [dry-run](crate::Mode::DryRun) mode, [`RateLimitInfo::allowed`] tells
 /// whether the request would have been rejected. When layers are nested, a

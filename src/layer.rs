@@ -218,8 +218,11 @@ impl<St: Store> ThrottleLayer<St> {
     }
 
     /// Inserts the [`RateLimitInfo`](crate::RateLimitInfo) of admitted
-    /// requests into their extensions for handlers (default on). Turning it
-    /// off saves two allocations per request when no handler reads it.
+    /// requests into their extensions for handlers (default off: it costs
+    /// two allocations per request, about a third of the layer's time on
+    /// the in-process path). Turn it on when a handler reads it; in axum
+    /// take `Option<Extension<RateLimitInfo>>` or a handler of a layer
+    /// without it answers 500.
     pub fn request_info(mut self, enabled: bool) -> Self {
         self.settings.request_info = enabled;
         self

@@ -119,13 +119,15 @@ fn reply_layer(store: MemoryStore<ManualClock>) -> ThrottleLayer<MemoryStore<Man
     )
     .key(FromExtension::<UserId>::new())
     .prefix("reply")
+    .request_info(true)
     .on_missing_key(OnMissingKey::Reject(StatusCode::UNAUTHORIZED))
 }
 
 fn ugc_app(store: MemoryStore<ManualClock>) -> Router {
     let like = ThrottleLayer::new(store.clone(), Policy::token_bucket(3, 1.0).unwrap())
         .key(FromExtension::<UserId>::new())
-        .prefix("like");
+        .prefix("like")
+        .request_info(true);
     Router::new()
         .route(
             "/reply",
@@ -203,11 +205,13 @@ async fn spoofed_forwarded_for_is_ignored() {
     // Behind a proxy on loopback: the rightmost untrusted hop is the client.
     let proxied = ThrottleLayer::new(store.clone(), policy)
         .key(ClientIp::new().trust("127.0.0.0/8".parse().unwrap()))
-        .prefix("proxied");
+        .prefix("proxied")
+        .request_info(true);
     // No trusted proxy: the header is never read.
     let direct = ThrottleLayer::new(store, policy)
         .key(ClientIp::new())
-        .prefix("direct");
+        .prefix("direct")
+        .request_info(true);
     let app = Router::new()
         .route("/proxied", get(remaining).route_layer(proxied))
         .route("/direct", get(remaining).route_layer(direct));
@@ -256,10 +260,12 @@ async fn missing_identity_is_handled_as_configured() {
     let skip = ThrottleLayer::new(store.clone(), policy)
         .key(FromExtension::<UserId>::new())
         .prefix("skip")
+        .request_info(true)
         .on_missing_key(OnMissingKey::Skip);
     let fallback = ThrottleLayer::new(store, policy)
         .key(FromExtension::<UserId>::new().or(PeerIp::new()))
-        .prefix("fallback");
+        .prefix("fallback")
+        .request_info(true);
     let app = Router::new()
         .route("/reject", post(remaining).route_layer(reject))
         .route("/skip", post(remaining).route_layer(skip))
@@ -304,6 +310,7 @@ async fn several_rules_are_all_or_nothing() {
     ))
     .key(FromExtension::<UserId>::new())
     .prefix("reply")
+    .request_info(true)
     .headers_on_allowed(true);
     let app = Router::new()
         .route("/reply", post(remaining).route_layer(layer))
@@ -342,10 +349,12 @@ async fn delay_mode_admits_after_waiting() {
     let patient = ThrottleLayer::new(store.clone(), one_per_300ms)
         .key(tower_throttle::key::Global)
         .prefix("patient")
+        .request_info(true)
         .delay_up_to(Duration::from_secs(2));
     let hasty = ThrottleLayer::new(store, one_per_300ms)
         .key(tower_throttle::key::Global)
         .prefix("hasty")
+        .request_info(true)
         .delay_up_to(Duration::from_millis(50));
     let app = Router::new()
         .route("/patient", get(remaining).route_layer(patient))
@@ -375,6 +384,7 @@ async fn dry_run_never_rejects() {
         Policy::fixed_window(1, Duration::from_secs(60)).unwrap(),
     )
     .prefix("dry")
+    .request_info(true)
     .dry_run();
     let app = Router::new().route("/", get(remaining).route_layer(layer));
     let http = Http::new(serve(app).await);
@@ -455,7 +465,8 @@ async fn concurrency_permits_are_released_on_completion_and_cancel() {
     let store = MemoryStore::new();
     let upload = ThrottleLayer::new(store.clone(), Policy::concurrency(1).unwrap())
         .key(PeerIp::new())
-        .prefix("upload");
+        .prefix("upload")
+        .request_info(true);
     async fn handler(headers: HeaderMap) -> &'static str {
         if headers.contains_key("x-hold") {
             tokio::time::sleep(Duration::from_secs(30)).await;
@@ -507,7 +518,8 @@ async fn layer_works_in_service_builder_and_router_layer() {
         Policy::fixed_window(2, Duration::from_secs(60)).unwrap(),
     )
     .key(PeerIp::new())
-    .prefix("global");
+    .prefix("global")
+    .request_info(true);
     let app = Router::new()
         .route("/a", get(remaining))
         .route("/b", get(remaining))
@@ -537,6 +549,7 @@ async fn matched_path_and_request_cost() {
         Policy::fixed_window(5, Duration::from_secs(60)).unwrap(),
     )
     .key(tower_throttle::key::MatchedPathKey)
+    .request_info(true)
     .cost_fn(|req| {
         req.headers()
             .get("x-items")

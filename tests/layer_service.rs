@@ -215,14 +215,15 @@ async fn body_of(
 }
 
 #[tokio::test]
-async fn request_info_reaches_handlers_unless_turned_off() {
+async fn request_info_reaches_handlers_only_when_turned_on() {
     let policy = Policy::fixed_window(3, Duration::from_secs(60)).unwrap();
     let (inner, _) = counting(None);
-    let with_info = ThrottleLayer::new(MemoryStore::new(), policy).layer(inner.clone());
+    let with_info = ThrottleLayer::new(MemoryStore::new(), policy)
+        .request_info(true)
+        .layer(inner.clone());
     assert_eq!(body_of(with_info).await, "Some(2)");
-    let without = ThrottleLayer::new(MemoryStore::new(), policy)
-        .request_info(false)
-        .layer(inner);
+    // Off by default.
+    let without = ThrottleLayer::new(MemoryStore::new(), policy).layer(inner);
     assert_eq!(body_of(without.clone()).await, "None");
     // Limiting itself is unaffected.
     for _ in 0..2 {
