@@ -7,16 +7,18 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Response;
 
-use crate::algorithm::gcra;
-use crate::decision::PermitId;
 use crate::info::{Entry, Meta, RateLimitInfo};
 use crate::key::{bound_key_part, KeyWriter, RequestHead, MAX_KEY_PART};
-use crate::limiter::release_detached;
 use crate::mode::{FailMode, Mode, OnMissingKey, MAX_DELAY_ATTEMPTS};
-use crate::policy::{Algorithm, Policy};
 use crate::response::{rejection_response, BodyFormat, Rejection};
 use crate::rule::RuleCfg;
+
+mod later;
+mod permits;
+
 use crate::store::{Rule, Store, StoreError};
+pub(crate) use later::evaluate;
+pub(crate) use permits::Permits;
 
 /// Everything a layer's services share.
 pub(crate) struct Shared<St> {
@@ -335,37 +337,6 @@ fn evaluate_now<St: Store>(shared: &Shared<St>, plan: Plan) -> Now<St> {
     }
 }
 
-/// Checks the plan, waiting and re-checking in delay mode.
-pub(crate) async fn evaluate<St: Store>(shared: Arc<Shared<St>>, plan: Plan) -> Outcome<St> {
-    let mut waited = Duration::ZERO;
-    let mut attempts = 0;
-    loop {
-        let reserve = match shared.settings.mode {
-            Mode::Delay { max_wait } => Some(max_wait.saturating_sub(waited)),
-            _ => None,
-        };
-        let (answer, slot_wait) = match store_call(&shared, &plan, reserve).await {
-            Ok((info, wait)) => (Ok(info), wait),
-            Err(error) => (Err(error), Duration::ZERO),
-        };
-        match settle(&shared, &plan, answer, waited, attempts) {
-            Step::Done(outcome) => {
-                if slot_wait > Duration::ZERO && matches!(outcome, Outcome::Forward { .. }) {
-                    // Admitted into a reserved slot: wait for it, then go.
-                    count("delayed");
-                    tokio::time::sleep(slot_wait).await;
-                }
-                return outcome;
-            }
-            Step::Wait(wait) => {
-                attempts += 1;
-                waited += wait;
-                tokio::time::sleep(wait).await;
-            }
-        }
-    }
-}
-
 fn many<St>(
     shared: &Shared<St>,
     actives: &[Active],
@@ -387,87 +358,6 @@ fn many<St>(
         })
         .collect();
     Ok(RateLimitInfo::many(shared.meta.clone(), entries))
-}
-
-/// The policy a rule is checked against. In delay mode a GCRA rule that can
-/// ever fit reserves its slot within the remaining wait budget (see
-/// [`Policy::reserving`]): waiters then queue behind each other in the key's
-/// state instead of stampeding back to the store when the quota returns.
-fn effective_policy(policy: &Policy, cost: u64, reserve: Option<Duration>) -> Policy {
-    reserve
-        .filter(|_| cost <= policy.limit())
-        .and_then(|budget| policy.reserving(budget))
-        .unwrap_or(*policy)
-}
-
-/// Turns a reservation's decision back into the real policy's terms; returns
-/// how long the request must wait for its reserved slot.
-fn rebase(real: &Policy, used: &Policy, decision: &mut crate::Decision) -> Duration {
-    match (real.algorithm(), used.algorithm()) {
-        (Algorithm::Gcra(p), Algorithm::Gcra(u)) if p != u => {
-            let (d, wait) = gcra::rebase(p, u.tolerance_ns - p.tolerance_ns, *decision);
-            *decision = d;
-            wait
-        }
-        _ => Duration::ZERO,
-    }
-}
-
-/// One store call for the plan; with `reserve`, GCRA rules reserve their slot
-/// within that budget. Returns the decisions and the wait for the reserved slots.
-async fn store_call<St: Store>(
-    shared: &Shared<St>,
-    plan: &Plan,
-    reserve: Option<Duration>,
-) -> Result<(RateLimitInfo, Duration), StoreError> {
-    let call = async {
-        let actives = plan.actives();
-        let policies: Vec<Policy> = actives
-            .iter()
-            .map(|a| effective_policy(&shared.rules[a.rule].policy, a.cost, reserve))
-            .collect();
-        let mut decisions = match actives {
-            [a] => {
-                let rule = Rule::new(plan.key(a), &policies[0], a.cost);
-                vec![shared.store.check(rule).await?]
-            }
-            _ => {
-                let rules: Vec<Rule<'_>> = actives
-                    .iter()
-                    .zip(&policies)
-                    .map(|(a, policy)| Rule::new(plan.key(a), policy, a.cost))
-                    .collect();
-                shared.store.check_all(&rules).await?
-            }
-        };
-        let mut wait = Duration::ZERO;
-        for ((a, used), d) in actives.iter().zip(&policies).zip(&mut decisions) {
-            wait = wait.max(rebase(&shared.rules[a.rule].policy, used, d));
-        }
-        let info = match (&plan.rules, decisions.len()) {
-            (ActiveRules::One(a), 1) => RateLimitInfo::one(
-                shared.meta.clone(),
-                Entry {
-                    rule: a.rule,
-                    decision: decisions[0],
-                },
-            ),
-            _ => many(shared, actives, decisions)?,
-        };
-        Ok((info, wait))
-    };
-    #[cfg(feature = "metrics")]
-    let started = std::time::Instant::now();
-    let result = match shared.settings.timeout {
-        Some(limit) => tokio::time::timeout(limit, call)
-            .await
-            .unwrap_or(Err(StoreError::Timeout(limit))),
-        None => call.await,
-    };
-    #[cfg(feature = "metrics")]
-    metrics::histogram!("tower_throttle_store_latency_seconds")
-        .record(started.elapsed().as_secs_f64());
-    result
 }
 
 fn store_failed<St: Store>(shared: &Shared<St>, error: StoreError) -> Outcome<St> {
@@ -511,39 +401,4 @@ fn count(outcome: &'static str) {
     metrics::counter!("tower_throttle_requests_total", "outcome" => outcome).increment(1);
     #[cfg(not(feature = "metrics"))]
     let _ = outcome;
-}
-
-/// Concurrency permits held while the inner service runs; released on drop
-/// (completion or cancellation).
-pub(crate) struct Permits<St: Store> {
-    store: Arc<St>,
-    held: Vec<(Vec<u8>, Policy, PermitId)>,
-}
-
-impl<St: Store> Permits<St> {
-    fn collect(shared: &Shared<St>, plan: &Plan, info: &RateLimitInfo) -> Option<Self> {
-        let held: Vec<_> = plan
-            .actives()
-            .iter()
-            .zip(info.iter())
-            .filter_map(|(a, (_, policy, d))| Some((plan.key(a).to_vec(), *policy, d.permit?)))
-            .collect();
-        (!held.is_empty()).then(|| Permits {
-            store: shared.store.clone(),
-            held,
-        })
-    }
-}
-
-impl<St: Store> Drop for Permits<St> {
-    fn drop(&mut self) {
-        let store = self.store.clone();
-        let held = std::mem::take(&mut self.held);
-        release_detached(async move {
-            for (key, policy, id) in held {
-                // A failed release is covered by the permit's lease.
-                let _ = store.release(&key, &policy, id).await;
-            }
-        });
-    }
 }

@@ -1,0 +1,124 @@
+//! The asynchronous path: a store that answers over the network, and delay
+//! mode, which waits for the quota (reserving GCRA slots) and checks again.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{count, many, settle, ActiveRules, Outcome, Plan, Shared, Step};
+use crate::algorithm::gcra;
+use crate::info::{Entry, RateLimitInfo};
+use crate::mode::Mode;
+use crate::policy::{Algorithm, Policy};
+use crate::store::{Rule, Store, StoreError};
+
+/// Checks the plan, waiting and re-checking in delay mode.
+pub(crate) async fn evaluate<St: Store>(shared: Arc<Shared<St>>, plan: Plan) -> Outcome<St> {
+    let mut waited = Duration::ZERO;
+    let mut attempts = 0;
+    loop {
+        let reserve = match shared.settings.mode {
+            Mode::Delay { max_wait } => Some(max_wait.saturating_sub(waited)),
+            _ => None,
+        };
+        let (answer, slot_wait) = match store_call(&shared, &plan, reserve).await {
+            Ok((info, wait)) => (Ok(info), wait),
+            Err(error) => (Err(error), Duration::ZERO),
+        };
+        match settle(&shared, &plan, answer, waited, attempts) {
+            Step::Done(outcome) => {
+                if slot_wait > Duration::ZERO && matches!(outcome, Outcome::Forward { .. }) {
+                    // Admitted into a reserved slot: wait for it, then go.
+                    count("delayed");
+                    tokio::time::sleep(slot_wait).await;
+                }
+                return outcome;
+            }
+            Step::Wait(wait) => {
+                attempts += 1;
+                waited += wait;
+                tokio::time::sleep(wait).await;
+            }
+        }
+    }
+}
+
+/// The policy a rule is checked against. In delay mode a GCRA rule that can
+/// ever fit reserves its slot within the remaining wait budget (see
+/// [`Policy::reserving`]): waiters then queue behind each other in the key's
+/// state instead of stampeding back to the store when the quota returns.
+fn effective_policy(policy: &Policy, cost: u64, reserve: Option<Duration>) -> Policy {
+    reserve
+        .filter(|_| cost <= policy.limit())
+        .and_then(|budget| policy.reserving(budget))
+        .unwrap_or(*policy)
+}
+
+/// Turns a reservation's decision back into the real policy's terms; returns
+/// how long the request must wait for its reserved slot.
+fn rebase(real: &Policy, used: &Policy, decision: &mut crate::Decision) -> Duration {
+    match (real.algorithm(), used.algorithm()) {
+        (Algorithm::Gcra(p), Algorithm::Gcra(u)) if p != u => {
+            let (d, wait) = gcra::rebase(p, u.tolerance_ns - p.tolerance_ns, *decision);
+            *decision = d;
+            wait
+        }
+        _ => Duration::ZERO,
+    }
+}
+
+/// One store call for the plan; with `reserve`, GCRA rules reserve their slot
+/// within that budget. Returns the decisions and the wait for the reserved slots.
+async fn store_call<St: Store>(
+    shared: &Shared<St>,
+    plan: &Plan,
+    reserve: Option<Duration>,
+) -> Result<(RateLimitInfo, Duration), StoreError> {
+    let call = async {
+        let actives = plan.actives();
+        let policies: Vec<Policy> = actives
+            .iter()
+            .map(|a| effective_policy(&shared.rules[a.rule].policy, a.cost, reserve))
+            .collect();
+        let mut decisions = match actives {
+            [a] => {
+                let rule = Rule::new(plan.key(a), &policies[0], a.cost);
+                vec![shared.store.check(rule).await?]
+            }
+            _ => {
+                let rules: Vec<Rule<'_>> = actives
+                    .iter()
+                    .zip(&policies)
+                    .map(|(a, policy)| Rule::new(plan.key(a), policy, a.cost))
+                    .collect();
+                shared.store.check_all(&rules).await?
+            }
+        };
+        let mut wait = Duration::ZERO;
+        for ((a, used), d) in actives.iter().zip(&policies).zip(&mut decisions) {
+            wait = wait.max(rebase(&shared.rules[a.rule].policy, used, d));
+        }
+        let info = match (&plan.rules, decisions.len()) {
+            (ActiveRules::One(a), 1) => RateLimitInfo::one(
+                shared.meta.clone(),
+                Entry {
+                    rule: a.rule,
+                    decision: decisions[0],
+                },
+            ),
+            _ => many(shared, actives, decisions)?,
+        };
+        Ok((info, wait))
+    };
+    #[cfg(feature = "metrics")]
+    let started = std::time::Instant::now();
+    let result = match shared.settings.timeout {
+        Some(limit) => tokio::time::timeout(limit, call)
+            .await
+            .unwrap_or(Err(StoreError::Timeout(limit))),
+        None => call.await,
+    };
+    #[cfg(feature = "metrics")]
+    metrics::histogram!("tower_throttle_store_latency_seconds")
+        .record(started.elapsed().as_secs_f64());
+    result
+}
