@@ -14,7 +14,7 @@ use tower::{Layer, Service, ServiceExt};
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::GovernorLayer;
 use tower_throttle::key::HeaderKey;
-use tower_throttle::{MemoryStore, Policy, ThrottleLayer};
+use tower_throttle::{MemoryStore, Policy, ThrottleBody, ThrottleLayer};
 
 #[path = "common/user_header.rs"]
 mod user_header;
@@ -75,17 +75,26 @@ fn path(c: &mut Criterion, group: &str, per_user: u32, users: Vec<HeaderValue>) 
     .key(HeaderKey::new(USER))
     .request_info(true)
     .layer(inner());
-    let config = GovernorConfigBuilder::default()
-        .key_extractor(UserHeader)
-        .period(Duration::from_secs(1))
-        .burst_size(per_user)
-        .finish()
-        .unwrap();
-    let governed = GovernorLayer::new(config).layer(inner());
+    let config = || {
+        GovernorConfigBuilder::default()
+            .key_extractor(UserHeader)
+            .period(Duration::from_secs(1))
+            .burst_size(per_user)
+            .finish()
+            .unwrap()
+    };
+    let governed = GovernorLayer::new(config()).layer(inner());
+    // tower_governor answering with our response type (`ThrottleBody`, 24
+    // bytes more per response): what the body wrapper alone costs.
+    let governed_wrapped = tower::util::MapResponse::new(
+        GovernorLayer::new(config()).layer(inner()),
+        |r: Response<Body>| r.map(ThrottleBody::inner),
+    );
     // Exhaust (denied path) or warm (allowed path) both limiters alike.
     drive(&ours, &users, users.len() as u64 * 2);
     drive(&with_info, &users, users.len() as u64 * 2);
     drive(&governed, &users, users.len() as u64 * 2);
+    drive(&governed_wrapped, &users, users.len() as u64 * 2);
     g.bench_function("bare", |b| b.iter_custom(|n| drive(&bare, &users, n)));
     g.bench_function("tower_throttle", |b| {
         b.iter_custom(|n| drive(&ours, &users, n))
@@ -95,6 +104,9 @@ fn path(c: &mut Criterion, group: &str, per_user: u32, users: Vec<HeaderValue>) 
     });
     g.bench_function("tower_governor", |b| {
         b.iter_custom(|n| drive(&governed, &users, n))
+    });
+    g.bench_function("tower_governor_with_throttle_body", |b| {
+        b.iter_custom(|n| drive(&governed_wrapped, &users, n))
     });
     g.finish();
 }

@@ -139,6 +139,7 @@ pub(crate) enum Planned {
 }
 
 /// Builds every rule's key in one buffer.
+#[inline]
 pub(crate) fn plan<St>(shared: &Shared<St>, req: &RequestHead<'_>) -> Planned {
     let n = shared.rules.len();
     let mut keys = KEY_BUFFER.with(Cell::take);
@@ -282,6 +283,7 @@ pub(crate) fn decide_now<St: Store>(shared: &Shared<St>, req: &RequestHead<'_>) 
 
 /// Decides without a future when the store answers in process and no wait
 /// is needed; otherwise hands the plan on.
+#[inline]
 fn evaluate_now<St: Store>(shared: &Shared<St>, plan: Plan) -> Now<St> {
     if matches!(shared.settings.mode, Mode::Delay { .. }) {
         // Delay mode reserves slots and may sleep: the asynchronous path.
