@@ -49,6 +49,23 @@ fn decision(allowed: bool, remaining: u64, retry_ms: Option<u64>, reset_ms: u64)
     }
 }
 
+/// Two rules: `reply` denies (retry in 41.2 s), `post` admits with 3 left.
+fn reply_denied_post_allowed(meta: Arc<Meta>) -> RateLimitInfo {
+    RateLimitInfo::many(
+        meta,
+        vec![
+            Entry {
+                rule: 0,
+                decision: decision(false, 0, Some(41_200), 59_000),
+            },
+            Entry {
+                rule: 2,
+                decision: decision(true, 3, None, 8_001),
+            },
+        ],
+    )
+}
+
 #[test]
 fn policy_header_syntax() {
     let m = meta(false);
@@ -60,19 +77,7 @@ fn policy_header_syntax() {
 
 #[test]
 fn denied_response_headers_and_body() {
-    let info = RateLimitInfo::many(
-        meta(true),
-        vec![
-            Entry {
-                rule: 0,
-                decision: decision(false, 0, Some(41_200), 59_000),
-            },
-            Entry {
-                rule: 2,
-                decision: decision(true, 3, None, 8_001),
-            },
-        ],
-    );
+    let info = reply_denied_post_allowed(meta(true));
     let r = rejection_response(&BodyFormat::PlainText, &Rejection::Limited(&info));
     assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
     let h = r.headers();
@@ -182,19 +187,7 @@ fn prebuilt_429_matches_the_field_by_field_one() {
             one(decision(false, 0, Some(1_500), 60_000)),
             one(decision(false, 2, Some(300_000), 900_000)),
             one(decision(false, 0, Some(1), 200_000)),
-            RateLimitInfo::many(
-                meta.clone(),
-                vec![
-                    Entry {
-                        rule: 0,
-                        decision: decision(false, 0, Some(41_200), 59_000),
-                    },
-                    Entry {
-                        rule: 2,
-                        decision: decision(true, 3, None, 8_001),
-                    },
-                ],
-            ),
+            reply_denied_post_allowed(meta.clone()),
         ];
         for info in &cases {
             let fast = rejection_response(&BodyFormat::PlainText, &Rejection::Limited(info));
