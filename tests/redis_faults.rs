@@ -260,13 +260,19 @@ async fn store_on(url: String) -> RedisStore {
 /// Phase boundaries of one fault, since the origin.
 struct Phases {
     fault_start: Duration,
+    /// When the fault began to be undone (restart or `SIGCONT` issued): a
+    /// restarted server may answer before its restart call returns.
+    undo_start: Duration,
     fault_end: Duration,
 }
 
 impl Phases {
     /// Requests wholly inside the fault (after a grace for the signal to land).
     fn during<'a>(&self, recs: &'a [Rec]) -> impl Iterator<Item = &'a Rec> + 'a {
-        let (from, to) = (self.fault_start + Duration::from_millis(50), self.fault_end);
+        let (from, to) = (
+            self.fault_start + Duration::from_millis(50),
+            self.undo_start,
+        );
         recs.iter().filter(move |r| r.start >= from && r.end <= to)
     }
 
@@ -374,6 +380,7 @@ fn server_killed_mid_load_then_restarted() {
         load.next_generation();
         tokio::task::block_in_place(|| server.stop());
         tokio::time::sleep(FAULT).await;
+        let undo_start = origin.elapsed();
         tokio::task::block_in_place(|| server.start_again());
         let fault_end = origin.elapsed();
         load.next_generation();
@@ -382,6 +389,7 @@ fn server_killed_mid_load_then_restarted() {
 
         let phases = Phases {
             fault_start,
+            undo_start,
             fault_end,
         };
         assert_fault_outcomes("kill", &recs, &phases);
@@ -413,6 +421,7 @@ fn server_frozen_with_sigstop_then_resumed() {
         let frozen = load.finish().await;
         let sent_while_frozen = frozen.iter().filter(|r| r.start >= fault_start).count();
         recs.extend(frozen);
+        let undo_start = origin.elapsed();
         paused.resume();
         let fault_end = origin.elapsed();
         // What the woken server executes now was sent while it was frozen.
@@ -466,6 +475,7 @@ fn server_frozen_with_sigstop_then_resumed() {
         }
         let phases = Phases {
             fault_start,
+            undo_start,
             fault_end,
         };
         assert_fault_outcomes("sigstop", &recs, &phases);
@@ -607,6 +617,7 @@ fn cluster_master_killed_then_restarted() {
         // Shorter than the cluster's node timeout (5 s): the other masters
         // keep serving their slots.
         tokio::time::sleep(FAULT).await;
+        let undo_start = origin.elapsed();
         tokio::task::block_in_place(|| cluster.nodes[2].start_again());
         let restarted = origin.elapsed();
         // Back in service once the restarted master sees the cluster as ok.
@@ -618,6 +629,7 @@ fn cluster_master_killed_then_restarted() {
         let recs = load.finish().await;
         let phases = Phases {
             fault_start,
+            undo_start,
             fault_end,
         };
         assert_bounded(&recs);
