@@ -656,7 +656,12 @@ fn cluster_master_killed_then_restarted() {
         let total = |c: &BTreeMap<(Via, u16), u64>, via: Via| -> u64 {
             c.iter().filter(|((v, _), _)| *v == via).map(|(_, n)| n).sum()
         };
-        assert!(total(&hit_during, Via::Closed) >= 10, "{hit_during:?}");
+        // Every path saw the fault. A failing call may take the whole timeout,
+        // so the count is bounded by TASKS × FAULT ÷ TIMEOUT over three paths
+        // (about 20 each); only its presence is asserted, not a rate.
+        for via in [Via::Open, Via::Closed, Via::Store] {
+            assert!(total(&hit_during, via) >= 3, "{via:?}: {hit_during:?}");
+        }
         assert_eq!(count(&hit_during, Via::Open, 200), total(&hit_during, Via::Open));
         assert_eq!(count(&hit_during, Via::Closed, 503), total(&hit_during, Via::Closed));
         assert_eq!(count(&hit_during, Via::Store, 503), total(&hit_during, Via::Store));
