@@ -5,35 +5,83 @@
 --
 -- Within one batch a key's tat is read once and kept in `gcra_tats`;
 -- admissions update it there and the last value is written once, at the end
--- of the batch (`SET … PX`), which leaves the very state (and TTL) that
--- writing after every admission would.
+-- of the batch.
+--
+-- The write is the one cost a script cannot avoid per admitted key, so it
+-- is the cheapest Redis offers: an INCRBY of the change (in place, keeping
+-- the TTL; a SET … PX replaces the value and costs about three times as
+-- much), and a PEXPIRE only when the expiry must move. A key expires at its
+-- tat rounded up to the next whole second (GCRA_EXPIRY_STEP): never before
+-- its state is fresh again, at most a second after. Every writer keeps that
+-- invariant, so from a stored tat alone the script knows whether the key's
+-- expiry still covers a new one: a key admitted faster than once a second
+-- gets one PEXPIRE a second, not one per admission.
+
+local GCRA_EXPIRY_STEP = 1000000 -- µs
+
+-- Where a key holding `tat` expires (µs, the script's clock).
+local function gcra_expiry(tat)
+  return fdiv(tat + GCRA_EXPIRY_STEP - 1, GCRA_EXPIRY_STEP) * GCRA_EXPIRY_STEP
+end
 
 local gcra_tats = {}
+-- The tat each key held in Redis when the batch began (absent: nil).
+local gcra_stored = {}
 local gcra_dirty = {}
+
+local function gcra_read(key, v)
+  local tat = tonumber(v)
+  gcra_stored[key] = tat
+  tat = tat or 0
+  gcra_tats[key] = tat
+  return tat
+end
 
 local function gcra_tat(key)
   local tat = gcra_tats[key]
   if tat == nil then
-    tat = tonumber(redis.call('GET', key)) or 0
-    gcra_tats[key] = tat
+    tat = gcra_read(key, redis.call('GET', key))
   end
   return tat
 end
 
+-- Stores `tat` for `key`, which held `stored` (nil: absent), keeping the
+-- expiry invariant above. `step_str` is int(step) for the usual change.
+local function gcra_write(key, stored, tat, now, step, step_str)
+  if stored then
+    local delta = tat - stored
+    local by = (delta == step and step_str) or int(delta)
+    -- pcall: a value INCRBY cannot parse (never written by this crate) is
+    -- replaced whole instead of failing the batch.
+    local r = redis.pcall('INCRBY', key, by)
+    if type(r) ~= 'table' then
+      if gcra_expiry(tat) > gcra_expiry(stored) then
+        redis.call('PEXPIRE', key, ttl_ms(gcra_expiry(tat) - now))
+      end
+      return
+    end
+  end
+  redis.call('SET', key, int(tat), 'PX', ttl_ms(gcra_expiry(tat) - now))
+end
+
+-- The batch's admissions add `gcra_step` µs to a tat that is still ahead
+-- of now (a busy key): formatted once for all of them.
+local gcra_step = nil
+
 flush[#flush + 1] = function(now)
+  local step_str = gcra_step and int(gcra_step)
   for key, tat in pairs(gcra_dirty) do
-    redis.call('SET', key, int(tat), 'PX', ttl_ms(tat - now))
+    gcra_write(key, gcra_stored[key], tat, now, gcra_step, step_str)
   end
 end
 
--- Reads the tats of `keys` (distinct) with one MGET. A nil (fresh key, or a
--- key of another type) is left for gcra_tat's GET, which raises WRONGTYPE.
+-- Reads the tats of `keys` with one MGET. A nil (fresh key, or a key of
+-- another type) is left for gcra_tat's GET, which raises WRONGTYPE.
 local function gcra_prefetch(keys)
   local vals = redis.call('MGET', unpack(keys))
   for i = 1, #keys do
-    local tat = tonumber(vals[i])
-    if tat then
-      gcra_tats[keys[i]] = tat
+    if vals[i] then
+      gcra_read(keys[i], vals[i])
     end
   end
 end
@@ -50,8 +98,7 @@ algo.g = {
       if type(v) == 'table' and v.err then
         return nil, v.err
       end
-      tat = tonumber(v) or 0
-      gcra_tats[key] = tat
+      tat = gcra_read(key, v)
     end
     local new_tat = math.max(tat, now) + t * cost
     local allowed = 0
@@ -60,6 +107,7 @@ algo.g = {
       if cost > 0 then
         gcra_tats[key] = new_tat
         gcra_dirty[key] = new_tat
+        gcra_step = t * cost
       end
     end
     out[n + 1] = 1
@@ -77,6 +125,7 @@ algo.g = {
       commit = function()
         gcra_tats[key] = new_tat
         gcra_dirty[key] = new_tat
+        gcra_step = t * cost
       end
     end
     return allowed, { allowed and 1 or 0, tat }, commit
@@ -88,7 +137,8 @@ algo.g = {
     if back <= now then
       redis.call('DEL', key)
     else
-      redis.call('SET', key, int(back), 'PX', ttl_ms(back - now))
+      -- Written whole: the expiry moves back to the refunded tat's.
+      gcra_write(key, nil, back, now)
     end
   end,
 }

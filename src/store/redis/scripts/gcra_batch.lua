@@ -15,6 +15,7 @@ local out = { now }
 gcra_prefetch(KEYS)
 local horizon = now + tau
 local inc = t * cost
+gcra_step = inc
 for i = 1, #KEYS do
   local key = KEYS[i]
   local tat = gcra_tats[key]
@@ -24,8 +25,7 @@ for i = 1, #KEYS do
     if type(v) == 'table' and v.err then
       failed = v.err
     else
-      tat = tonumber(v) or 0
-      gcra_tats[key] = tat
+      tat = gcra_read(key, v)
     end
   end
   if failed then

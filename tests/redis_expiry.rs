@@ -1,0 +1,196 @@
+//! How the Redis store writes GCRA state: an `INCRBY` of the change and a
+//! `PEXPIRE` only when the expiry must move. These tests hold it to the
+//! invariant that makes skipping the `PEXPIRE` safe: a key never expires
+//! before its theoretical arrival time, and at most a second after it.
+
+#[path = "support/redis.rs"]
+mod redis_support;
+
+use std::time::Duration;
+
+use redis_support::RedisServer;
+use tower_throttle::clock::ManualClock;
+use tower_throttle::store::redis::{RedisStore, TimeSource};
+use tower_throttle::{Policy, Rule, Store};
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// A store on `clock` with no TTL padding: the TTLs are the real ones.
+async fn store_on(server: &RedisServer, clock: &ManualClock) -> RedisStore {
+    RedisStore::builder()
+        .prefix("x")
+        .timeout(Duration::from_secs(5))
+        .time_source(TimeSource::client(clock.clone()))
+        .connect(server.url())
+        .await
+        .unwrap()
+}
+
+fn pttl(server: &RedisServer, key: &[u8]) -> i64 {
+    redis::cmd("PTTL")
+        .arg(key)
+        .query(&mut server.conn())
+        .unwrap()
+}
+
+/// Real time between a check and its PTTL read (the frozen test clock does
+/// not move, the key's TTL does).
+const READ_SLACK_MS: i64 = 50;
+
+/// A key's PTTL against the state it must keep: at least until its tat
+/// (`reset_after` from now), at most a second (the expiry step) after. A
+/// TTL counts down in real time while the test clock jumps: a key whose
+/// expiry was last set before jumps totalling `jumped` may outlive its tat
+/// by that much more in test time, never less.
+fn assert_expiry_covers(step: &str, ttl: i64, reset_after: Duration, jumped: Duration) {
+    let need = i64::try_from(reset_after.as_millis()).unwrap();
+    let most = need + 1000 + 1 + i64::try_from(jumped.as_millis()).unwrap();
+    assert!(
+        ttl >= need - READ_SLACK_MS && ttl <= most,
+        "{step}: PTTL {ttl} ms for state that must live {need} ms (at most {most})"
+    );
+}
+
+#[test]
+fn a_busy_key_never_expires_before_its_tat() {
+    let server = RedisServer::start();
+    // Not on a whole second, so admissions cross second boundaries at
+    // different steps.
+    let clock = ManualClock::starting_at(1_700_000_000_250_000_000);
+    runtime().block_on(async {
+        let store = store_on(&server, &clock).await;
+        // T = 300 ms, τ = 6 s: each admission moves the tat 300 ms on, and
+        // only some of them past the second its expiry was rounded up to.
+        let policy = Policy::cell(20, 10, Duration::from_secs(3)).unwrap();
+        let key = store.redis_key(b"busy", &policy);
+        let mut jumped = Duration::ZERO;
+        for i in 0..36 {
+            let d = store.check(Rule::new(b"busy", &policy, 1)).await.unwrap();
+            assert!(d.allowed, "admission {i}");
+            let ttl = pttl(&server, &key);
+            assert_expiry_covers(&format!("admission {i}"), ttl, d.reset_after, jumped);
+            // Time catches up now and then: the tat restarts from now.
+            if i % 8 == 7 {
+                clock.advance(Duration::from_millis(2_700));
+                jumped += Duration::from_millis(2_700);
+            }
+        }
+        // A refund moves the expiry back with the tat.
+        let before = store
+            .check(Rule::new(b"busy", &policy, 0))
+            .await
+            .unwrap()
+            .reset_after;
+        store.refund(b"busy", &policy, 3).await.unwrap();
+        let after = store
+            .check(Rule::new(b"busy", &policy, 0))
+            .await
+            .unwrap()
+            .reset_after;
+        assert_eq!(before - after, Duration::from_millis(900));
+        // Written whole: no earlier expiry carries over.
+        assert_expiry_covers("after a refund", pttl(&server, &key), after, Duration::ZERO);
+    });
+}
+
+#[test]
+fn batched_and_multi_rule_checks_keep_the_invariant() {
+    let server = RedisServer::start();
+    let clock = ManualClock::starting_at(1_700_000_000_600_000_000);
+    let rt = runtime();
+    rt.block_on(async {
+        let store = store_on(&server, &clock).await;
+        let fast = Policy::cell(50, 10, Duration::from_secs(1)).unwrap(); // T = 100 ms
+        let slow = Policy::cell(50, 2, Duration::from_secs(1)).unwrap(); // T = 500 ms
+        let users: Vec<String> = (0..16).map(|u| format!("u{u}")).collect();
+        for round in 0..12 {
+            // Concurrent single-rule checks: they gather into batches,
+            // several of them on the same key.
+            let tasks: Vec<_> = (0..48)
+                .map(|n| {
+                    let (store, fast, user) = (store.clone(), fast.clone(), users[n % 16].clone());
+                    tokio::spawn(async move {
+                        store
+                            .check(Rule::new(user.as_bytes(), &fast, 1))
+                            .await
+                            .unwrap()
+                    })
+                })
+                .collect();
+            for t in tasks {
+                assert!(t.await.unwrap().allowed, "round {round}");
+            }
+            // Two policies in one check: the general script's path.
+            let user = &users[round % 16];
+            let both = store
+                .check_all(&[
+                    Rule::new(user.as_bytes(), &fast, 1),
+                    Rule::new(format!("s:{user}").as_bytes(), &slow, 1),
+                ])
+                .await
+                .unwrap();
+            assert!(both.iter().all(|d| d.allowed), "round {round}: {both:?}");
+            for user in &users {
+                let d = store
+                    .check(Rule::new(user.as_bytes(), &fast, 0))
+                    .await
+                    .unwrap();
+                let ttl = pttl(&server, &store.redis_key(user.as_bytes(), &fast));
+                let jumped = Duration::from_millis(130 * round as u64);
+                assert_expiry_covers(
+                    &format!("round {round}, {user}"),
+                    ttl,
+                    d.reset_after,
+                    jumped,
+                );
+            }
+            let s = format!("s:{user}");
+            let d = store
+                .check(Rule::new(s.as_bytes(), &slow, 0))
+                .await
+                .unwrap();
+            let ttl = pttl(&server, &store.redis_key(s.as_bytes(), &slow));
+            let jumped = Duration::from_millis(130 * round as u64);
+            assert_expiry_covers(&format!("round {round}, {s}"), ttl, d.reset_after, jumped);
+            clock.advance(Duration::from_millis(130));
+        }
+    });
+}
+
+#[test]
+fn a_value_incrby_cannot_parse_is_replaced_whole() {
+    let server = RedisServer::start();
+    let clock = ManualClock::starting_at(1_700_000_000_250_000_000);
+    runtime().block_on(async {
+        let store = store_on(&server, &clock).await;
+        let policy = Policy::cell(20, 10, Duration::from_secs(3)).unwrap();
+        let key = store.redis_key(b"odd", &policy);
+        // A tat 1 s ahead, written as a float (never by this crate).
+        let _: () = redis::cmd("SET")
+            .arg(&key)
+            .arg("1700000001250000.0")
+            .arg("PX")
+            .arg(10_000)
+            .query(&mut server.conn())
+            .unwrap();
+        let d = store.check(Rule::new(b"odd", &policy, 1)).await.unwrap();
+        assert!(d.allowed);
+        assert_eq!(d.reset_after, Duration::from_millis(1_300));
+        let stored: String = redis::cmd("GET")
+            .arg(&key)
+            .query(&mut server.conn())
+            .unwrap();
+        assert_eq!(stored, "1700000001550000");
+        assert_expiry_covers(
+            "rewritten",
+            pttl(&server, &key),
+            d.reset_after,
+            Duration::ZERO,
+        );
+    });
+}
