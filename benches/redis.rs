@@ -10,7 +10,7 @@
 //! Environment: `REDIS_CELL_MODULE` (load redis-cell and add `CL.THROTTLE`
 //! rows), `BENCH_SECS` (seconds per cell, default 1.5), `BENCH_CALLERS`
 //! (comma-separated, default `1,16,64,256`), `BENCH_FILTER` (run only the
-//! rows whose name contains it), `BENCH_IN_FLIGHT` (batches on the wire, default 1), `BENCH_WORKERS` (tokio worker threads,
+//! rows whose name contains it), `BENCH_IN_FLIGHT` (batches on the wire, default the store's, 2), `BENCH_WORKERS` (tokio worker threads,
 //! default 1: the server has the other core).
 //!
 //! Every caller has its own key and a policy that never denies (so every
@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionManager;
 use redis_support::RedisServer;
-use tower_throttle::store::redis::RedisStore;
+use tower_throttle::store::redis::{RedisStore, DEFAULT_BATCHES_IN_FLIGHT};
 use tower_throttle::{Policy, Rule, Store};
 
 #[derive(Clone)]
@@ -206,7 +206,7 @@ fn main() {
                     .prefix("b")
                     .timeout(timeout)
                     .batching(batching)
-                    .batches_in_flight(env("BENCH_IN_FLIGHT", 1))
+                    .batches_in_flight(env("BENCH_IN_FLIGHT", DEFAULT_BATCHES_IN_FLIGHT))
                     .deny_cache(cache)
                     .connect(url)
                     .await

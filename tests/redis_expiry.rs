@@ -113,7 +113,7 @@ fn batched_and_multi_rule_checks_keep_the_invariant() {
             // several of them on the same key.
             let tasks: Vec<_> = (0..48)
                 .map(|n| {
-                    let (store, fast, user) = (store.clone(), fast.clone(), users[n % 16].clone());
+                    let (store, fast, user) = (store.clone(), fast, users[n % 16].clone());
                     tokio::spawn(async move {
                         store
                             .check(Rule::new(user.as_bytes(), &fast, 1))

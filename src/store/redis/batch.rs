@@ -2,12 +2,9 @@
 //! `EVALSHA` of the check script, which evaluates them in order.
 //!
 //! Callers put a [`Job`] (its rules and a oneshot for the answer) on a
-//! bounded channel. One batcher task per store takes everything queued (up
-//! to the batch size) as soon as a send slot is free (at most `in_flight`
-//! batches on the connection at once), drops the jobs whose caller has
-//! already given up (timed out or cancelled: never evaluated, so never
-//! counted), and sends the rest as one script call; on a cluster, one call
-//! per hash slot. The script runs the checks one after another, so a batch
+//! bounded channel; the batcher task (`batcher.rs`) decides when to send
+//! what is queued, as one script call (on a cluster, one call per hash
+//! slot). The script runs the checks one after another, so a batch
 //! decides exactly what the same checks sent one by one in that order would,
 //! and each caller gets its own answer (or its own error).
 //!
@@ -21,7 +18,7 @@ use std::sync::Arc;
 
 use redis::aio::ConnectionLike;
 use redis::{ErrorKind, RedisError, Script, ServerErrorKind, Value};
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::oneshot;
 
 use super::error::timed;
 use super::params::Params;
@@ -241,7 +238,7 @@ where
 }
 
 /// Sends `jobs` as one script call and answers each caller.
-async fn execute<C>(conn: C, cfg: Arc<Config>, jobs: Vec<Job>)
+pub(crate) async fn execute<C>(conn: C, cfg: Arc<Config>, jobs: Vec<Job>)
 where
     C: ConnectionLike + Clone + Send,
 {
@@ -259,64 +256,6 @@ where
             for job in jobs {
                 let _ = job.reply.send(Err(replicate(&e)));
             }
-        }
-    }
-}
-
-/// Starts the batcher task of a store; it ends when every sender is gone.
-pub(crate) fn spawn<C>(conn: C, cfg: Arc<Config>) -> mpsc::Sender<Job>
-where
-    C: ConnectionLike + Clone + Send + Sync + 'static,
-{
-    let (tx, rx) = mpsc::channel(cfg.batch.queue);
-    tokio::spawn(run(rx, conn, cfg));
-    tx
-}
-
-async fn run<C>(mut rx: mpsc::Receiver<Job>, conn: C, cfg: Arc<Config>)
-where
-    C: ConnectionLike + Clone + Send + Sync + 'static,
-{
-    let slots = Arc::new(Semaphore::new(cfg.batch.in_flight));
-    let mut buf: Vec<Job> = Vec::with_capacity(cfg.batch.max);
-    loop {
-        let Ok(permit) = slots.clone().acquire_owned().await else {
-            return;
-        };
-        if rx.recv_many(&mut buf, cfg.batch.max).await == 0 {
-            return; // every store clone is gone
-        }
-        // A caller that gave up while queued is never evaluated.
-        buf.retain(|j| !j.reply.is_closed());
-        if buf.is_empty() {
-            continue;
-        }
-        let mut jobs = std::mem::replace(&mut buf, Vec::with_capacity(cfg.batch.max));
-        // On a cluster the permit is not held across masters: a batch waiting
-        // on a dead or frozen master (until the timeout) must not hold back
-        // the checks bound for the live ones.
-        let permit = (!cfg.cluster).then_some(permit);
-        if !cfg.cluster || jobs.iter().all(|j| j.slot == jobs[0].slot) {
-            let (conn, cfg) = (conn.clone(), cfg.clone());
-            tokio::spawn(async move {
-                execute(conn, cfg, jobs).await;
-                drop(permit);
-            });
-            continue;
-        }
-        // One script call per slot, concurrently; order within a slot kept.
-        jobs.sort_by_key(|j| j.slot);
-        let permit = Arc::new(permit);
-        while !jobs.is_empty() {
-            let slot = jobs[0].slot;
-            let n = jobs.iter().take_while(|j| j.slot == slot).count();
-            let rest = jobs.split_off(n);
-            let group = std::mem::replace(&mut jobs, rest);
-            let (conn, cfg, permit) = (conn.clone(), cfg.clone(), permit.clone());
-            tokio::spawn(async move {
-                execute(conn, cfg, group).await;
-                drop(permit);
-            });
         }
     }
 }

@@ -157,7 +157,10 @@ impl RedisStoreBuilder {
 
     /// Most batches on the connection at once (default
     /// [`DEFAULT_BATCHES_IN_FLIGHT`], at least 1): while that many are out,
-    /// new checks gather into the next batch.
+    /// new checks gather into the next batch. With more than one, a batch
+    /// goes out while another is on the wire only once it holds its share of
+    /// the checks outstanding, so that Redis evaluates one batch while the
+    /// client answers the other; an idle connection always sends at once.
     pub fn batches_in_flight(mut self, batches: usize) -> Self {
         self.batch.in_flight = batches.max(1);
         self

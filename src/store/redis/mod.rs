@@ -57,17 +57,23 @@
 //!
 //! On by default ([`RedisStoreBuilder::batching`]). Each store has a batcher
 //! task fed by a bounded queue ([`RedisStoreBuilder::batch_queue`]): callers
-//! enqueue their check and wait for its answer; the batcher takes everything
-//! queued (at most [`RedisStoreBuilder::max_batch`] checks) whenever fewer
-//! than [`RedisStoreBuilder::batches_in_flight`] calls are on the wire, and
-//! sends them as ONE `EVALSHA` that evaluates them **in order**, each exactly
+//! enqueue their check and wait for its answer; the batcher takes what is
+//! queued (at most [`RedisStoreBuilder::max_batch`] checks) and sends it as
+//! ONE `EVALSHA` that evaluates the checks **in order**, each exactly
 //! as if it ran alone after the previous one (the same key twice sees the
 //! first one's effect; a multi-rule check stays all-or-nothing; a check that
 //! fails, e.g. on a key of another type, fails alone). On a cluster, one
 //! call per hash slot. When the connection is idle a check goes out at once,
-//! alone, so batching adds no round trip; under load the per-call costs of
-//! Redis and of the client are paid once per batch, and a GCRA batch reads
-//! all its keys with one `MGET` and writes each changed key once.
+//! alone, so batching adds no round trip. While batches are on the wire (at
+//! most [`RedisStoreBuilder::batches_in_flight`], 2 by default) the next
+//! one goes once it holds its share of the checks outstanding: Redis
+//! evaluates one batch while the client answers the other, and the per-call
+//! costs of Redis and of the client are paid once per batch. A GCRA batch
+//! reads all its keys with one `MGET` and writes each changed key once, with
+//! an `INCRBY` of the change that keeps the key's TTL, and a `PEXPIRE` only
+//! when the expiry must move: a GCRA key expires at its theoretical arrival
+//! time rounded up to the next whole second, so a key admitted more often
+//! than once a second moves its expiry once a second.
 //!
 //! * Every call stays bounded by the store timeout, queueing included. When
 //!   the queue is full callers wait for room (backpressure) within that
@@ -97,6 +103,7 @@
 //! holder releases).
 
 mod batch;
+mod batcher;
 mod breaker;
 mod builder;
 mod cell;
@@ -138,8 +145,10 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(200);
 pub const DEFAULT_MAX_BATCH: usize = 128;
 /// Default capacity of the batching queue (checks waiting to be sent).
 pub const DEFAULT_BATCH_QUEUE: usize = 4096;
-/// Default most batches on the connection at once.
-pub const DEFAULT_BATCHES_IN_FLIGHT: usize = 1;
+/// Default most batches on the connection at once: two, so that Redis works
+/// on one while the client answers the other (see
+/// [`RedisStoreBuilder::batches_in_flight`]).
+pub const DEFAULT_BATCHES_IN_FLIGHT: usize = 2;
 /// Default capacity of the local denial cache (keys).
 pub const DEFAULT_DENY_CACHE: usize = 4096;
 
@@ -364,7 +373,7 @@ where
         }
         let tx = self
             .batcher
-            .get_or_init(|| batch::spawn(self.conn.clone(), self.cfg.clone()));
+            .get_or_init(|| batcher::spawn(self.conn.clone(), self.cfg.clone()));
         let (reply, answer) = oneshot::channel();
         let job = Job { rules, slot, reply };
         let stopped = || StoreError::Connection("the Redis batcher task has stopped".into());
