@@ -19,9 +19,11 @@
 
 local GCRA_EXPIRY_STEP = 1000000 -- µs
 
--- Where a key holding `tat` expires (µs, the script's clock).
+-- Where a key holding `tat` expires (µs, the script's clock): `tat` rounded
+-- up to a multiple of the step. Lua's % is a - floor(a / b) * b, exact here:
+-- |tat| < 2^52 and the step divides it exactly when it is a multiple.
 local function gcra_expiry(tat)
-  return fdiv(tat + GCRA_EXPIRY_STEP - 1, GCRA_EXPIRY_STEP) * GCRA_EXPIRY_STEP
+  return tat + (-tat) % GCRA_EXPIRY_STEP
 end
 
 local gcra_tats = {}
@@ -45,23 +47,24 @@ local function gcra_tat(key)
   return tat
 end
 
+local pcall_redis, call_redis, type_of = redis.pcall, redis.call, type
+
 -- Stores `tat` for `key`, which held `stored` (nil: absent), keeping the
--- expiry invariant above. `step_str` is int(step) for the usual change.
-local function gcra_write(key, stored, tat, now, step, step_str)
+-- expiry invariant above. `by` is the change as a string, when known.
+local function gcra_write(key, stored, tat, now, by)
   if stored then
-    local delta = tat - stored
-    local by = (delta == step and step_str) or int(delta)
     -- pcall: a value INCRBY cannot parse (never written by this crate) is
     -- replaced whole instead of failing the batch.
-    local r = redis.pcall('INCRBY', key, by)
-    if type(r) ~= 'table' then
-      if gcra_expiry(tat) > gcra_expiry(stored) then
-        redis.call('PEXPIRE', key, ttl_ms(gcra_expiry(tat) - now))
+    local r = pcall_redis('INCRBY', key, by or int(tat - stored))
+    if type_of(r) ~= 'table' then
+      local expiry = gcra_expiry(tat)
+      if expiry > gcra_expiry(stored) then
+        call_redis('PEXPIRE', key, ttl_ms(expiry - now))
       end
       return
     end
   end
-  redis.call('SET', key, int(tat), 'PX', ttl_ms(gcra_expiry(tat) - now))
+  call_redis('SET', key, int(tat), 'PX', ttl_ms(gcra_expiry(tat) - now))
 end
 
 -- The batch's admissions add `gcra_step` µs to a tat that is still ahead
@@ -69,9 +72,10 @@ end
 local gcra_step = nil
 
 flush[#flush + 1] = function(now)
-  local step_str = gcra_step and int(gcra_step)
+  local step, step_str = gcra_step, gcra_step and int(gcra_step)
   for key, tat in pairs(gcra_dirty) do
-    gcra_write(key, gcra_stored[key], tat, now, gcra_step, step_str)
+    local stored = gcra_stored[key]
+    gcra_write(key, stored, tat, now, stored and tat - stored == step and step_str)
   end
 end
 

@@ -31,7 +31,7 @@ for i = 1, #KEYS do
   if failed then
     out[i + 1] = failed
   else
-    local new_tat = math.max(tat, now) + inc
+    local new_tat = (tat > now and tat or now) + inc
     if new_tat <= horizon then
       if cost > 0 then
         gcra_tats[key] = new_tat
