@@ -24,10 +24,22 @@ pin_project! {
 }
 
 pin_project! {
+    // The inner body alone is as small as the inner body (the rest is boxed,
+    // and a box fits beside the inner body's own niche): a response moves in
+    // as few bytes as the inner service's.
     #[project = KindProj]
     #[derive(Debug)]
     enum Kind<B> {
-        Inner { #[pin] body: B, guard: Option<Guard> },
+        Inner { #[pin] body: B },
+        Boxed { other: Pin<Box<Other<B>>> },
+    }
+}
+
+pin_project! {
+    #[project = OtherProj]
+    #[derive(Debug)]
+    enum Other<B> {
+        Held { #[pin] body: B, guard: Option<Guard> },
         Full { data: Option<Bytes> },
     }
 }
@@ -51,22 +63,28 @@ impl<B> ThrottleBody<B> {
     /// Wraps the inner service's body.
     pub fn inner(body: B) -> Self {
         ThrottleBody {
-            kind: Kind::Inner { body, guard: None },
+            kind: Kind::Inner { body },
         }
     }
 
     /// Wraps the inner service's body, holding `guard` until it ends.
     pub(crate) fn inner_holding(body: B, guard: Option<Guard>) -> Self {
-        ThrottleBody {
-            kind: Kind::Inner { body, guard },
-        }
+        let kind = match guard {
+            None => Kind::Inner { body },
+            guard => Kind::Boxed {
+                other: Box::pin(Other::Held { body, guard }),
+            },
+        };
+        ThrottleBody { kind }
     }
 
     /// A body of the layer's own.
     pub fn full(data: Bytes) -> Self {
         ThrottleBody {
-            kind: Kind::Full {
-                data: (!data.is_empty()).then_some(data),
+            kind: Kind::Boxed {
+                other: Box::pin(Other::Full {
+                    data: (!data.is_empty()).then_some(data),
+                }),
             },
         }
     }
@@ -85,31 +103,80 @@ where
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         match self.project().kind.project() {
-            KindProj::Inner { body, guard } => {
-                let frame = body.poll_frame(cx);
-                // The end of the body (or its failure) ends the request's hold.
-                if matches!(frame, Poll::Ready(None | Some(Err(_)))) {
-                    guard.take();
+            KindProj::Inner { body } => body.poll_frame(cx),
+            KindProj::Boxed { other } => match other.as_mut().project() {
+                OtherProj::Held { body, guard } => {
+                    let frame = body.poll_frame(cx);
+                    // The end of the body (or its failure) ends the request's hold.
+                    if matches!(frame, Poll::Ready(None | Some(Err(_)))) {
+                        guard.take();
+                    }
+                    frame
                 }
-                frame
-            }
-            KindProj::Full { data } => Poll::Ready(data.take().map(|d| Ok(Frame::data(d.into())))),
+                OtherProj::Full { data } => {
+                    Poll::Ready(data.take().map(|d| Ok(Frame::data(d.into()))))
+                }
+            },
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match &self.kind {
-            Kind::Inner { body, .. } => body.is_end_stream(),
-            Kind::Full { data } => data.is_none(),
+            Kind::Inner { body } => body.is_end_stream(),
+            Kind::Boxed { other } => match &**other {
+                Other::Held { body, .. } => body.is_end_stream(),
+                Other::Full { data } => data.is_none(),
+            },
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match &self.kind {
-            Kind::Inner { body, .. } => body.size_hint(),
-            Kind::Full { data } => {
-                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
-            }
+            Kind::Inner { body } => body.size_hint(),
+            Kind::Boxed { other } => match &**other {
+                Other::Held { body, .. } => body.size_hint(),
+                Other::Full { data } => {
+                    SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+                }
+            },
         }
+    }
+}
+
+#[cfg(all(test, feature = "axum"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrapping_axum_body_costs_no_bytes() {
+        // What moves with every response: the wrapper must not make axum's
+        // response bigger (a bigger one is copied with a `memcpy` call).
+        assert_eq!(
+            std::mem::size_of::<ThrottleBody<axum::body::Body>>(),
+            std::mem::size_of::<axum::body::Body>()
+        );
+        assert_eq!(
+            std::mem::size_of::<http::Response<ThrottleBody<axum::body::Body>>>(),
+            std::mem::size_of::<http::Response<axum::body::Body>>()
+        );
+    }
+
+    #[test]
+    fn a_full_body_yields_its_bytes_once() {
+        let body = ThrottleBody::<axum::body::Body>::full(Bytes::from_static(b"slow down"));
+        assert_eq!(body.size_hint().exact(), Some(9));
+        assert!(!body.is_end_stream());
+        let mut body = std::pin::pin!(body);
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        let Poll::Ready(Some(Ok(frame))) = body.as_mut().poll_frame(&mut cx) else {
+            panic!("no data frame");
+        };
+        assert_eq!(frame.into_data().unwrap(), Bytes::from_static(b"slow down"));
+        assert!(body.is_end_stream());
+        assert!(matches!(
+            body.as_mut().poll_frame(&mut cx),
+            Poll::Ready(None)
+        ));
     }
 }
