@@ -1,13 +1,17 @@
 //! One request through a bare service, through ThrottleLayer (memory store)
 //! and through tower_governor's GovernorLayer, in process: ns per request on
 //! the allowed path (10,000 users round robin) and on the denied path (one
-//! abusive user). `cargo bench --bench layer`.
+//! abusive user). A third group sends the allowed requests to a handler that
+//! answers like axum's `"ok".into_response()` (a `text/plain` response, the
+//! shape of the layer's own 429), for the denied ÷ allowed comparison with a
+//! handler that does anything at all. `cargo bench --bench layer`.
 
 use std::convert::Infallible;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
+use axum::response::IntoResponse;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use http::{HeaderValue, Request, Response};
 use tower::{Layer, Service, ServiceExt};
@@ -24,6 +28,12 @@ const USERS: usize = 10_000;
 
 fn inner() -> impl Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone {
     tower::service_fn(|_req: Request<Body>| async { Ok(Response::new(Body::from("ok"))) })
+}
+
+/// A handler answering `"ok"` as axum does: with a `content-type` header.
+fn text_inner() -> impl Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone
+{
+    tower::service_fn(|_req: Request<Body>| async { Ok("ok".into_response()) })
 }
 
 fn users() -> Vec<HeaderValue> {
@@ -84,8 +94,8 @@ fn path(c: &mut Criterion, group: &str, per_user: u32, users: Vec<HeaderValue>) 
             .unwrap()
     };
     let governed = GovernorLayer::new(config()).layer(inner());
-    // tower_governor answering with our response type (`ThrottleBody`, 24
-    // bytes more per response): what the body wrapper alone costs.
+    // tower_governor answering with our response type (`ThrottleBody`): what
+    // the body wrapper alone costs.
     let governed_wrapped = tower::util::MapResponse::new(
         GovernorLayer::new(config()).layer(inner()),
         |r: Response<Body>| r.map(ThrottleBody::inner),
@@ -119,5 +129,26 @@ fn denied(c: &mut Criterion) {
     path(c, "layer_denied_one_user", 1, users()[..1].to_vec());
 }
 
-criterion_group!(benches, allowed, denied);
+/// Allowed requests to the `text/plain` handler: the same response shape as
+/// a 429 (status, `content-type`, a short body).
+fn allowed_text(c: &mut Criterion) {
+    let mut g = c.benchmark_group("layer_allowed_text_handler");
+    g.throughput(Throughput::Elements(1));
+    let users = users();
+    let bare = text_inner();
+    let ours = ThrottleLayer::new(
+        MemoryStore::new(),
+        Policy::cell(999_999, 1, Duration::from_secs(1)).unwrap(),
+    )
+    .key(HeaderKey::new(USER))
+    .layer(text_inner());
+    drive(&ours, &users, users.len() as u64 * 2);
+    g.bench_function("bare", |b| b.iter_custom(|n| drive(&bare, &users, n)));
+    g.bench_function("tower_throttle", |b| {
+        b.iter_custom(|n| drive(&ours, &users, n))
+    });
+    g.finish();
+}
+
+criterion_group!(benches, allowed, denied, allowed_text);
 criterion_main!(benches);

@@ -92,10 +92,10 @@ where
         }
     }
 
-    pub(crate) fn done(response: Response<Bytes>) -> Self {
+    pub(crate) fn done(response: Box<Response<Bytes>>) -> Self {
         ResponseFuture {
             state: State::Done {
-                response: Some(Box::new(response)),
+                response: Some(response),
             },
         }
     }
@@ -137,7 +137,7 @@ where
     ) -> Self {
         match outcome {
             Outcome::Reject(response) => State::Done {
-                response: Some(Box::new(response)),
+                response: Some(response),
             },
             Outcome::Forward { info, permits } => {
                 let headers = match info {

@@ -135,7 +135,7 @@ pub(crate) enum Planned {
     Check(Plan),
     /// Every rule was skipped for want of a key.
     Skip,
-    Reject(Response<Bytes>),
+    Reject(Box<Response<Bytes>>),
 }
 
 /// Builds every rule's key in one buffer.
@@ -198,7 +198,7 @@ pub(crate) enum Outcome<St: Store> {
         info: Option<RateLimitInfo>,
         permits: Option<Permits<St>>,
     },
-    Reject(Response<Bytes>),
+    Reject(Box<Response<Bytes>>),
 }
 
 /// What to do after one store answer.
@@ -263,7 +263,7 @@ pub(crate) enum Now<St: Store> {
     /// Every rule was skipped for want of a key.
     Skip,
     /// Rejected before any check (a missing key).
-    Reject(Response<Bytes>),
+    Reject(Box<Response<Bytes>>),
     /// Decided in process, with something to carry forward or a rejection.
     Decided(Outcome<St>),
     /// Needs [`evaluate`]: an asynchronous store, or delay mode.

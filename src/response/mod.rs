@@ -102,10 +102,11 @@ pub(crate) enum BodyFormat {
 }
 
 /// The response for `rejection`, with the rate-limit headers of a 429.
+/// Boxed where it is built: it then moves as a pointer until it is sent.
 pub(crate) fn rejection_response(
     format: &BodyFormat,
     rejection: &Rejection<'_>,
-) -> Response<Bytes> {
+) -> Box<Response<Bytes>> {
     if let (BodyFormat::PlainText, Rejection::Limited(info)) = (format, rejection) {
         if let Some(response) = limited_plain_text(info) {
             return response;
@@ -150,7 +151,7 @@ pub(crate) fn rejection_response(
             add_legacy(headers, info);
         }
     }
-    response
+    Box::new(response)
 }
 
 const TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
@@ -158,7 +159,7 @@ const TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=ut
 /// The default 429, from the layer's prebuilt header map: a clone and a
 /// few values set in place, instead of hashing and inserting every field.
 /// `None` (build it field by field) for a request that can never be admitted.
-fn limited_plain_text(info: &RateLimitInfo) -> Option<Response<Bytes>> {
+fn limited_plain_text(info: &RateLimitInfo) -> Option<Box<Response<Bytes>>> {
     let retry_secs = info.retry_after_secs()?;
     let mut headers = info.meta().limited_headers.clone();
     let mut ratelimit_ok = true;
@@ -187,7 +188,7 @@ fn limited_plain_text(info: &RateLimitInfo) -> Option<Response<Bytes>> {
     if !ratelimit_ok {
         headers.remove(RATELIMIT);
     }
-    let mut response = Response::new(cache::retry_body(retry_secs));
+    let mut response = Box::new(Response::new(cache::retry_body(retry_secs)));
     *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
     *response.headers_mut() = headers;
     Some(response)
