@@ -12,8 +12,11 @@ pin_project! {
     /// service's body untouched, or the layer's own rejection message.
     ///
     /// It has the inner body's `Data` type (which must be buildable from
-    /// [`Bytes`], as axum's and hyper's are), so the layer needs no boxing and
-    /// works over any body. When the request holds concurrency permits, the
+    /// [`Bytes`], as axum's and hyper's are), so the layer works over any body
+    /// without boxing it. The inner body alone is kept inline; anything else
+    /// (held permits, the layer's own message) is boxed, so that for a body
+    /// with room for a pointer beside its niche (axum's `Body`) the wrapper
+    /// costs no bytes. When the request holds concurrency permits, the
     /// body holds them until it has been read to the end (or dropped): a
     /// streamed download counts as in flight until its last byte.
     #[derive(Debug)]
@@ -143,7 +146,7 @@ where
     }
 }
 
-#[cfg(all(test, feature = "axum"))]
+#[cfg(test)]
 mod tests {
     use super::*;
 

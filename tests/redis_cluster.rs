@@ -56,7 +56,51 @@ fn one_cluster_many_properties() {
         bound_holds_across_masters(&cluster).await;
         hostile_keys_land_in_their_tags_slot(&cluster).await;
         same_decisions_as_memory(&cluster).await;
+        an_idle_store_sends_nothing(&cluster).await;
     });
+}
+
+/// Script calls the cluster's nodes have run, in all.
+fn script_calls(cluster: &RedisCluster) -> u64 {
+    cluster
+        .nodes
+        .iter()
+        .map(|node| {
+            let info: String = redis::cmd("INFO")
+                .arg("commandstats")
+                .query(&mut node.conn())
+                .unwrap();
+            info.lines()
+                .filter(|l| l.starts_with("cmdstat_evalsha:"))
+                .filter_map(|l| {
+                    l.split("calls=")
+                        .nth(1)?
+                        .split(',')
+                        .next()?
+                        .parse::<u64>()
+                        .ok()
+                })
+                .sum::<u64>()
+        })
+        .sum()
+}
+
+async fn an_idle_store_sends_nothing(cluster: &RedisCluster) {
+    let store = store(cluster, HashTag::PerKey).await;
+    let p = Policy::cell(4, 1, Duration::from_secs(3600)).unwrap();
+    // Its batcher is running once a check has gone through it.
+    assert!(
+        store
+            .check(Rule::new(b"idle", &p, 1))
+            .await
+            .unwrap()
+            .allowed
+    );
+    let before = tokio::task::block_in_place(|| script_calls(cluster));
+    // Real time is the point here: what the store sends while nobody asks.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let after = tokio::task::block_in_place(|| script_calls(cluster));
+    assert_eq!(after, before, "script calls from an idle store");
 }
 
 async fn multi_rule_checks_share_a_slot(cluster: &RedisCluster) {

@@ -10,17 +10,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use redis_support::RedisServer;
+use redis_support::{current_thread_runtime as runtime, RedisServer};
 use tower_throttle::clock::ManualClock;
 use tower_throttle::store::redis::{RedisStore, TimeSource};
 use tower_throttle::{CellStore, Decision, MemoryStore, PermitId, Policy, Rule, Store, StoreError};
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// A store on `clock`; TTLs padded so that real time passing faster than
 /// the frozen test clock never expires state the model still holds.

@@ -231,6 +231,14 @@ impl Drop for RedisCluster {
     }
 }
 
+/// A current-thread runtime: deterministic scheduling for one store.
+pub fn current_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
 /// A two-worker runtime for tests that drive several stores at once.
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()

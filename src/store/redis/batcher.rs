@@ -66,32 +66,46 @@ impl Drop for OnWire {
     }
 }
 
-/// How many of the `queued` checks to send now, with `on_wire` batches
-/// holding `jobs_on_wire` checks already out; 0 to wait.
+/// The sizes of the batches to send now, in order, for `queued` checks while
+/// `on_wire` batches holding `jobs_on_wire` checks are out (empty: wait).
 ///
-/// An idle connection sends at once (no added round trip). Otherwise a batch
-/// goes out while others are on the wire only once it holds its share of the
-/// load (everything outstanding over the batches allowed out): the checks
-/// then travel as a few evenly sized batches, so Redis works on one while the
-/// client answers another, instead of each batch waiting for the last (1 in
-/// flight) or many small batches paying the per-call costs (no gate). A check
-/// waits at most until a batch comes back, as with one batch in flight.
+/// An idle connection sends everything at once, split evenly over the
+/// batches allowed out: no added round trip. Otherwise a batch goes out
+/// while others are on the wire only once it holds its share of the load
+/// (everything outstanding over the batches allowed out, rounded down): the
+/// checks then travel as a few evenly sized batches, so Redis works on one
+/// while the client answers another, instead of each batch waiting for the
+/// last (one in flight) or many small batches paying the per-call costs (no
+/// gate). A check that waits is sent when a batch comes back, at the latest
+/// when the last one does: bounded by the store timeout.
 fn to_send(
     queued: usize,
     on_wire: usize,
     jobs_on_wire: usize,
     in_flight: usize,
     max: usize,
-) -> usize {
+) -> Vec<usize> {
+    let mut sizes = Vec::new();
     if queued == 0 || on_wire >= in_flight {
-        return 0;
+        return sizes;
     }
-    let share = (jobs_on_wire + queued).div_ceil(in_flight).clamp(1, max);
-    if on_wire == 0 || queued >= share {
-        queued.min(share)
-    } else {
-        0
+    if on_wire == 0 {
+        let mut left = queued;
+        for slots in (1..=in_flight).rev() {
+            let n = left.div_ceil(slots).min(max);
+            if n == 0 {
+                break;
+            }
+            sizes.push(n);
+            left -= n;
+        }
+        return sizes;
     }
+    let share = ((jobs_on_wire + queued) / in_flight).max(1);
+    if queued >= share {
+        sizes.push(queued.min(max));
+    }
+    sizes
 }
 
 async fn run<C>(mut rx: mpsc::Receiver<Job>, conn: C, cfg: Arc<Config>)
@@ -119,8 +133,13 @@ where
         // On a cluster nothing is held back: a batch waiting on a dead or
         // frozen master (until the timeout) must not hold back the checks
         // bound for the live ones.
-        let n = if cfg.cluster {
-            buf.len()
+        let sizes = if cfg.cluster {
+            // Everything queued, as one batch (split per slot by `send`).
+            if buf.is_empty() {
+                Vec::new()
+            } else {
+                vec![buf.len()]
+            }
         } else {
             to_send(
                 buf.len(),
@@ -130,10 +149,11 @@ where
                 max,
             )
         };
-        if n > 0 {
-            let rest = buf.split_off(n);
-            let jobs = std::mem::replace(&mut buf, rest);
-            send(&conn, &cfg, &wire, jobs);
+        if !sizes.is_empty() {
+            for n in sizes {
+                let jobs: Vec<Job> = buf.drain(..n).collect();
+                send(&conn, &cfg, &wire, jobs).await;
+            }
             continue;
         }
         // Wait for a check (room permitting) or for a batch to come back.
@@ -158,30 +178,46 @@ where
 
 /// Sends `jobs` as one script call per hash slot (one on a single server),
 /// concurrently, order within a slot kept.
-fn send<C>(conn: &C, cfg: &Arc<Config>, wire: &Arc<Wire>, mut jobs: Vec<Job>)
+async fn send<C>(conn: &C, cfg: &Arc<Config>, wire: &Arc<Wire>, mut jobs: Vec<Job>)
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
+    if jobs.is_empty() {
+        return;
+    }
     if !cfg.cluster || jobs.iter().all(|j| j.slot == jobs[0].slot) {
         let (conn, cfg, on_wire) = (conn.clone(), cfg.clone(), OnWire::new(wire, jobs.len()));
-        tokio::spawn(async move {
+        start(async move {
             execute(conn, cfg, jobs).await;
             drop(on_wire);
-        });
+        })
+        .await;
         return;
     }
     jobs.sort_by_key(|j| j.slot);
     while !jobs.is_empty() {
         let slot = jobs[0].slot;
         let n = jobs.iter().take_while(|j| j.slot == slot).count();
-        let rest = jobs.split_off(n);
-        let group = std::mem::replace(&mut jobs, rest);
+        let group: Vec<Job> = jobs.drain(..n).collect();
         let (conn, cfg) = (conn.clone(), cfg.clone());
         let on_wire = OnWire::new(wire, group.len());
-        tokio::spawn(async move {
+        start(async move {
             execute(conn, cfg, group).await;
             drop(on_wire);
-        });
+        })
+        .await;
+    }
+}
+
+/// Runs `call` here until it first waits (by then its command is on the
+/// connection), then in a task of its own. Spawned unpolled, a later batch
+/// could reach Redis first (a runtime may run the task spawned last first),
+/// and the checks queued earlier would be evaluated after it.
+async fn start(call: impl Future<Output = ()> + Send + 'static) {
+    let mut call = Box::pin(call);
+    let waiting = std::future::poll_fn(|cx| Poll::Ready(call.as_mut().poll(cx).is_pending())).await;
+    if waiting {
+        tokio::spawn(call);
     }
 }
 
@@ -189,25 +225,48 @@ where
 mod tests {
     use super::to_send;
 
+    /// (queued, batches out, checks out, in flight allowed, max batch)
+    type Load = (usize, usize, usize, usize, usize);
+
     #[test]
     fn batches_go_at_once_when_idle_and_at_their_share_when_not() {
-        // (queued, batches out, checks out, in flight allowed, max batch) → sent
-        let cases = [
-            ((1, 0, 0, 2, 128), 1, "idle: a lone check goes at once"),
-            ((64, 0, 0, 2, 128), 32, "idle: a crowd goes as two batches"),
-            ((32, 1, 32, 2, 128), 32, "the second half follows at once"),
-            ((1000, 0, 0, 2, 128), 128, "never more than a batch"),
-            ((64, 0, 0, 1, 128), 64, "one in flight: everything queued"),
-            ((10, 1, 32, 2, 128), 0, "32 out: 10 wait for their share"),
-            ((31, 1, 32, 2, 128), 0, "32 out: 31 still wait"),
+        let cases: [(Load, &[usize], &str); 16] = [
+            ((1, 0, 0, 2, 128), &[1], "idle: a lone check goes at once"),
+            ((2, 0, 0, 2, 128), &[1, 1], "idle: two checks, two batches"),
+            ((3, 0, 0, 2, 128), &[2, 1], "idle: an odd crowd goes whole"),
             (
-                (60, 1, 40, 2, 128),
-                50,
-                "40 out, 60 queued: half of the 100",
+                (64, 0, 0, 2, 128),
+                &[32, 32],
+                "idle: a crowd goes as two batches",
             ),
-            ((64, 2, 64, 2, 128), 0, "as many batches out as allowed"),
-            ((5, 1, 10, 1, 128), 0, "one in flight, one out"),
-            ((0, 0, 0, 2, 128), 0, "nothing queued"),
+            ((65, 0, 0, 2, 128), &[33, 32], "idle: odd, all of it"),
+            ((64, 0, 0, 3, 128), &[22, 21, 21], "idle: three in flight"),
+            (
+                (128, 0, 0, 1, 128),
+                &[128],
+                "one in flight: everything queued",
+            ),
+            ((128, 0, 0, 2, 50), &[50, 50], "never more than a batch"),
+            ((10, 1, 32, 2, 128), &[], "32 out: 10 wait for their share"),
+            ((30, 1, 32, 2, 128), &[], "32 out: 30 still wait"),
+            (
+                (31, 1, 32, 2, 128),
+                &[31],
+                "32 out: 31 is half of 63, rounded down",
+            ),
+            ((32, 1, 32, 2, 128), &[32], "32 out: 32 go"),
+            (
+                (32, 1, 33, 2, 128),
+                &[32],
+                "an odd total: the share rounds down",
+            ),
+            (
+                (21, 2, 43, 3, 128),
+                &[21],
+                "three in flight: the third batch",
+            ),
+            ((64, 2, 64, 2, 128), &[], "as many batches out as allowed"),
+            ((0, 0, 0, 2, 128), &[], "nothing queued"),
         ];
         for ((queued, out, jobs_out, in_flight, max), sent, why) in cases {
             assert_eq!(

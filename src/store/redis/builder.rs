@@ -122,10 +122,13 @@ impl RedisStoreBuilder {
         self
     }
 
-    /// Extra lifetime added to every key's TTL (default zero: keys live
-    /// exactly as long as their state matters, rounded up to the ms). Only
-    /// for a [`TimeSource::Client`] clock that runs slower than real time, as
-    /// a frozen test clock does; keep it zero in production.
+    /// Extra lifetime added to every key's TTL (default zero: keys live as
+    /// long as their state matters, rounded up to the ms, GCRA keys to the
+    /// next whole second). Only for a [`TimeSource::Client`] clock that runs
+    /// slower than real time, as a frozen test clock does: it must cover the
+    /// real time that passes while that clock stands still, since a key's
+    /// expiry was last set (for GCRA, its last `PEXPIRE`, not its last
+    /// write). Keep it zero in production.
     pub fn ttl_padding(mut self, padding: Duration) -> Self {
         self.ttl_padding = padding;
         self

@@ -17,8 +17,9 @@
 //!   rendered by the very functions of [`crate::algorithm`]; the sliding log
 //!   and concurrency scripts compute theirs in µs (differences of timestamps,
 //!   exact). The test suite compares the stores decision by decision.
-//! * **Every key expires** (`PEXPIRE`, rounded up to the millisecond) as soon
-//!   as it is back to a fresh state: cold users vanish by themselves.
+//! * **Every key expires** as soon as it is back to a fresh state (rounded up
+//!   to the millisecond; GCRA keys to the next whole second, see Batching):
+//!   cold users vanish by themselves.
 //! * **Keys**: `<prefix>:{<tag>}:<algorithm>:<key>`, safe whatever bytes the key
 //!   holds; see [`HashTag`] for the cluster slot and multi-rule checks.
 //! * **Failures are typed** ([`StoreError::Connection`], [`StoreError::Timeout`],
@@ -84,6 +85,11 @@
 //!   already sent may still be applied, as without batching.
 //! * With [`TimeSource::Client`], a batch uses the clock's reading when it
 //!   is sent.
+//! * Batches reach Redis in the order their checks were queued. After Redis
+//!   loses its script cache (a restart, a failover, `SCRIPT FLUSH`), the
+//!   batches on the wire at that moment are reloaded and retried each on its
+//!   own, and may be evaluated in either order: a valid order for checks
+//!   that were waiting at the same time, but not first come, first served.
 //!
 //! # The denial cache
 //!
@@ -319,7 +325,15 @@ where
     pub async fn load_scripts(&self) -> Result<(), StoreError> {
         let mut conn = self.conn.clone();
         let scripts = [
-            &CHECK, &CHECK_G, &CHECK_F, &CHECK_S, &CHECK_L, &CHECK_C, &REFUND, &RELEASE,
+            &CHECK,
+            &CHECK_G,
+            &GCRA_BATCH,
+            &CHECK_F,
+            &CHECK_S,
+            &CHECK_L,
+            &CHECK_C,
+            &REFUND,
+            &RELEASE,
         ];
         for script in scripts.map(|s| &**s) {
             timed(self.cfg.timeout, script.load_async(&mut conn)).await?;

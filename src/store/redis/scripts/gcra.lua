@@ -21,7 +21,9 @@ local GCRA_EXPIRY_STEP = 1000000 -- µs
 
 -- Where a key holding `tat` expires (µs, the script's clock): `tat` rounded
 -- up to a multiple of the step. Lua's % is a - floor(a / b) * b, exact here:
--- |tat| < 2^52 and the step divides it exactly when it is a multiple.
+-- tat stays below 2^52 + 2^50 (now < 2^52, plus at most tau), where doubles
+-- hold integers exactly, and the step divides it exactly when it is a
+-- multiple.
 local function gcra_expiry(tat)
   return tat + (-tat) % GCRA_EXPIRY_STEP
 end

@@ -1,24 +1,21 @@
-//! How the Redis store writes GCRA state: an `INCRBY` of the change and a
-//! `PEXPIRE` only when the expiry must move. These tests hold it to the
-//! invariant that makes skipping the `PEXPIRE` safe: a key never expires
-//! before its theoretical arrival time, and at most a second after it.
+//! How the Redis store sends and writes checks: batches on the wire are
+//! evaluated in the order their checks were queued, and GCRA state is
+//! written with an `INCRBY` of the change and a `PEXPIRE` only when the
+//! expiry must move. The expiry tests hold the store to the invariant that
+//! makes skipping the `PEXPIRE` safe: a key never expires before its
+//! theoretical arrival time, and at most a second after it.
 
 #[path = "support/redis.rs"]
 mod redis_support;
 
+use std::future::Future;
+use std::task::Poll;
 use std::time::Duration;
 
-use redis_support::RedisServer;
+use redis_support::{current_thread_runtime as runtime, RedisServer};
 use tower_throttle::clock::ManualClock;
 use tower_throttle::store::redis::{RedisStore, TimeSource};
 use tower_throttle::{Policy, Rule, Store};
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap()
-}
 
 /// A store on `clock` with no TTL padding: the TTLs are the real ones.
 async fn store_on(server: &RedisServer, clock: &ManualClock) -> RedisStore {
@@ -29,6 +26,55 @@ async fn store_on(server: &RedisServer, clock: &ManualClock) -> RedisStore {
         .connect(server.url())
         .await
         .unwrap()
+}
+
+#[test]
+fn batches_on_the_wire_are_evaluated_in_the_order_their_checks_were_queued() {
+    let server = RedisServer::start();
+    // A multi-thread runtime: there, a task spawned last may run first.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let store = RedisStore::builder()
+            .prefix("o")
+            .connect(server.url())
+            .await
+            .unwrap();
+        // 10 at once, then one an hour: only the first 10 checks queued pass.
+        let policy = Policy::cell(9, 1, Duration::from_secs(3600)).unwrap();
+        for round in 0..30 {
+            let key = format!("k{round}").into_bytes();
+            // Each check is polled once, which queues it (or answers it from
+            // the denial cache), before the next is made: the queue order is
+            // the index order.
+            let mut calls = Vec::new();
+            for _ in 0..64 {
+                let mut call = Box::pin(store.check(Rule::new(&key, &policy, 1)));
+                let early = std::future::poll_fn(|cx| {
+                    Poll::Ready(match call.as_mut().poll(cx) {
+                        Poll::Ready(d) => Some(d.unwrap().allowed),
+                        Poll::Pending => None,
+                    })
+                })
+                .await;
+                calls.push((call, early));
+            }
+            let mut admitted = Vec::new();
+            for (i, (call, early)) in calls.into_iter().enumerate() {
+                let allowed = match early {
+                    Some(allowed) => allowed,
+                    None => call.await.unwrap().allowed,
+                };
+                if allowed {
+                    admitted.push(i);
+                }
+            }
+            assert_eq!(admitted, (0..10).collect::<Vec<_>>(), "round {round}");
+        }
+    });
 }
 
 fn pttl(server: &RedisServer, key: &[u8]) -> i64 {
