@@ -1,7 +1,7 @@
-//! How the Redis store sends and writes checks: batches on the wire are
-//! evaluated in the order their checks were queued, and GCRA state is
-//! written with an `INCRBY` of the change and a `PEXPIRE` only when the
-//! expiry must move. The expiry tests hold the store to the invariant that
+//! How the Redis store sends and writes checks: a crowd split over batches
+//! on the wire is admitted exactly to the limit, and GCRA state is written
+//! with an `INCRBY` of the change and a `PEXPIRE` only when the expiry must
+//! move. The expiry tests hold the store to the invariant that
 //! makes skipping the `PEXPIRE` safe: a key never expires before its
 //! theoretical arrival time, and at most a second after it.
 
@@ -29,9 +29,10 @@ async fn store_on(server: &RedisServer, clock: &ManualClock) -> RedisStore {
 }
 
 #[test]
-fn batches_on_the_wire_are_evaluated_in_the_order_their_checks_were_queued() {
+fn a_crowd_split_over_batches_is_admitted_exactly_to_the_limit() {
     let server = RedisServer::start();
-    // A multi-thread runtime: there, a task spawned last may run first.
+    // A multi-thread runtime: the batches' tasks run on either worker, in
+    // either order.
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -43,13 +44,12 @@ fn batches_on_the_wire_are_evaluated_in_the_order_their_checks_were_queued() {
             .connect(server.url())
             .await
             .unwrap();
-        // 10 at once, then one an hour: only the first 10 checks queued pass.
+        // 10 at once, then one an hour.
         let policy = Policy::cell(9, 1, Duration::from_secs(3600)).unwrap();
         for round in 0..30 {
             let key = format!("k{round}").into_bytes();
-            // Each check is polled once, which queues it (or answers it from
-            // the denial cache), before the next is made: the queue order is
-            // the index order.
+            // 64 checks queued at once: an idle connection sends them as two
+            // batches, and the stragglers follow while those are out.
             let mut calls = Vec::new();
             for _ in 0..64 {
                 let mut call = Box::pin(store.check(Rule::new(&key, &policy, 1)));
@@ -62,17 +62,15 @@ fn batches_on_the_wire_are_evaluated_in_the_order_their_checks_were_queued() {
                 .await;
                 calls.push((call, early));
             }
-            let mut admitted = Vec::new();
-            for (i, (call, early)) in calls.into_iter().enumerate() {
+            let mut admitted = 0;
+            for (call, early) in calls {
                 let allowed = match early {
                     Some(allowed) => allowed,
                     None => call.await.unwrap().allowed,
                 };
-                if allowed {
-                    admitted.push(i);
-                }
+                admitted += u32::from(allowed);
             }
-            assert_eq!(admitted, (0..10).collect::<Vec<_>>(), "round {round}");
+            assert_eq!(admitted, 10, "round {round}");
         }
     });
 }

@@ -85,11 +85,15 @@
 //!   already sent may still be applied, as without batching.
 //! * With [`TimeSource::Client`], a batch uses the clock's reading when it
 //!   is sent.
-//! * Batches reach Redis in the order their checks were queued. After Redis
-//!   loses its script cache (a restart, a failover, `SCRIPT FLUSH`), the
-//!   batches on the wire at that moment are reloaded and retried each on its
-//!   own, and may be evaluated in either order: a valid order for checks
-//!   that were waiting at the same time, but not first come, first served.
+//! * Within a batch, checks are evaluated in the order they were queued.
+//!   Batches on the wire at the same time may be evaluated in either order
+//!   (each is its own task; after Redis loses its script cache, each is
+//!   reloaded and retried on its own): their checks were all waiting at
+//!   once, so either order is one in which they could have arrived, and
+//!   every check is decided against all those decided before it. Nothing is
+//!   admitted beyond a limit; who gets the last unit among checks waiting at
+//!   the same moment is not first come, first served (as with the memory
+//!   store's threads).
 //!
 //! # The denial cache
 //!
