@@ -367,3 +367,48 @@ async fn concurrency_permits_last_until_the_body_ends() {
         "released when the body is dropped"
     );
 }
+
+/// A waiter dropped while it waits for its reserved GCRA slot (its client
+/// hung up) gives the slot back: later requests are not pushed behind the
+/// waiters that left.
+#[tokio::test(start_paused = true)]
+async fn delay_mode_gives_back_the_slots_of_dropped_waiters() {
+    let store = MemoryStore::builder()
+        .clock(TokioClock(tokio::time::Instant::now()))
+        .build();
+    // One request per second, no burst; waiting up to 2 s.
+    let layer = ThrottleLayer::new(store, Policy::cell(0, 1, Duration::from_secs(1)).unwrap())
+        .key(Global)
+        .delay_up_to(Duration::from_secs(2));
+    let (inner, calls) = counting(None);
+    let svc = layer.layer(inner);
+    let start = tokio::time::Instant::now();
+    assert_eq!(
+        svc.clone().oneshot(request()).await.unwrap().status(),
+        StatusCode::OK
+    );
+    // Two waiters take the slots at 1 s and 2 s, then hang up.
+    let waiters: Vec<_> = (0..2)
+        .map(|_| {
+            let svc = svc.clone();
+            tokio::spawn(async move { svc.oneshot(request()).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for w in &waiters {
+        w.abort();
+    }
+    for w in waiters {
+        assert!(w.await.unwrap_err().is_cancelled());
+    }
+    // The next request gets the slot at 1 s again; without the refund it
+    // would need the one at 3 s, beyond its 2 s budget, and be refused.
+    let status = svc.clone().oneshot(request()).await.unwrap().status();
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        2,
+        "the dropped waiters never ran"
+    );
+}

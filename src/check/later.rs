@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::{count, many, settle, ActiveRules, Outcome, Plan, Shared, Step};
 use crate::algorithm::gcra;
 use crate::info::{Entry, RateLimitInfo};
+use crate::limiter::release_detached;
 use crate::mode::Mode;
 use crate::policy::{Algorithm, Policy};
 use crate::store::{Rule, Store, StoreError};
@@ -27,9 +28,12 @@ pub(crate) async fn evaluate<St: Store>(shared: Arc<Shared<St>>, plan: Plan) -> 
         match settle(&shared, &plan, answer, waited, attempts) {
             Step::Done(outcome) => {
                 if slot_wait > Duration::ZERO && matches!(outcome, Outcome::Forward { .. }) {
-                    // Admitted into a reserved slot: wait for it, then go.
+                    // Admitted into a reserved slot: wait for it, then go. A
+                    // waiter dropped before its time gives the slot back.
                     count("delayed");
+                    let reserved = Reserved::new(&shared, &plan);
                     tokio::time::sleep(slot_wait).await;
+                    reserved.keep();
                 }
                 return outcome;
             }
@@ -121,4 +125,49 @@ async fn store_call<St: Store>(
     metrics::histogram!("tower_throttle_store_latency_seconds")
         .record(started.elapsed().as_secs_f64());
     result
+}
+
+/// The quota a delayed request was charged while it waits for its slot:
+/// refunded if the request is dropped before it goes (a client that hangs
+/// up), so abandoned waiters do not push later requests back. Concurrency
+/// permits are not here: the outcome's permits release themselves.
+struct Reserved<St: Store> {
+    store: Option<Arc<St>>,
+    charged: Vec<(Vec<u8>, Policy, u64)>,
+}
+
+impl<St: Store> Reserved<St> {
+    fn new(shared: &Shared<St>, plan: &Plan) -> Self {
+        let charged = plan
+            .actives()
+            .iter()
+            .map(|a| (a, &shared.rules[a.rule].policy))
+            .filter(|(a, policy)| a.cost > 0 && !policy.is_concurrency())
+            .map(|(a, policy)| (plan.key(a).to_vec(), *policy, a.cost))
+            .collect();
+        Reserved {
+            store: Some(shared.store.clone()),
+            charged,
+        }
+    }
+
+    /// The request went ahead: its charge stands.
+    fn keep(mut self) {
+        self.store = None;
+    }
+}
+
+impl<St: Store> Drop for Reserved<St> {
+    fn drop(&mut self) {
+        let Some(store) = self.store.take() else {
+            return;
+        };
+        let charged = std::mem::take(&mut self.charged);
+        release_detached(async move {
+            for (key, policy, cost) in charged {
+                // A failed refund leaves the slot taken: the limit still holds.
+                let _ = store.refund(&key, &policy, cost).await;
+            }
+        });
+    }
 }

@@ -20,6 +20,7 @@ use redis::aio::ConnectionLike;
 use redis::{ErrorKind, RedisError, Script, ServerErrorKind, Value};
 use tokio::sync::oneshot;
 
+use super::abandoned;
 use super::error::timed;
 use super::params::Params;
 use super::reply::{self, Checked, RuleReply};
@@ -240,7 +241,7 @@ where
 /// Sends `jobs` as one script call and answers each caller.
 pub(crate) async fn execute<C>(conn: C, cfg: Arc<Config>, jobs: Vec<Job>)
 where
-    C: ConnectionLike + Clone + Send,
+    C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     let result = {
         let checks: Vec<&[JobRule]> = jobs.iter().map(|j| &j.rules[..]).collect();
@@ -249,11 +250,27 @@ where
     match result {
         Ok((now_ns, results)) => {
             for (job, r) in jobs.into_iter().zip(results) {
-                let _ = job.reply.send(r.map(|checked| Outcome { checked, now_ns }));
+                let leases = abandoned::holds_permits(&job.rules).then(|| &job.rules);
+                let leases = leases.map(|rules| abandoned::permits_of(rules));
+                let failed = r.is_err();
+                let undelivered = job
+                    .reply
+                    .send(r.map(|checked| Outcome { checked, now_ns }))
+                    .is_err();
+                // A lease its caller never learnt of (gone, or told of an
+                // error after the script ran) is released here.
+                if let Some(leases) = leases.filter(|_| failed || undelivered) {
+                    abandoned::release(conn.clone(), cfg.clone(), leases);
+                }
             }
         }
         Err(e) => {
             for job in jobs {
+                // The call may have run (a timeout, a broken connection).
+                if abandoned::holds_permits(&job.rules) {
+                    let leases = abandoned::permits_of(&job.rules);
+                    abandoned::release(conn.clone(), cfg.clone(), leases);
+                }
                 let _ = job.reply.send(Err(replicate(&e)));
             }
         }

@@ -14,6 +14,11 @@
 //!
 //! A server that is down (connection refused) is left to the connection
 //! manager's reconnects: nothing is buffered there.
+//!
+//! Cancellation: the probe's claim is held by a guard, so a caller dropped
+//! while its `PING` is out (a client disconnecting, a shorter timeout around
+//! the call) gives the claim back and the next caller probes. Without it the
+//! claim stayed taken and every later call failed at once, forever.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -67,12 +72,13 @@ impl Breaker {
         {
             return Err(StoreError::Timeout(timeout));
         }
+        let claim = ProbeClaim(&self.probing);
         let mut conn = conn.clone();
         let probe = timed(timeout, async move {
             conn.req_packed_command(&redis::cmd("PING")).await
         })
         .await;
-        self.probing.store(false, Ordering::Release);
+        drop(claim);
         match probe {
             Ok(_) => {
                 self.tripped.store(false, Ordering::Release);
@@ -91,5 +97,82 @@ impl Breaker {
             }
             Err(_) => {}
         }
+    }
+}
+
+/// The right to send the probe; given back when dropped, however the probing
+/// future ends (answered, timed out, or dropped by its caller).
+struct ProbeClaim<'a>(&'a AtomicBool);
+
+impl Drop for ProbeClaim<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::{Context, Poll, Waker};
+
+    use redis::{Cmd, Pipeline, RedisFuture, Value};
+
+    use super::*;
+
+    /// A connection that answers `PONG` or never answers.
+    #[derive(Clone)]
+    struct Conn {
+        answers: bool,
+    }
+
+    impl ConnectionLike for Conn {
+        fn req_packed_command<'a>(&'a mut self, _: &'a Cmd) -> RedisFuture<'a, Value> {
+            let answers = self.answers;
+            Box::pin(async move {
+                if !answers {
+                    std::future::pending::<()>().await;
+                }
+                Ok(Value::SimpleString("PONG".into()))
+            })
+        }
+
+        fn req_packed_commands<'a>(
+            &'a mut self,
+            _: &'a Pipeline,
+            _: usize,
+            _: usize,
+        ) -> RedisFuture<'a, Vec<Value>> {
+            Box::pin(std::future::pending())
+        }
+
+        fn get_db(&self) -> i64 {
+            0
+        }
+    }
+
+    #[tokio::test]
+    async fn a_probe_dropped_mid_flight_gives_its_claim_back() {
+        let breaker = Breaker::default();
+        breaker.record::<()>(&Err(StoreError::Timeout(Duration::from_millis(5))));
+        let timeout = Duration::from_secs(60);
+        {
+            let stalled = Conn { answers: false };
+            let mut probe = pin!(breaker.admit(&stalled, timeout));
+            let mut cx = Context::from_waker(Waker::noop());
+            assert!(probe.as_mut().poll(&mut cx).is_pending(), "the PING is out");
+            // Another caller meanwhile fails at once: one probe at a time.
+            let other = Conn { answers: true };
+            assert!(breaker.admit(&other, timeout).await.is_err());
+        } // the probing caller is dropped here, its PING unanswered
+        let healthy = Conn { answers: true };
+        assert!(
+            breaker.admit(&healthy, timeout).await.is_ok(),
+            "next caller probes"
+        );
+        assert!(
+            breaker.admit(&healthy, timeout).await.is_ok(),
+            "and the breaker is closed"
+        );
     }
 }

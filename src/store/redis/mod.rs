@@ -112,6 +112,7 @@
 //! cached (their state is a log; a concurrency denial lifts whenever any
 //! holder releases).
 
+mod abandoned;
 mod batch;
 mod batcher;
 mod breaker;
@@ -382,21 +383,28 @@ where
 
     /// Sends one check, through the batcher or alone.
     async fn run_check(&self, rules: Vec<JobRule>, slot: u16) -> Result<Outcome, StoreError> {
-        if !self.cfg.batch.enabled {
+        // A check that may be granted a lease runs in a task of its own, so
+        // that its reply is seen even if the caller is gone (see abandoned.rs).
+        if !self.cfg.batch.enabled && !abandoned::holds_permits(&rules) {
             let (now_ns, mut r) = batch::eval_checks(&self.conn, &self.cfg, &[&rules]).await?;
             let checked = r
                 .pop()
                 .ok_or_else(|| StoreError::Protocol("no check in the reply".into()))??;
             return Ok(Outcome { checked, now_ns });
         }
-        let tx = self
-            .batcher
-            .get_or_init(|| batcher::spawn(self.conn.clone(), self.cfg.clone()));
         let (reply, answer) = oneshot::channel();
         let job = Job { rules, slot, reply };
         let stopped = || StoreError::Connection("the Redis batcher task has stopped".into());
         let call = async {
-            tx.send(job).await.map_err(|_| stopped())?;
+            if self.cfg.batch.enabled {
+                let tx = self
+                    .batcher
+                    .get_or_init(|| batcher::spawn(self.conn.clone(), self.cfg.clone()));
+                tx.send(job).await.map_err(|_| stopped())?;
+            } else {
+                let (conn, cfg) = (self.conn.clone(), self.cfg.clone());
+                tokio::spawn(batch::execute(conn, cfg, vec![job]));
+            }
             answer.await.map_err(|_| stopped())?
         };
         match tokio::time::timeout(self.cfg.timeout, call).await {

@@ -4,6 +4,10 @@
 -- Rust store and handed back in Decision::permit. p1 = max in flight,
 -- p2 = lease (µs). Every reported value is a difference of timestamps, so the
 -- decision is computed here, exactly, in µs.
+--
+-- A member 'x:<permit id>' is a tombstone: the release of a permit whose
+-- check may still be on its way (its caller gave up while Redis stalled).
+-- It holds no units; a grant that finds its own tombstone is not written.
 
 local function lease_parse(member)
   local seq, id, units = string.match(member, '^(%d+):(%d+):(%d+)$')
@@ -16,10 +20,12 @@ local function lease_load(key, now)
   local raw = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
   local leases = {}
   for i = 1, #raw, 2 do
-    local seq, id, units = lease_parse(raw[i])
-    leases[#leases + 1] = {
-      member = raw[i], expiry = tonumber(raw[i + 1]), seq = seq, id = id, units = units,
-    }
+    if string.byte(raw[i], 1) ~= 120 then -- 'x': a tombstone, no lease
+      local seq, id, units = lease_parse(raw[i])
+      leases[#leases + 1] = {
+        member = raw[i], expiry = tonumber(raw[i + 1]), seq = seq, id = id, units = units,
+      }
+    end
   end
   return leases
 end
@@ -71,6 +77,11 @@ algo.c = {
     local commit = nil
     if allowed and cost > 0 then
       commit = function()
+        -- Released before it arrived: its caller is gone, nothing to hold.
+        if redis.call('ZREM', key, 'x:' .. permit) == 1 then
+          lease_expire(key, now)
+          return
+        end
         local member = int(seq + 1) .. ':' .. permit .. ':' .. int(cost)
         redis.call('ZADD', key, int(now + lease), member)
         redis.call('PEXPIRE', key, ttl_ms(reset_at - now))

@@ -1,4 +1,7 @@
 -- release: drops the lease of permit ARGV[3] from KEYS[1] (concurrency).
+-- With ARGV[4] (the lease, µs), a permit not found leaves a tombstone for
+-- that long: its check may still be on its way to the server (sent before a
+-- stall, on a connection since replaced), and must not be granted then.
 -- Reply: 1 if the permit was still held, else 0.
 
 local now = now_us()
@@ -12,7 +15,11 @@ for i = 1, #raw do
     break
   end
 end
+local lease = tonumber(ARGV[4])
 if found == 1 then
+  lease_expire(KEYS[1], now)
+elseif lease then
+  redis.call('ZADD', KEYS[1], int(now + lease), 'x:' .. ARGV[3])
   lease_expire(KEYS[1], now)
 end
 return found
