@@ -14,12 +14,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
+use tokio::sync::oneshot;
 
 use super::batch::JobRule;
 use super::error::timed;
 use super::{Config, RELEASE};
 use crate::decision::PermitId;
 use crate::policy::Algorithm;
+use crate::store::StoreError;
 
 /// First pause between release attempts; doubled up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(20);
@@ -30,6 +32,12 @@ pub(crate) struct Abandoned {
     key: Vec<u8>,
     permit: PermitId,
     lease: Duration,
+}
+
+impl Abandoned {
+    pub(crate) fn new(key: Vec<u8>, permit: PermitId, lease: Duration) -> Self {
+        Abandoned { key, permit, lease }
+    }
 }
 
 /// The permits `rules` asked for (none unless a rule is a concurrency one).
@@ -69,31 +77,62 @@ where
     });
 }
 
+/// Releases `p`, telling `first` how the first attempt went; after a
+/// failure that may be passing, keeps trying in the background.
+pub(crate) async fn release_reporting<C>(
+    conn: C,
+    cfg: Arc<Config>,
+    p: Abandoned,
+    first: oneshot::Sender<Result<(), StoreError>>,
+) where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    let r = attempt(&conn, &cfg, &p).await;
+    let passing = matches!(
+        r,
+        Err(StoreError::Timeout(_) | StoreError::Connection(_) | StoreError::Cluster(_))
+    );
+    let _ = first.send(r);
+    if passing {
+        release_one(&conn, &cfg, &p).await;
+    }
+}
+
+/// One release; the tombstone covers a check that has not arrived yet.
+async fn attempt<C>(conn: &C, cfg: &Config, p: &Abandoned) -> Result<(), StoreError>
+where
+    C: ConnectionLike + Clone + Send + Sync,
+{
+    let mut inv = RELEASE.prepare_invoke();
+    inv.key(&p.key[..])
+        .arg(cfg.now_arg()?)
+        .arg(cfg.ttl_padding_ms)
+        .arg(p.permit.0.to_string())
+        .arg(p.lease.as_micros().to_string());
+    let mut c = conn.clone();
+    let call = timed(cfg.timeout, inv.invoke_async::<redis::Value>(&mut c));
+    cfg.breaker.guard(conn, cfg, call).await.map(drop)
+}
+
 async fn release_one<C>(conn: &C, cfg: &Config, p: &Abandoned)
 where
     C: ConnectionLike + Clone + Send + Sync,
 {
     let started = Instant::now();
     let mut backoff = FIRST_BACKOFF;
-    let lease_us = p.lease.as_micros().to_string();
-    let permit = p.permit.0.to_string();
     loop {
-        let Ok(now) = cfg.now_arg() else { return };
-        let mut inv = RELEASE.prepare_invoke();
-        inv.key(&p.key[..])
-            .arg(now)
-            .arg(cfg.ttl_padding_ms)
-            .arg(&permit)
-            .arg(&lease_us);
-        let mut c = conn.clone();
-        let call = timed(cfg.timeout, inv.invoke_async::<redis::Value>(&mut c));
-        if cfg.breaker.guard(conn, cfg, call).await.is_ok() {
-            return;
+        match attempt(conn, cfg, p).await {
+            Ok(()) => return,
+            // Not passing (a script error, a bad clock): retrying won't help.
+            Err(StoreError::Script(_) | StoreError::Protocol(_) | StoreError::Unsupported(_)) => {
+                return
+            }
+            Err(_) => {}
         }
         // Past its lease the permit has lapsed by itself.
         if started.elapsed() + backoff >= p.lease {
             tracing::warn!(
-                "tower-throttle: could not release an abandoned concurrency permit; \
+                "tower-throttle: could not release a concurrency permit; \
                  it lapses with its lease"
             );
             return;

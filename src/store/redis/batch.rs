@@ -14,6 +14,7 @@
 //! dispatching a command, starting a script, replying, the system calls) and
 //! of the client are paid once per batch instead of once per check.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use redis::aio::ConnectionLike;
@@ -99,17 +100,21 @@ async fn query<C: ConnectionLike>(
 
 /// Runs `checks` as one script call, in order. The outer error fails the
 /// whole call; the inner ones are each check's own.
+///
+/// `sent` is set once the call is handed to the connection: until then (the
+/// breaker failing it at once, a bad clock) the server cannot have run it.
 pub(crate) async fn eval_checks<C>(
     conn: &C,
     cfg: &Config,
     checks: &[&[JobRule]],
+    sent: &AtomicBool,
 ) -> Result<(u64, Vec<Result<Checked, StoreError>>), StoreError>
 where
     C: ConnectionLike + Clone + Send,
 {
     let uniform = uniform(checks);
     if let Some(rule) = uniform.filter(|r| r.params.code == "g") {
-        return eval_uniform_gcra(conn, cfg, checks, rule).await;
+        return eval_uniform_gcra(conn, cfg, checks, rule, sent).await;
     }
     // Windows and logs have a single-rule fast path in the script too: a uniform
     // batch of them sends no per-check arguments either.
@@ -150,7 +155,10 @@ where
         }
     }
     let mut c = conn.clone();
-    let call = timed(cfg.timeout, query(&mut c, script, &cmd));
+    let call = async {
+        sent.store(true, Ordering::Relaxed);
+        timed(cfg.timeout, query(&mut c, script, &cmd)).await
+    };
     let v = cfg.breaker.guard(conn, cfg, call).await?;
     let (now_ns, items) = reply::head(&v)?;
     let mut pos = 0;
@@ -205,6 +213,7 @@ async fn eval_uniform_gcra<C>(
     cfg: &Config,
     checks: &[&[JobRule]],
     rule: &JobRule,
+    sent: &AtomicBool,
 ) -> Result<(u64, Vec<Result<Checked, StoreError>>), StoreError>
 where
     C: ConnectionLike + Clone + Send,
@@ -221,7 +230,10 @@ where
         .arg(rule.params.p2)
         .arg(rule.params.script_cost(rule.cost));
     let mut c = conn.clone();
-    let call = timed(cfg.timeout, query(&mut c, script, &cmd));
+    let call = async {
+        sent.store(true, Ordering::Relaxed);
+        timed(cfg.timeout, query(&mut c, script, &cmd)).await
+    };
     let v = cfg.breaker.guard(conn, cfg, call).await?;
     let (now_ns, items) = reply::head(&v)?;
     if items.len() != checks.len() {
@@ -243,9 +255,10 @@ pub(crate) async fn execute<C>(conn: C, cfg: Arc<Config>, jobs: Vec<Job>)
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
+    let sent = AtomicBool::new(false);
     let result = {
         let checks: Vec<&[JobRule]> = jobs.iter().map(|j| &j.rules[..]).collect();
-        eval_checks(&conn, &cfg, &checks).await
+        eval_checks(&conn, &cfg, &checks, &sent).await
     };
     match result {
         Ok((now_ns, results)) => {
@@ -266,8 +279,9 @@ where
         }
         Err(e) => {
             for job in jobs {
-                // The call may have run (a timeout, a broken connection).
-                if abandoned::holds_permits(&job.rules) {
+                // A call that was sent may have run (a timeout, a broken
+                // connection); one that was not cannot have.
+                if sent.load(Ordering::Relaxed) && abandoned::holds_permits(&job.rules) {
                     let leases = abandoned::permits_of(&job.rules);
                     abandoned::release(conn.clone(), cfg.clone(), leases);
                 }

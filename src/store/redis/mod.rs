@@ -145,7 +145,7 @@ use self::deny::DenyCache;
 use self::error::timed;
 use self::params::Params;
 use crate::decision::{Decision, PermitId};
-use crate::policy::Policy;
+use crate::policy::{Algorithm, Policy};
 use crate::store::{Rule, Store, StoreError};
 
 /// Default key prefix.
@@ -386,7 +386,9 @@ where
         // A check that may be granted a lease runs in a task of its own, so
         // that its reply is seen even if the caller is gone (see abandoned.rs).
         if !self.cfg.batch.enabled && !abandoned::holds_permits(&rules) {
-            let (now_ns, mut r) = batch::eval_checks(&self.conn, &self.cfg, &[&rules]).await?;
+            let sent = std::sync::atomic::AtomicBool::new(false);
+            let (now_ns, mut r) =
+                batch::eval_checks(&self.conn, &self.cfg, &[&rules], &sent).await?;
             let checked = r
                 .pop()
                 .ok_or_else(|| StoreError::Protocol("no check in the reply".into()))??;
@@ -517,12 +519,28 @@ where
         if !policy.is_concurrency() {
             return Ok(());
         }
-        let rk = self.redis_key(key, policy);
-        let mut inv = RELEASE.prepare_invoke();
-        inv.key(&rk[..])
-            .arg(self.now_arg()?)
-            .arg(self.cfg.ttl_padding_ms)
-            .arg(permit.0.to_string());
-        self.invalidating(&rk, self.eval(&inv)).await.map(drop)
+        let Algorithm::Concurrency(p) = policy.algorithm() else {
+            return Ok(());
+        };
+        // In a task of its own, retried there after a failure that may be
+        // passing (a stall, a broken connection): neither a dropped caller
+        // nor a fault leaves the permit held until its lease runs out.
+        let lease = abandoned::Abandoned::new(
+            self.redis_key(key, policy),
+            permit,
+            Duration::from_nanos(p.lease_ns),
+        );
+        let (tx, first) = oneshot::channel();
+        tokio::spawn(abandoned::release_reporting(
+            self.conn.clone(),
+            self.cfg.clone(),
+            lease,
+            tx,
+        ));
+        first.await.unwrap_or_else(|_| {
+            Err(StoreError::Connection(
+                "the release task has stopped".into(),
+            ))
+        })
     }
 }
