@@ -12,8 +12,8 @@ use super::{bound_key_part, KeyExtractor, KeyWriter, MissingKey, RequestHead, MA
 mod cidr;
 mod forwarded;
 
-pub use cidr::{Cidr, CidrError};
 use cidr::mask_v6;
+pub use cidr::{Cidr, CidrError};
 
 use forwarded::{forwarded_for, parse_node, Hops};
 

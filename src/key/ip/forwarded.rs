@@ -248,7 +248,12 @@ mod tests {
             (b"\xc3\xa9", None),
             (b"", None),
         ] {
-            assert_eq!(parse_node(node), want, "{:?}", String::from_utf8_lossy(node));
+            assert_eq!(
+                parse_node(node),
+                want,
+                "{:?}",
+                String::from_utf8_lossy(node)
+            );
         }
     }
 }
