@@ -22,6 +22,8 @@ use forwarded::{forwarded_for, parse_node, Hops};
 /// addresses to dodge a limit.
 pub const DEFAULT_IPV6_PREFIX: u8 = 56;
 
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+
 /// At most this many hops of a forwarding header are examined.
 const MAX_HOPS: usize = 64;
 
@@ -262,6 +264,22 @@ impl ClientIp {
     }
 
     /// Whom `req` is charged to, or `None` without a peer address.
+    ///
+    /// ```
+    /// use std::net::SocketAddr;
+    /// use tower_throttle::key::{ClientAddr, ClientIp, RequestHead};
+    ///
+    /// let client_ip = ClientIp::new().trust("10.0.0.0/8".parse()?);
+    /// let mut req = http::Request::builder()
+    ///     // The client wrote `\xff`; the proxy appended `unknown`.
+    ///     .header("x-forwarded-for", http::HeaderValue::from_bytes(b"\xff, unknown")?)
+    ///     .body(())?;
+    /// req.extensions_mut().insert("10.0.0.1:5000".parse::<SocketAddr>()?);
+    /// let head = RequestHead::new(&req);
+    /// assert_eq!(client_ip.client(&head), Some(ClientAddr::Opaque(b"unknown")));
+    /// assert_eq!(client_ip.client_ip(&head), None); // never the proxy, 10.0.0.1
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn client<'a>(&self, req: &RequestHead<'a>) -> Option<ClientAddr<'a>> {
         let peer = peer_ip(req.extensions())?.to_canonical();
         if !self.is_trusted(peer) {
@@ -271,7 +289,7 @@ impl ClientIp {
         let name = if forwarded {
             FORWARDED
         } else {
-            HeaderName::from_static("x-forwarded-for")
+            X_FORWARDED_FOR
         };
         let mut current = peer;
         let mut hops = 0;
