@@ -39,9 +39,12 @@ const NO_PEER: MissingKey = MissingKey::new(
 /// IPv4-mapped `::ffff:a.b.c.d`, IPv4-compatible `::a.b.c.d` (not `::` nor
 /// `::1`), and NAT64 `64:ff9b::/96` and `64:ff9b:1::/48` (the IPv4 address in
 /// the last 32 bits), so a client has one bucket over IPv4 and over NAT64,
-/// and a translator's clients are not grouped into one. Other IPv6 addresses
-/// are grouped by their first [`DEFAULT_IPV6_PREFIX`] bits unless told
-/// otherwise.
+/// and a translator's clients are not grouped into one. For `64:ff9b:1::/48`
+/// this is RFC 6052's layout for a /96 prefix, the common deployment; a
+/// translator using a shorter prefix inside it (IPv4 address in bits 48–88,
+/// say) would have its clients keyed by bits they do not own. Other IPv6
+/// addresses are grouped by their first [`DEFAULT_IPV6_PREFIX`] bits unless
+/// told otherwise.
 ///
 /// ```
 /// use std::net::SocketAddr;
