@@ -509,6 +509,103 @@ fn behind_a_trusted_proxy_only_the_rightmost_untrusted_hop_counts() {
     assert!(k.starts_with("10."), "{k}");
 }
 
+/// Behind a trusted proxy that appends to the forwarding header, bytes a
+/// client writes that are not ASCII (invalid UTF-8, obs-text) never move it
+/// into the proxy's bucket, nor let it reset its quota, nor touch another
+/// client's bucket; a proxy that reports garbage for a client keys that
+/// client apart from everyone.
+#[tokio::test]
+async fn non_ascii_forwarding_bytes_never_move_a_client_into_the_proxy_bucket() {
+    for header in [ForwardedHeader::XForwardedFor, ForwardedHeader::Forwarded] {
+        let (name, node): (&str, fn(&str) -> String) = match header {
+            ForwardedHeader::XForwardedFor => ("x-forwarded-for", |ip| ip.to_string()),
+            _ => ("forwarded", |ip| format!("for={ip};proto=https")),
+        };
+        let store = Recorder::default();
+        let svc = ServiceBuilder::new()
+            .layer(
+                ThrottleLayer::new(
+                    store.clone(),
+                    Policy::fixed_window(3, Duration::from_secs(60)).unwrap(),
+                )
+                .key(
+                    ClientIp::new()
+                        .trust("10.0.0.0/8".parse().unwrap())
+                        .header(header),
+                )
+                .prefix("n"),
+            )
+            .service(ok_service());
+        // What the proxy at 10.0.0.1 sends: the client's bytes, then ", "
+        // and the address it received from (or a line of its own).
+        let via_proxy = |client_bytes: &[u8], client: &str, own_line: bool| {
+            let appended = node(client);
+            let lines: Vec<HeaderValue> = if own_line {
+                vec![
+                    HeaderValue::from_bytes(client_bytes).unwrap(),
+                    HeaderValue::from_str(&appended).unwrap(),
+                ]
+            } else {
+                let line = [client_bytes, b", ", appended.as_bytes()].concat();
+                vec![HeaderValue::from_bytes(&line).unwrap()]
+            };
+            let headers: Vec<(&str, HeaderValue)> = lines.into_iter().map(|v| (name, v)).collect();
+            from_peer("10.0.0.1:1", &headers)
+        };
+        let status = |req: Request<()>| {
+            let svc = svc.clone();
+            async move { svc.oneshot(req).await.unwrap().status() }
+        };
+        let hostile: [&[u8]; 6] = [
+            b"\xff",
+            b"\x80abc",
+            b"6.6.6.6\xfe",
+            b"for=\"\xff",
+            "é, 1.1.1.1".as_bytes(),
+            b"\xa0\xa0, \xff",
+        ];
+        // Client A spends its 3 requests, then varies its bytes: still refused.
+        for (i, bytes) in hostile.iter().enumerate() {
+            let want = if i < 3 {
+                StatusCode::OK
+            } else {
+                StatusCode::TOO_MANY_REQUESTS
+            };
+            let req = via_proxy(bytes, "198.51.100.7", i % 2 == 1);
+            assert_eq!(status(req).await, want, "{header:?} client A, request {i}");
+        }
+        // Client B with the same bytes has its own quota.
+        for bytes in &hostile[..3] {
+            let req = via_proxy(bytes, "198.51.100.8", false);
+            assert_eq!(status(req).await, StatusCode::OK, "{header:?} client B");
+        }
+        // The proxy's own bucket was never charged by either.
+        for _ in 0..3 {
+            let req = from_peer("10.0.0.1:1", &[]);
+            assert_eq!(status(req).await, StatusCode::OK, "{header:?} proxy");
+        }
+        // A proxy that reports garbage for a client: its own bucket, bounded.
+        let garbage = [&b"\xff\xfe"[..], &vec![0xffu8; 1 << 16]];
+        for g in garbage {
+            let line = match header {
+                ForwardedHeader::XForwardedFor => [&b"198.51.100.7, "[..], g].concat(),
+                _ => [&b"for=198.51.100.7, for=\""[..], g, b"\""].concat(),
+            };
+            let req = from_peer(
+                "10.0.0.1:1",
+                &[(name, HeaderValue::from_bytes(&line).unwrap())],
+            );
+            assert_eq!(status(req).await, StatusCode::OK, "{header:?} garbage");
+        }
+        let keys = store.keys.lock().unwrap().clone();
+        let proxy_key = b"n:default:10.0.0.1".to_vec();
+        assert_eq!(keys.iter().filter(|k| **k == proxy_key).count(), 3);
+        let last = &keys[keys.len() - 2..];
+        assert_eq!(last[0], b"n:default:?\xff\xfe");
+        assert!(last[1].starts_with(b"n:default:#") && last[1].len() == 10 + 33);
+    }
+}
+
 // ---------------------------------------------------------- Authorization ---
 
 #[tokio::test]
@@ -569,6 +666,60 @@ async fn malformed_authorization_headers_are_missing_keys_and_tokens_are_hashed(
     for k in store.keys.lock().unwrap().iter() {
         assert!(k.len() <= "default:".len() + 32, "{} bytes", k.len());
         assert!(!k.windows(6).any(|w| w == b"s3cr3t"), "token in the key");
+    }
+}
+
+/// Two `Authorization` or two `x-user-id` lines: an auth layer may read
+/// another line than the limiter, so the request is refused (the layer's
+/// missing-key answer) and nothing is charged.
+#[tokio::test]
+async fn duplicate_identity_headers_are_refused() {
+    let store = Recorder::default();
+    let policy = Policy::fixed_window(1, Duration::from_secs(60)).unwrap();
+    let user = ServiceBuilder::new()
+        .layer(
+            ThrottleLayer::new(store.clone(), policy)
+                .key(HeaderKey::new(http::HeaderName::from_static("x-user-id"))),
+        )
+        .service(ok_service());
+    let bearer = ServiceBuilder::new()
+        .layer(ThrottleLayer::new(store.clone(), policy).key(BearerToken))
+        .service(ok_service());
+    let v = |s: &str| HeaderValue::from_str(s).unwrap();
+    let cases = [
+        (&user, "x-user-id", [v("alice"), v("bob")]),
+        (&user, "x-user-id", [v("alice"), v("alice")]),
+        (&user, "x-user-id", [v(""), v("alice")]),
+        (&bearer, "authorization", [v("Bearer a"), v("Bearer b")]),
+        (&bearer, "authorization", [v("Bearer a"), v("Bearer a")]),
+        (&bearer, "authorization", [v("Basic dTpw"), v("Bearer a")]),
+    ];
+    for (svc, name, [first, second]) in cases {
+        let req = from_peer(
+            "192.0.2.1:1",
+            &[(name, first.clone()), (name, second.clone())],
+        );
+        let status = (*svc).clone().oneshot(req).await.unwrap().status();
+        assert_eq!(
+            status,
+            StatusCode::BAD_REQUEST,
+            "{name}: {first:?}, {second:?}"
+        );
+    }
+    assert!(store.keys.lock().unwrap().is_empty(), "nothing charged");
+    // One line of each: admitted once, then limited.
+    for (svc, name, value) in [
+        (&user, "x-user-id", v("alice")),
+        (&bearer, "authorization", v("Bearer a")),
+    ] {
+        for want in [StatusCode::OK, StatusCode::TOO_MANY_REQUESTS] {
+            let req = from_peer("192.0.2.1:1", &[(name, value.clone())]);
+            assert_eq!(
+                (*svc).clone().oneshot(req).await.unwrap().status(),
+                want,
+                "{name}"
+            );
+        }
     }
 }
 

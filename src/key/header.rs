@@ -1,12 +1,16 @@
 //! Keys from headers: any header, or a bearer token (hashed).
 
-use http::header::{HeaderName, AUTHORIZATION};
+use http::header::{HeaderName, HeaderValue, AUTHORIZATION};
 
 use super::{KeyExtractor, KeyWriter, MissingKey, RequestHead};
 
 /// The value of a header, e.g. an API key or a tenant id.
 ///
-/// The first value counts; an absent or empty header is a missing key. Use
+/// An absent or empty header is a missing key. So is a header sent on more
+/// than one line: an auth layer or the app may read another line than the
+/// limiter would, so a client could be authenticated as one identity and
+/// charged as another; the layer answers its
+/// [`OnMissingKey`](crate::OnMissingKey) response instead. Use
 /// [`HeaderKey::hashed`] for values that are secrets.
 ///
 /// ```
@@ -44,9 +48,8 @@ impl HeaderKey {
 
 impl KeyExtractor for HeaderKey {
     fn extract(&self, req: &RequestHead<'_>, key: &mut KeyWriter<'_>) -> Result<(), MissingKey> {
-        let value = req
-            .headers()
-            .get(&self.name)
+        let value = single(req, &self.name)
+            .map_err(|()| MissingKey::new("the identifying header is sent more than once"))?
             .map(|v| v.as_bytes())
             .filter(|v| !v.is_empty())
             .ok_or(MissingKey::new("the identifying header is missing"))?;
@@ -63,6 +66,11 @@ impl KeyExtractor for HeaderKey {
 /// digest: the token itself is never stored or logged, and every app
 /// instance computes the same key.
 ///
+/// No `Authorization` header, another scheme, or an empty token is a missing
+/// key; so are two or more `Authorization` lines, whatever they hold, since
+/// an auth layer may read another line than the limiter would and charge
+/// one token for another's requests.
+///
 /// ```
 /// use tower_throttle::key::{BearerToken, KeyExtractor, KeyWriter, RequestHead};
 ///
@@ -78,13 +86,23 @@ pub struct BearerToken;
 
 impl KeyExtractor for BearerToken {
     fn extract(&self, req: &RequestHead<'_>, key: &mut KeyWriter<'_>) -> Result<(), MissingKey> {
-        let token = req
-            .headers()
-            .get(AUTHORIZATION)
+        let token = single(req, &AUTHORIZATION)
+            .map_err(|()| MissingKey::new("the Authorization header is sent more than once"))?
             .and_then(|v| bearer(v.as_bytes()))
             .ok_or(MissingKey::new("no bearer token"))?;
         key.push_digest(token);
         Ok(())
+    }
+}
+
+/// The only line of header `name`: `Ok(None)` when absent, `Err` when
+/// there are several.
+fn single<'a>(req: &RequestHead<'a>, name: &HeaderName) -> Result<Option<&'a HeaderValue>, ()> {
+    let mut lines = req.headers().get_all(name).iter();
+    let first = lines.next();
+    match lines.next() {
+        None => Ok(first),
+        Some(_) => Err(()),
     }
 }
 
@@ -135,5 +153,32 @@ mod tests {
                 .extract(&head, &mut KeyWriter::new(&mut buf));
             assert!(r.is_err());
         }
+    }
+
+    #[test]
+    fn duplicate_lines_are_refused() {
+        let req = http::Request::builder()
+            .header("x-user-id", "alice")
+            .header("x-user-id", "alice")
+            .header("authorization", "Bearer a")
+            .header("authorization", "Bearer a")
+            .header("x-one", "bob")
+            .body(())
+            .unwrap();
+        let head = RequestHead::new(&req);
+        let mut buf = Vec::new();
+        let user = HeaderKey::new(HeaderName::from_static("x-user-id"));
+        for x in [&user, &user.clone().hashed()] {
+            let e = x.extract(&head, &mut KeyWriter::new(&mut buf)).unwrap_err();
+            assert!(e.reason().contains("more than once"), "{e}");
+        }
+        let e = BearerToken
+            .extract(&head, &mut KeyWriter::new(&mut buf))
+            .unwrap_err();
+        assert!(e.reason().contains("more than once"), "{e}");
+        HeaderKey::new(HeaderName::from_static("x-one"))
+            .extract(&head, &mut KeyWriter::new(&mut buf))
+            .unwrap();
+        assert_eq!(buf, b"bob");
     }
 }

@@ -1,20 +1,28 @@
 //! Client addresses: the TCP peer, or the client behind trusted proxies.
 
-use std::fmt;
 use std::io::Write as _;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::str::FromStr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
 use http::header::{HeaderName, FORWARDED};
 use http::Extensions;
 
-use super::{KeyExtractor, KeyWriter, MissingKey, RequestHead};
+use super::{bound_key_part, KeyExtractor, KeyWriter, MissingKey, RequestHead, MAX_KEY_PART};
+
+mod cidr;
+mod forwarded;
+
+use cidr::mask_v6;
+pub use cidr::{Cidr, CidrError};
+
+use forwarded::{forwarded_for, parse_node, Hops};
 
 /// IPv6 clients are grouped by this prefix length by default: a /56 is what
 /// one subscriber typically gets, so one user cannot rotate through 2⁷²
 /// addresses to dodge a limit.
 pub const DEFAULT_IPV6_PREFIX: u8 = 56;
+
+const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
 /// At most this many hops of a forwarding header are examined.
 const MAX_HOPS: usize = 64;
@@ -27,8 +35,16 @@ const NO_PEER: MissingKey = MissingKey::new(
 /// The TCP peer's address, from axum's `ConnectInfo<SocketAddr>` (feature
 /// `axum`) or a `SocketAddr` / `IpAddr` request extension.
 ///
-/// IPv4-mapped IPv6 addresses count as IPv4; other IPv6 addresses are grouped
-/// by their first [`DEFAULT_IPV6_PREFIX`] bits unless told otherwise.
+/// IPv6 addresses that embed an IPv4 client count as that IPv4 address:
+/// IPv4-mapped `::ffff:a.b.c.d`, IPv4-compatible `::a.b.c.d` (not `::` nor
+/// `::1`), and NAT64 `64:ff9b::/96` and `64:ff9b:1::/48` (the IPv4 address in
+/// the last 32 bits), so a client has one bucket over IPv4 and over NAT64,
+/// and a translator's clients are not grouped into one. For `64:ff9b:1::/48`
+/// this is RFC 6052's layout for a /96 prefix, the common deployment; a
+/// translator using a shorter prefix inside it (IPv4 address in bits 48–88,
+/// say) would have its clients keyed by bits they do not own. Other IPv6
+/// addresses are grouped by their first [`DEFAULT_IPV6_PREFIX`] bits unless
+/// told otherwise.
 ///
 /// ```
 /// use std::net::SocketAddr;
@@ -85,92 +101,44 @@ pub(crate) fn peer_ip(ext: &Extensions) -> Option<IpAddr> {
         .or_else(|| ext.get::<IpAddr>().copied())
 }
 
-/// Writes `ip` (canonical; IPv6 masked to `/v6_prefix`) without allocating.
+/// Writes `ip` (IPv4 when it embeds one, see [`keyed`]; IPv6 masked to
+/// `/v6_prefix`) without allocating.
 pub(crate) fn write_ip(out: &mut Vec<u8>, ip: IpAddr, v6_prefix: u8) {
     // Writing to a Vec cannot fail.
-    let _ = match ip.to_canonical() {
+    let _ = match keyed(ip) {
         IpAddr::V4(v4) => write!(out, "{v4}"),
         IpAddr::V6(v6) if v6_prefix >= 128 => write!(out, "{v6}"),
         IpAddr::V6(v6) => write!(out, "{}/{v6_prefix}", mask_v6(v6, v6_prefix)),
     };
 }
 
-fn mask_v4(ip: Ipv4Addr, bits: u8) -> Ipv4Addr {
-    let mask = u32::MAX
-        .checked_shl(32 - u32::from(bits.min(32)))
-        .unwrap_or(0);
-    Ipv4Addr::from(u32::from(ip) & mask)
-}
-
-fn mask_v6(ip: Ipv6Addr, bits: u8) -> Ipv6Addr {
-    let mask = u128::MAX
-        .checked_shl(128 - u32::from(bits.min(128)))
-        .unwrap_or(0);
-    Ipv6Addr::from(u128::from(ip) & mask)
-}
-
-/// An address range such as `10.0.0.0/8` or `fd00::/8`; a bare address is
-/// a single host.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Cidr {
-    addr: IpAddr,
-    bits: u8,
-}
-
-impl Cidr {
-    /// The range of `addr`'s first `bits` bits (host bits are cleared).
-    pub fn new(addr: IpAddr, bits: u8) -> Result<Self, CidrError> {
-        let addr = addr.to_canonical();
-        let addr = match addr {
-            IpAddr::V4(v4) if bits <= 32 => IpAddr::V4(mask_v4(v4, bits)),
-            IpAddr::V6(v6) if bits <= 128 => IpAddr::V6(mask_v6(v6, bits)),
-            _ => return Err(CidrError(format!("{addr}/{bits}: prefix too long"))),
-        };
-        Ok(Cidr { addr, bits })
-    }
-
-    /// True when `ip` (IPv4-mapped addresses as IPv4) is in the range.
-    pub fn contains(&self, ip: IpAddr) -> bool {
-        match (self.addr, ip.to_canonical()) {
-            (IpAddr::V4(net), IpAddr::V4(ip)) => mask_v4(ip, self.bits) == net,
-            (IpAddr::V6(net), IpAddr::V6(ip)) => mask_v6(ip, self.bits) == net,
-            _ => false,
-        }
+/// The address a key is made of: IPv6 addresses that carry an IPv4 client
+/// are keyed as that IPv4 address, so the client has one bucket whichever
+/// way it came, and a translator's clients are not grouped into one /56:
+///
+/// - IPv4-mapped `::ffff:a.b.c.d` (RFC 4291);
+/// - IPv4-compatible `::a.b.c.d` (deprecated, RFC 4291), except `::` and
+///   `::1`, which stay IPv6;
+/// - NAT64 well-known `64:ff9b::/96` (RFC 6052) and local-use
+///   `64:ff9b:1::/48` (RFC 8215): the last 32 bits, the layout of a /96
+///   prefix, which is how the local-use range is commonly deployed.
+const fn keyed(ip: IpAddr) -> IpAddr {
+    const WKP_96: u128 = 0x0064_ff9b_0000_0000_0000_0000; // 64:ff9b::/96 >> 32
+    const LOCAL_48: u128 = 0x0064_ff9b_0001; // 64:ff9b:1::/48 >> 80
+    let IpAddr::V6(v6) = ip else { return ip };
+    let bits = v6.to_bits();
+    let embeds_v4 = match bits >> 32 {
+        0 => bits > 1,
+        0xffff => true,
+        WKP_96 => true,
+        _ => bits >> 80 == LOCAL_48,
+    };
+    if embeds_v4 {
+        IpAddr::V4(Ipv4Addr::from_bits(bits as u32))
+    } else {
+        ip
     }
 }
-
-impl FromStr for Cidr {
-    type Err = CidrError;
-
-    fn from_str(s: &str) -> Result<Self, CidrError> {
-        let bad = || CidrError(format!("not an address range: {s:?}"));
-        let (addr, bits) = match s.split_once('/') {
-            Some((a, b)) => (a, Some(b.parse::<u8>().map_err(|_| bad())?)),
-            None => (s, None),
-        };
-        let addr: IpAddr = addr.trim().parse().map_err(|_| bad())?;
-        let bits = bits.unwrap_or(if addr.is_ipv4() { 32 } else { 128 });
-        Cidr::new(addr, bits)
-    }
-}
-
-impl fmt::Display for Cidr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.addr, self.bits)
-    }
-}
-
-/// A malformed [`Cidr`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CidrError(String);
-
-impl fmt::Display for CidrError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for CidrError {}
 
 /// The header trusted proxies record the client in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -183,15 +151,50 @@ pub enum ForwardedHeader {
     Forwarded,
 }
 
+/// Whom [`ClientIp`] charges a request to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ClientAddr<'a> {
+    /// An address: the peer, or the nearest hop the trusted proxies reported
+    /// that is not itself trusted.
+    Ip(IpAddr),
+    /// The nearest untrusted hop the trusted proxies reported is not an
+    /// address (`for=unknown`, an obfuscated `_name`, bytes that are not
+    /// UTF-8…): its bytes as written (a `Forwarded` value without its quotes;
+    /// empty for an element with no `for`). The key is `?` and these bytes,
+    /// escaped, so it is nobody's address.
+    Opaque(&'a [u8]),
+}
+
 /// The client's address when the app runs behind proxies you trust.
 ///
 /// Starting from the peer, while the current hop is a trusted proxy, the
-/// forwarding header is read from the right: the first address that is not a
-/// trusted proxy is the client. Entries left of it were written by the client
-/// itself and are ignored, so a spoofed `X-Forwarded-For` cannot change the
-/// key. With no trusted proxy configured, only the peer address is used. If
-/// a trusted hop recorded something unparsable (`unknown`, an obfuscated
-/// name), or every hop is trusted, the last address reached is the key.
+/// forwarding header is read from the right (later header lines first): the
+/// first hop that is not a trusted proxy is the client. Entries left of it
+/// were written by the client itself and are ignored, so a spoofed
+/// `X-Forwarded-For` cannot change the key. With no trusted proxy
+/// configured, only the peer address is used.
+///
+/// Headers are parsed as bytes, hop by hop: a hop that is not valid UTF-8 or
+/// not an address spoils only itself, so bytes a client writes on the left
+/// never change how the hops its proxies appended are read. Hops may carry a
+/// port (`1.2.3.4:5678`, `[2001:db8::1]:80`); `Forwarded` (RFC 7239) is read
+/// with its quoted strings (a comma or `;` inside quotes splits nothing) and
+/// its `for` parameter is the hop.
+///
+/// A hop that is not an address cannot be a trusted proxy, so the walk stops
+/// there. If that hop is the nearest untrusted one (a trusted proxy reported
+/// `for=unknown`, an obfuscated `_name` or garbage), the client is
+/// unidentifiable: the key is `?` followed by the hop's bytes, escaped and
+/// bounded to [`MAX_KEY_PART`](super::MAX_KEY_PART) bytes (a digest beyond),
+/// see [`ClientAddr::Opaque`]. That key never is the proxy's own address nor
+/// any client's address; clients a proxy reports alike (every `unknown`)
+/// share it. If every hop is trusted, the leftmost one is the key; at most
+/// 64 hops are examined, after which the 64th is the key.
+///
+/// Addresses are keyed as by [`PeerIp`] (IPv6 grouped by a prefix, IPv6
+/// forms embedding an IPv4 client keyed as that IPv4 address); trust ranges
+/// match the address as written, IPv4-mapped addresses as IPv4.
 ///
 /// ```
 /// use std::net::SocketAddr;
@@ -253,39 +256,71 @@ impl ClientIp {
         self.trusted.iter().any(|c| c.contains(ip))
     }
 
-    /// The client address of `req`, or `None` without a peer address.
+    /// The client address of `req`, or `None` without a peer address or
+    /// when the client is not identified by an address
+    /// ([`ClientAddr::Opaque`]; see [`ClientIp::client`]).
     pub fn client_ip(&self, req: &RequestHead<'_>) -> Option<IpAddr> {
+        match self.client(req)? {
+            ClientAddr::Ip(ip) => Some(ip),
+            ClientAddr::Opaque(_) => None,
+        }
+    }
+
+    /// Whom `req` is charged to, or `None` without a peer address.
+    ///
+    /// ```
+    /// use std::net::SocketAddr;
+    /// use tower_throttle::key::{ClientAddr, ClientIp, RequestHead};
+    ///
+    /// let client_ip = ClientIp::new().trust("10.0.0.0/8".parse()?);
+    /// let mut req = http::Request::builder()
+    ///     // The client wrote `\xff`; the proxy appended `unknown`.
+    ///     .header("x-forwarded-for", http::HeaderValue::from_bytes(b"\xff, unknown")?)
+    ///     .body(())?;
+    /// req.extensions_mut().insert("10.0.0.1:5000".parse::<SocketAddr>()?);
+    /// let head = RequestHead::new(&req);
+    /// assert_eq!(client_ip.client(&head), Some(ClientAddr::Opaque(b"unknown")));
+    /// assert_eq!(client_ip.client_ip(&head), None); // never the proxy, 10.0.0.1
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn client<'a>(&self, req: &RequestHead<'a>) -> Option<ClientAddr<'a>> {
         let peer = peer_ip(req.extensions())?.to_canonical();
         if !self.is_trusted(peer) {
-            return Some(peer);
+            return Some(ClientAddr::Ip(peer));
         }
-        let name: HeaderName = match self.header {
-            ForwardedHeader::XForwardedFor => HeaderName::from_static("x-forwarded-for"),
-            ForwardedHeader::Forwarded => FORWARDED,
+        let forwarded = self.header == ForwardedHeader::Forwarded;
+        let name = if forwarded {
+            FORWARDED
+        } else {
+            X_FORWARDED_FOR
         };
         let mut current = peer;
         let mut hops = 0;
         // Later header lines were appended by later hops: walk them backwards.
-        for value in req.headers().get_all(name).iter().rev() {
-            let Ok(value) = value.to_str() else {
-                return Some(current);
+        for line in req.headers().get_all(name).iter().rev() {
+            let line = line.as_bytes();
+            let line_hops = if forwarded {
+                Hops::forwarded(line)
+            } else {
+                Hops::xff(line)
             };
-            for entry in value.rsplit(',').map(str::trim).filter(|e| !e.is_empty()) {
+            for hop in line_hops {
                 hops += 1;
-                let parsed = match self.header {
-                    ForwardedHeader::XForwardedFor => parse_node(entry),
-                    ForwardedHeader::Forwarded => forwarded_for(entry).and_then(parse_node),
+                let node = if forwarded {
+                    forwarded_for(hop).unwrap_or_default()
+                } else {
+                    hop
                 };
-                let Some(ip) = parsed.map(|ip| ip.to_canonical()) else {
-                    return Some(current);
+                let Some(ip) = parse_node(node).map(|ip| ip.to_canonical()) else {
+                    return Some(ClientAddr::Opaque(node));
                 };
                 if !self.is_trusted(ip) || hops >= MAX_HOPS {
-                    return Some(ip);
+                    return Some(ClientAddr::Ip(ip));
                 }
                 current = ip;
             }
         }
-        Some(current)
+        Some(ClientAddr::Ip(current))
     }
 }
 
@@ -297,38 +332,18 @@ impl Default for ClientIp {
 
 impl KeyExtractor for ClientIp {
     fn extract(&self, req: &RequestHead<'_>, key: &mut KeyWriter<'_>) -> Result<(), MissingKey> {
-        let ip = self.client_ip(req).ok_or(NO_PEER)?;
-        write_ip(key.buf(), ip, self.v6_prefix);
+        match self.client(req).ok_or(NO_PEER)? {
+            ClientAddr::Ip(ip) => write_ip(key.buf(), ip, self.v6_prefix),
+            ClientAddr::Opaque(node) => {
+                let start = key.buf().len();
+                // No address key contains `?`: this namespace is nobody's.
+                key.push_raw(b"?");
+                key.push(node);
+                bound_key_part(key.buf(), start, MAX_KEY_PART);
+            }
+        }
         Ok(())
     }
 }
-
-/// The `for=` parameter of one `Forwarded` element.
-fn forwarded_for(element: &str) -> Option<&str> {
-    element.split(';').find_map(|pair| {
-        let (name, value) = pair.split_once('=')?;
-        name.trim()
-            .eq_ignore_ascii_case("for")
-            .then_some(value.trim())
-    })
-}
-
-/// `1.2.3.4`, `1.2.3.4:80`, `2001:db8::1`, `[2001:db8::1]:80`, optionally quoted.
-fn parse_node(node: &str) -> Option<IpAddr> {
-    let node = node.trim();
-    let node = node
-        .strip_prefix('"')
-        .and_then(|n| n.strip_suffix('"'))
-        .unwrap_or(node);
-    if let Some(rest) = node.strip_prefix('[') {
-        let (inside, after) = rest.split_once(']')?;
-        let port_ok = after.is_empty() || after.strip_prefix(':').is_some();
-        return port_ok.then(|| inside.parse::<Ipv6Addr>().ok().map(IpAddr::V6))?;
-    }
-    node.parse::<IpAddr>()
-        .ok()
-        .or_else(|| node.parse::<SocketAddr>().ok().map(|s| s.ip()))
-}
-
 #[cfg(test)]
 mod tests;

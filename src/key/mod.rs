@@ -42,7 +42,7 @@ mod route;
 pub use combinator::{key_fn, KeyFn, Or};
 pub use extension::{FromExtension, FromExtensionWith};
 pub use header::{BearerToken, HeaderKey};
-pub use ip::{Cidr, CidrError, ClientIp, ForwardedHeader, PeerIp, DEFAULT_IPV6_PREFIX};
+pub use ip::{Cidr, CidrError, ClientAddr, ClientIp, ForwardedHeader, PeerIp, DEFAULT_IPV6_PREFIX};
 #[cfg(feature = "axum")]
 pub use route::MatchedPathKey;
 pub use route::UriPath;

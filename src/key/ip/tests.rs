@@ -1,10 +1,27 @@
 //! Tests of the address extractors and CIDR parsing.
 use super::*;
 
-fn key_of(extractor: &impl KeyExtractor, req: &http::Request<()>) -> Result<String, MissingKey> {
+fn key_bytes(
+    extractor: &impl KeyExtractor,
+    req: &http::Request<()>,
+) -> Result<Vec<u8>, MissingKey> {
     let mut buf = Vec::new();
     extractor.extract(&RequestHead::new(req), &mut KeyWriter::new(&mut buf))?;
-    Ok(String::from_utf8(buf).unwrap())
+    Ok(buf)
+}
+
+fn key_of(extractor: &impl KeyExtractor, req: &http::Request<()>) -> Result<String, MissingKey> {
+    key_bytes(extractor, req).map(|k| String::from_utf8(k).unwrap())
+}
+
+/// A request from `peer` with one `name` line per element of `lines`.
+fn raw_request(peer: &str, name: &'static str, lines: &[&[u8]]) -> http::Request<()> {
+    let mut req = request(peer, &[]);
+    for line in lines {
+        req.headers_mut()
+            .append(name, http::HeaderValue::from_bytes(line).unwrap());
+    }
+    req
 }
 
 fn request(peer: &str, headers: &[(&str, &str)]) -> http::Request<()> {
@@ -81,24 +98,36 @@ fn rightmost_untrusted_hop_wins_and_spoofing_is_ignored() {
 }
 
 #[test]
-fn malformed_or_all_trusted_stops_at_the_last_known_hop() {
-    for xff in ["garbage", "1.2.3.4, unknown", "", " , ", "300.1.1.1"] {
+fn an_unparsable_nearest_hop_is_an_opaque_key_never_the_proxy() {
+    for (xff, want) in [
+        ("garbage", "?garbage"),
+        ("1.2.3.4, unknown", "?unknown"),
+        ("300.1.1.1", "?300.1.1.1"),
+        ("5.5.5.5, bogus, 10.0.0.7", "?bogus"),
+        ("5.5.5.5, a|b~%, 10.0.0.7", "?a%7cb%7e%25"),
+        ("fe80::1%eth0", "?fe80::1%25eth0"),
+        // No hop at all: the proxy reported nothing, the peer is the key.
+        ("", "10.0.0.1"),
+        (" , ", "10.0.0.1"),
+        // Every hop trusted: the leftmost.
+        ("10.0.0.3, 10.0.0.2", "10.0.0.3"),
+    ] {
         let r = request("10.0.0.1:1", &[("x-forwarded-for", xff)]);
-        assert_eq!(key_of(&proxies(), &r).unwrap(), "10.0.0.1", "{xff:?}");
+        assert_eq!(key_of(&proxies(), &r).unwrap(), want, "{xff:?}");
     }
-    let r = request(
-        "10.0.0.1:1",
-        &[("x-forwarded-for", "5.5.5.5, bogus, 10.0.0.7")],
+    let r = raw_request("10.0.0.1:1", "x-forwarded-for", &[b"1.2.3.4\xff"]);
+    assert_eq!(key_bytes(&proxies(), &r).unwrap(), b"?1.2.3.4\xff");
+    assert_eq!(proxies().client_ip(&RequestHead::new(&r)), None);
+    assert_eq!(
+        proxies().client(&RequestHead::new(&r)),
+        Some(ClientAddr::Opaque(b"1.2.3.4\xff"))
     );
-    assert_eq!(key_of(&proxies(), &r).unwrap(), "10.0.0.7");
-    let r = request("10.0.0.1:1", &[("x-forwarded-for", "10.0.0.3, 10.0.0.2")]);
-    assert_eq!(key_of(&proxies(), &r).unwrap(), "10.0.0.3");
-    let mut r = request("10.0.0.1:1", &[]);
-    r.headers_mut().insert(
-        "x-forwarded-for",
-        http::HeaderValue::from_bytes(b"1.2.3.4\xff").unwrap(),
-    );
-    assert_eq!(key_of(&proxies(), &r).unwrap(), "10.0.0.1");
+    // A huge garbage hop is a bounded key.
+    let huge = vec![b'x'; 100_000];
+    let r = raw_request("10.0.0.1:1", "x-forwarded-for", &[&huge]);
+    let k = key_bytes(&proxies(), &r).unwrap();
+    assert_eq!(k.len(), 33);
+    assert_eq!(k[0], b'#');
 }
 
 #[test]
@@ -112,10 +141,161 @@ fn forwarded_header() {
         )],
     );
     assert_eq!(key_of(&ip, &r).unwrap(), "2001:db8:cafe::/56");
-    let r = request("10.0.0.1:1", &[("forwarded", "for=unknown")]);
-    assert_eq!(key_of(&ip, &r).unwrap(), "10.0.0.1");
-    let r = request("10.0.0.1:1", &[("forwarded", "proto=https")]);
-    assert_eq!(key_of(&ip, &r).unwrap(), "10.0.0.1");
+    for (value, want) in [
+        ("for=unknown", "?unknown"),
+        ("for=\"unknown\"", "?unknown"),
+        ("for=_hidden, for=10.0.0.5", "?_hidden"),
+        ("for=\"_hidden:_port\"", "?_hidden:_port"),
+        // An element without `for`: the proxy did not say; not its address.
+        ("proto=https", "?"),
+        // Commas and semicolons inside quotes split nothing.
+        ("for=6.6.6.6, for=203.0.113.9;host=\"a,b\"", "203.0.113.9"),
+        (
+            "for=6.6.6.6, for=203.0.113.9;host=\"a;for=7.7.7.7,x\"",
+            "203.0.113.9",
+        ),
+        ("for=203.0.113.9:4711;by=\"[fd00::1]\"", "203.0.113.9"),
+        ("for=\"[2001:db8::1]:_obf\"", "2001:db8::/56"),
+        ("for=\"[fd00::3]\", for=10.0.0.9", "fd00::/56"),
+        // A quote the client left open does not swallow what proxies appended.
+        ("for=\"6.6.6.6, for=203.0.113.9", "203.0.113.9"),
+        ("for=\"6.6.6.6\\\", for=203.0.113.9", "203.0.113.9"),
+    ] {
+        let r = request("10.0.0.1:1", &[("forwarded", value)]);
+        assert_eq!(key_of(&ip, &r).unwrap(), want, "{value}");
+    }
+}
+
+#[test]
+fn xff_hops_with_ports() {
+    for (xff, want) in [
+        ("6.6.6.6, 203.0.113.9:5678", "203.0.113.9"),
+        ("[2001:db8::1]:80, 10.0.0.2:443", "2001:db8::/56"),
+        ("[::1]:80", "::/56"),
+        ("[fd00::1]:80, 10.0.0.2", "fd00::/56"),
+        ("\"203.0.113.9\"", "203.0.113.9"),
+        ("203.0.113.9:99999", "?203.0.113.9:99999"),
+    ] {
+        let r = request("10.0.0.1:1", &[("x-forwarded-for", xff)]);
+        assert_eq!(key_of(&proxies(), &r).unwrap(), want, "{xff:?}");
+    }
+}
+
+/// Bytes that are not ASCII (invalid UTF-8, obs-text, valid UTF-8 that only
+/// looks like digits) in every position of every forwarding header: they
+/// spoil their own hop and nothing else, and never make the proxy the key.
+#[test]
+fn non_ascii_bytes_spoil_only_their_own_hop() {
+    let garbage: [&[u8]; 5] = [
+        b"\xff",
+        b"\x80\xfe",
+        "é".as_bytes(),
+        "１.２.３.４".as_bytes(),
+        b"1.2.3.4 \xa0",
+    ];
+    let client = &b"203.0.113.9"[..];
+    let trusted = &b"10.0.0.7"[..];
+    for header in [ForwardedHeader::XForwardedFor, ForwardedHeader::Forwarded] {
+        let ip = proxies().header(header);
+        let (name, quoted) = match header {
+            ForwardedHeader::XForwardedFor => ("x-forwarded-for", false),
+            _ => ("forwarded", true),
+        };
+        let line = |hops: &[&[u8]]| -> Vec<u8> {
+            let mut out = Vec::new();
+            for (i, h) in hops.iter().enumerate() {
+                if i > 0 {
+                    out.extend_from_slice(b", ");
+                }
+                if quoted {
+                    out.extend_from_slice(b"for=\"");
+                    out.extend_from_slice(h);
+                    out.push(b'"');
+                } else {
+                    out.extend_from_slice(h);
+                }
+            }
+            out
+        };
+        let key = |lines: &[Vec<u8>]| {
+            let lines: Vec<&[u8]> = lines.iter().map(Vec::as_slice).collect();
+            key_bytes(&ip, &raw_request("10.0.0.1:1", name, &lines)).unwrap()
+        };
+        for g in garbage {
+            let opaque = [b"?", g].concat();
+            let spoiled = [client, b" ", g].concat();
+            let cases: [(Vec<Vec<u8>>, &[u8]); 9] = [
+                // Leftmost, middle (client-written), nearest.
+                (vec![line(&[g, client, trusted])], client),
+                (
+                    vec![line(&[b"6.6.6.6", g, b"7.7.7.7", client, trusted])],
+                    client,
+                ),
+                (vec![line(&[b"6.6.6.6", client, trusted, g])], &opaque),
+                (vec![line(&[client, g, trusted])], &opaque),
+                (
+                    vec![line(&[b"6.6.6.6", &spoiled, trusted])],
+                    &[b"?", &spoiled[..]].concat(),
+                ),
+                // Several header lines: the last line is the nearest.
+                (vec![line(&[g]), line(&[client, trusted])], client),
+                (vec![line(&[g, b"6.6.6.6"]), line(&[client])], client),
+                (vec![line(&[client]), line(&[g, trusted])], &opaque),
+                (vec![line(&[client, trusted]), line(&[g])], &opaque),
+            ];
+            for (i, (lines, want)) in cases.iter().enumerate() {
+                let k = key(lines);
+                assert_eq!(k, *want, "{header:?} case {i} {g:?}");
+                assert!(k != b"10.0.0.1" && k != trusted, "{header:?} case {i}");
+            }
+        }
+    }
+}
+
+#[test]
+fn embedded_ipv4_is_keyed_as_ipv4() {
+    for (peer, want) in [
+        ("[64:ff9b::192.0.2.1]:1", "192.0.2.1"),
+        ("[64:ff9b::c000:201]:1", "192.0.2.1"),
+        ("[64:ff9b:1::192.0.2.1]:1", "192.0.2.1"),
+        ("[64:ff9b:1:abcd:1::192.0.2.1]:1", "192.0.2.1"),
+        ("[::192.0.2.1]:1", "192.0.2.1"),
+        ("[::0.0.0.2]:1", "0.0.0.2"),
+        ("[::ffff:192.0.2.1]:1", "192.0.2.1"),
+        ("192.0.2.1:1", "192.0.2.1"),
+        // `::` and `::1` stay IPv6; neighbours of the NAT64 prefixes too.
+        ("[::]:1", "::/56"),
+        ("[::1]:1", "::/56"),
+        ("[64:ff9b::1:192.0.2.1]:1", "64:ff9b::/56"),
+        ("[64:ff9b:2::192.0.2.1]:1", "64:ff9b:2::/56"),
+        ("[65:ff9b::192.0.2.1]:1", "65:ff9b::/56"),
+    ] {
+        let r = request(peer, &[]);
+        assert_eq!(key_of(&PeerIp::new(), &r).unwrap(), want, "{peer}");
+        assert_eq!(key_of(&ClientIp::new(), &r).unwrap(), want, "{peer}");
+    }
+    let no_grouping = PeerIp::new().ipv6_prefix(128);
+    assert_eq!(
+        key_of(&no_grouping, &request("[::1]:1", &[])).unwrap(),
+        "::1"
+    );
+    assert_eq!(key_of(&no_grouping, &request("[::]:1", &[])).unwrap(), "::");
+    // Two clients behind NAT64 are two buckets; one client over NAT64 and
+    // over IPv4 is one.
+    let a = key_of(&PeerIp::new(), &request("[64:ff9b::198.51.100.1]:1", &[]));
+    let b = key_of(&PeerIp::new(), &request("[64:ff9b::198.51.100.2]:1", &[]));
+    let a4 = key_of(&PeerIp::new(), &request("198.51.100.1:1", &[]));
+    assert_ne!(a, b);
+    assert_eq!(a, a4);
+    // Through forwarding headers too.
+    let r = request("10.0.0.1:1", &[("x-forwarded-for", "64:ff9b::203.0.113.9")]);
+    assert_eq!(key_of(&proxies(), &r).unwrap(), "203.0.113.9");
+    // Trust is not extended to translated forms of a trusted IPv4 address:
+    // the peer is keyed as 10.0.0.1 but its header is not believed.
+    let r = request("[64:ff9b::10.0.0.1]:1", &[("x-forwarded-for", "1.1.1.1")]);
+    assert_eq!(key_of(&proxies(), &r).unwrap(), "10.0.0.1");
+    let r = request("[::ffff:10.0.0.1]:1", &[("x-forwarded-for", "1.1.1.1")]);
+    assert_eq!(key_of(&proxies(), &r).unwrap(), "1.1.1.1");
 }
 
 #[test]
