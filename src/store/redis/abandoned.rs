@@ -62,15 +62,47 @@ pub(crate) fn holds_permits(rules: &[JobRule]) -> bool {
     rules.iter().any(|r| r.permit.is_some())
 }
 
+/// Releases a granted check's leases when dropped, unless disarmed by the
+/// caller that takes its decisions. It travels with the reply: a caller
+/// dropped after the reply was sent, but before it read it, drops the
+/// guard with its channel.
+pub(crate) struct LeaseGuard(Option<Box<dyn FnOnce() + Send>>);
+
+impl LeaseGuard {
+    pub(crate) fn new<C>(conn: C, cfg: Arc<Config>, permits: Vec<Abandoned>) -> Self
+    where
+        C: ConnectionLike + Clone + Send + Sync + 'static,
+    {
+        LeaseGuard(Some(Box::new(move || release(conn, cfg, permits))))
+    }
+
+    /// The caller holds the permits now.
+    pub(crate) fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for LeaseGuard {
+    fn drop(&mut self) {
+        if let Some(release) = self.0.take() {
+            release();
+        }
+    }
+}
+
 /// Releases `permits` in the background (tombstoning those not yet held).
 pub(crate) fn release<C>(conn: C, cfg: Arc<Config>, permits: Vec<Abandoned>)
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
+    // Without a runtime (one shutting down) the leases lapse by themselves.
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
     if permits.is_empty() {
         return;
     }
-    tokio::spawn(async move {
+    runtime.spawn(async move {
         for p in permits {
             release_one(&conn, &cfg, &p).await;
         }

@@ -52,6 +52,8 @@ pub(crate) struct Job {
 pub(crate) struct Outcome {
     pub checked: Checked,
     pub now_ns: u64,
+    /// Releases the check's leases unless the caller takes the decisions.
+    pub leases: Option<abandoned::LeaseGuard>,
 }
 
 /// A copy of an error that several callers share.
@@ -263,18 +265,35 @@ where
     match result {
         Ok((now_ns, results)) => {
             for (job, r) in jobs.into_iter().zip(results) {
-                let leases = abandoned::holds_permits(&job.rules).then(|| &job.rules);
-                let leases = leases.map(|rules| abandoned::permits_of(rules));
-                let failed = r.is_err();
-                let undelivered = job
-                    .reply
-                    .send(r.map(|checked| Outcome { checked, now_ns }))
-                    .is_err();
-                // A lease its caller never learnt of (gone, or told of an
-                // error after the script ran) is released here.
-                if let Some(leases) = leases.filter(|_| failed || undelivered) {
-                    abandoned::release(conn.clone(), cfg.clone(), leases);
-                }
+                let leases =
+                    abandoned::holds_permits(&job.rules).then(|| abandoned::permits_of(&job.rules));
+                let r = match (r, leases) {
+                    // Leases its caller never takes are released: the
+                    // guard goes back unsent, or is dropped unread with the
+                    // caller's channel (see abandoned::LeaseGuard).
+                    (Ok(checked), Some(leases)) => Ok(Outcome {
+                        checked,
+                        now_ns,
+                        leases: Some(abandoned::LeaseGuard::new(
+                            conn.clone(),
+                            cfg.clone(),
+                            leases,
+                        )),
+                    }),
+                    (Ok(checked), None) => Ok(Outcome {
+                        checked,
+                        now_ns,
+                        leases: None,
+                    }),
+                    // Told of an error after the script ran: released here.
+                    (Err(e), leases) => {
+                        if let Some(leases) = leases {
+                            abandoned::release(conn.clone(), cfg.clone(), leases);
+                        }
+                        Err(e)
+                    }
+                };
+                let _ = job.reply.send(r);
             }
         }
         Err(e) => {

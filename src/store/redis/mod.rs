@@ -392,7 +392,11 @@ where
             let checked = r
                 .pop()
                 .ok_or_else(|| StoreError::Protocol("no check in the reply".into()))??;
-            return Ok(Outcome { checked, now_ns });
+            return Ok(Outcome {
+                checked,
+                now_ns,
+                leases: None,
+            });
         }
         let (reply, answer) = oneshot::channel();
         let job = Job { rules, slot, reply };
@@ -477,7 +481,13 @@ where
         let Outcome {
             checked: (decisions, state),
             now_ns,
+            leases,
         } = self.run_check(job, slot).await?;
+        // From here to the caller there is no await: the decisions, and the
+        // permits in them, are the caller's now.
+        if let Some(leases) = leases {
+            leases.disarm();
+        }
         if let (Some((key, cost, ticket)), Some(d)) = (cached, decisions.first()) {
             self.deny.offer(ticket, &key, cost, d, state, now_ns);
         }
