@@ -1,5 +1,6 @@
 //! One lock shard of the memory store: its slots and its sweep schedule.
 
+use super::slot::Ns;
 use super::{Slots, MIN_SWEEP_AT};
 
 pub(super) struct Shard {
@@ -19,12 +20,14 @@ impl Shard {
         }
     }
 
-    /// Drops every slot back at a fresh state; returns how many.
-    pub(super) fn sweep(&mut self, now: u64) -> usize {
+    /// Drops every slot back at a fresh state, telling `on_free` the
+    /// namespace of each; returns how many.
+    pub(super) fn sweep(&mut self, now: u64, mut on_free: impl FnMut(Ns)) -> usize {
         let before = self.slots.len();
         let mut next_expiry = u64::MAX;
         self.slots.retain(|_, slot| {
             if slot.retire_if_cold(now) {
+                on_free(slot.ns());
                 return false;
             }
             next_expiry = next_expiry.min(slot.expires_at());
