@@ -8,6 +8,9 @@ use std::time::Duration;
 use tower_throttle::clock::{Clock, ManualClock};
 use tower_throttle::{Limiter, MemoryStore, Policy, Rule, StoreError};
 
+#[path = "memory_store/full.rs"]
+mod full;
+
 fn manual_store(clock: &ManualClock) -> MemoryStore<ManualClock> {
     MemoryStore::builder()
         .clock(clock.clone())
