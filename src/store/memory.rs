@@ -70,9 +70,9 @@
 //!
 //! Keys × bytes per key, for each cap. An idle GCRA key costs about 52 bytes
 //! (map bucket, control byte and load-factor slack; measured at one million
-//! keys by `cargo bench --bench footprint`); window counters about as much
-//! plus a boxed state; a sliding log or a concurrency key holds one entry
-//! per admission in its window, so a key with a large limit is larger. One
+//! keys by `cargo bench --bench footprint`); the other policies add a boxed
+//! state, and a sliding log or a concurrency key one entry per admission
+//! still in its window, so a key with a large limit is larger. One
 //! client choosing its own keys (a `HeaderKey`, or a `BearerToken` route
 //! with no authentication in front) filled the default cap of 4,194,304
 //! keys in about 100 s and held 474 MB with its mix of policies. Size the

@@ -105,7 +105,7 @@ impl<C: Clock> MemoryStoreBuilder<C> {
             .max(1);
         let mut prefix_caps = self.prefix_caps;
         // Longest first: a key counts toward the longest prefix it starts with.
-        prefix_caps.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        prefix_caps.sort_by_key(|c| std::cmp::Reverse(c.0.len()));
         let spaces = std::iter::once(Space::new(Box::default(), self.max_keys))
             .chain(prefix_caps.into_iter().map(|(p, n)| Space::new(p, n)))
             .collect();
