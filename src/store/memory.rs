@@ -231,37 +231,6 @@ impl<C: Clock> MemoryStore<C> {
         self.len() == 0
     }
 
-    /// Drops every key that is back to a fresh state; returns how many. The
-    /// janitor calls this; call it yourself only to free memory at once.
-    pub fn sweep(&self) -> usize {
-        let now = self.inner.clock.now_ns();
-        let freed = self
-            .inner
-            .shards
-            .iter()
-            .map(|s| self.sweep_shard(&mut write(s), now))
-            .sum();
-        self.sweep_overflow(now);
-        freed
-    }
-
-    fn sweep_shard(&self, shard: &mut Shard, now: u64) -> usize {
-        let spaces = &self.inner.spaces;
-        if let [space] = &spaces[..] {
-            let freed = shard.sweep(now, |_| {});
-            space.live.fetch_sub(freed, Ordering::Relaxed);
-            return freed;
-        }
-        let mut per_space = vec![0usize; spaces.len()];
-        let freed = shard.sweep(now, |ns| per_space[ns as usize] += 1);
-        for (space, &n) in spaces.iter().zip(&per_space) {
-            if n > 0 {
-                space.live.fetch_sub(n, Ordering::Relaxed);
-            }
-        }
-        freed
-    }
-
     /// The key's hash and its shard's index.
     #[inline]
     fn locate(&self, key: &[u8]) -> (u64, usize) {
