@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use models::Model;
 use tower_throttle::clock::{Clock, ManualClock};
-use tower_throttle::{Limiter, MemoryStore, Policy, Rule, StoreError};
+use tower_throttle::{Limiter, MemoryStore, Policy, Rule};
 
 const THREADS: usize = 8;
 const PER_THREAD: usize = 10_000;
@@ -402,8 +402,9 @@ fn extreme_clocks_never_panic_through_the_limiter() {
     }
 }
 
-/// A memory store that is full answers `StoreError::Full`, never panics
-/// and never evicts live state, with threads racing for the last slots.
+/// A memory store that is full decides new keys on the rule's shared
+/// overflow state, never panics, never evicts live state and never holds
+/// more keys than its cap, with threads racing for the last slots.
 #[test]
 fn full_store_under_concurrency_never_exceeds_the_cap() {
     let clock = ManualClock::new();
@@ -418,22 +419,23 @@ fn full_store_under_concurrency_never_exceeds_the_cap() {
         .map(|t| {
             let store = store.clone();
             std::thread::spawn(move || {
-                let mut full = 0;
+                let mut admitted = 0;
                 for i in 0..1_000u32 {
                     let key = [t.to_le_bytes(), i.to_le_bytes()].concat();
                     match store.check_sync(Rule::new(&key, &policy, 1)) {
-                        Ok(d) => assert!(d.allowed),
-                        Err(StoreError::Full { .. }) => full += 1,
+                        Ok(d) => admitted += usize::from(d.allowed),
                         Err(e) => panic!("{e}"),
                     }
                 }
-                full
+                admitted
             })
         })
         .collect();
-    let full: u32 = handles.into_iter().map(|h| h.join().unwrap()).sum();
-    assert!(store.len() <= 1_000, "{}", store.len());
-    assert_eq!(full as usize, THREADS * 1_000 - store.len());
+    let admitted: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
+    assert_eq!(store.len(), 1_000);
+    // Every held key once, and the overflow state (1 a minute) once.
+    assert_eq!(admitted, 1_001);
+    assert_eq!(store.overflowed_checks() as usize, THREADS * 1_000 - 1_000);
 }
 
 // ----------------------------------------------------------------- Redis ---

@@ -10,7 +10,12 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum StoreError {
-    /// The memory store holds its maximum number of live keys and none has expired.
+    /// The memory store could not decide a new key: its namespace is at its
+    /// cap and the store already holds its bound of distinct overflow states
+    /// (1,024 (prefix, policy) pairs, reached only by building policies per
+    /// request). A full store otherwise decides new keys on overflow states
+    /// (see [`memory`](crate::store::memory#when-the-store-is-full)) and no
+    /// longer returns this.
     Full {
         /// The configured cap.
         max_keys: usize,

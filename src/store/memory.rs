@@ -10,14 +10,80 @@
 //! touch, in index order, which excludes all other writers to those keys.
 //!
 //! Cold keys (back to a fresh state) are swept as a shard grows and by a
-//! background janitor thread, so memory returns without a manual call. The
-//! number of live keys is capped: when full, new keys get [`StoreError::Full`]
-//! (the layer's fail mode decides) rather than evicting live state, which
-//! would hand an attacker a fresh quota.
+//! background janitor thread, so memory returns without a manual call.
+//!
+//! # When the store is full
+//!
+//! The number of live keys is capped ([`MemoryStoreBuilder::max_keys`],
+//! default [`DEFAULT_MAX_KEYS`]). A live key is never evicted to make room:
+//! that would hand whoever floods the store a fresh quota on every key it
+//! pushes out. Instead, a check whose key is new while the store is at its
+//! cap (and no cold key can be swept) is decided on an **overflow state**:
+//! one per rule policy (per namespace, below), with that policy's own limit,
+//! shared by every new key that arrives while the store is full. So:
+//!
+//! - **Keys already held keep their exact limits.** A `Global` route, a
+//!   logged-in user, a client seen before the flood: nothing changes for them.
+//! - **New keys are decided, not refused and not waved through.** Together
+//!   they get at most the rule's own rate (a sliding log of 5 a minute lets
+//!   5 new-key requests a minute through, whoever sends them). An attacker
+//!   flooding with fresh keys is itself limited to that rate, but it competes
+//!   with legitimate newcomers for it: until keys go cold (the rule's window
+//!   or burst time after their last admission) and new keys get their own
+//!   state again, a new legitimate client can be denied by the attacker's
+//!   traffic on the same rule. Rules with different policies do not share an
+//!   overflow state.
+//! - A multi-rule check stays all or nothing, whichever rules land on their
+//!   own keys and whichever on overflow states; rules of one check that land
+//!   on one overflow state are charged together. Concurrency permits taken
+//!   on an overflow state are released by [`Store::release`] as usual.
+//!   A refund of a check decided in overflow is not returned (it errs on the
+//!   strict side), and [`Store::reset`] does not touch overflow states.
+//! - A peek (cost 0) of a new key reports a fresh state.
+//! - [`MemoryStore::overflowed_checks`] counts these checks and
+//!   [`MemoryStore::is_full`] tells whether some namespace is at its cap; the
+//!   first overflow logs a `tracing` warning (target `tower_throttle`), then
+//!   at most one a minute per namespace, naming counts and the configured
+//!   prefix, never a key.
+//!
+//! Overflow states count toward no cap and are swept like keys. At most
+//! 1,024 distinct (namespace, policy) states are held at once; only a
+//! program that builds a new policy per request can reach that, and then
+//! (alone) [`StoreError::Full`] is returned. The memory store returns it in
+//! no other case.
+//!
+//! ## Per-prefix caps
+//!
+//! [`MemoryStoreBuilder::max_keys_for`] gives keys starting with a prefix
+//! (a layer's [`prefix`](crate::ThrottleLayer::prefix), or
+//! [`Limiter::with_prefix`](crate::Limiter::with_prefix), followed by its
+//! `:`) their own cap and their own overflow states. A key counts toward the
+//! longest configured prefix it starts with, or toward
+//! [`max_keys`](MemoryStoreBuilder::max_keys) if none: flooding one route
+//! then leaves the room of every other route untouched. The caps add up:
+//! the store holds at most `max_keys` plus the sum of the per-prefix caps.
+//! The prefix is matched only when a key is inserted or decided in
+//! overflow, never on the path of a key already held, and a store without
+//! per-prefix caps matches nothing.
+//!
+//! ## What an attacker can make the store hold
+//!
+//! Keys × bytes per key, for each cap. An idle GCRA key costs about 52 bytes
+//! (map bucket, control byte and load-factor slack; measured at one million
+//! keys by `cargo bench --bench footprint`); the other policies add a boxed
+//! state, and a sliding log or a concurrency key one entry per admission
+//! still in its window, so a key with a large limit is larger. One
+//! client choosing its own keys (a `HeaderKey`, or a `BearerToken` route
+//! with no authentication in front) filled the default cap of 4,194,304
+//! keys in about 100 s and held 474 MB with its mix of policies. Size the
+//! caps for the memory you can spare (at 52 bytes a key, 1,000,000 keys is
+//! about 50 MB), give client-keyed routes their own, smaller
+//! [`max_keys_for`](MemoryStoreBuilder::max_keys_for), and put
+//! authentication in front of routes keyed by credentials.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockWriteGuard};
 use std::time::Duration;
 
@@ -29,12 +95,14 @@ use crate::policy::{Algorithm, Policy};
 mod builder;
 mod hot;
 mod multi;
+mod overflow;
 mod shard;
 mod slot;
 
 pub use builder::MemoryStoreBuilder;
+use overflow::{Overflow, Space};
 use shard::Shard;
-use slot::Slot;
+use slot::{Ns, Slot};
 
 /// Default cap on live keys.
 pub const DEFAULT_MAX_KEYS: usize = 1 << 22;
@@ -69,9 +137,10 @@ struct Inner<C> {
     hasher: foldhash::fast::RandomState,
     shards: Box<[RwLock<Shard>]>,
     shard_bits: u32,
-    max_keys: usize,
-    /// Keys held across all shards, for the cap.
-    live: AtomicUsize,
+    /// The namespaces and their caps: the rest first, then the configured
+    /// prefixes, longest first.
+    spaces: Box<[Space]>,
+    overflow: Overflow,
     next_permit: AtomicU64,
     janitor: Mutex<Option<std::thread::Thread>>,
 }
@@ -120,7 +189,8 @@ impl<C: Clock> std::fmt::Debug for MemoryStore<C> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemoryStore")
             .field("shards", &self.inner.shards.len())
-            .field("max_keys", &self.inner.max_keys)
+            .field("max_keys", &self.inner.spaces[0].max_keys)
+            .field("prefix_caps", &(self.inner.spaces.len() - 1))
             .field("len", &self.len())
             .finish()
     }
@@ -150,7 +220,8 @@ impl<C: Clock> MemoryStore<C> {
         &self.inner.clock
     }
 
-    /// Live keys (including any not yet swept after going cold).
+    /// Live keys (including any not yet swept after going cold; not counting
+    /// overflow states).
     pub fn len(&self) -> usize {
         self.inner.shards.iter().map(|s| read(s).slots.len()).sum()
     }
@@ -158,23 +229,6 @@ impl<C: Clock> MemoryStore<C> {
     /// True when no key is held.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-
-    /// Drops every key that is back to a fresh state; returns how many. The
-    /// janitor calls this; call it yourself only to free memory at once.
-    pub fn sweep(&self) -> usize {
-        let now = self.inner.clock.now_ns();
-        self.inner
-            .shards
-            .iter()
-            .map(|s| self.sweep_shard(&mut write(s), now))
-            .sum()
-    }
-
-    fn sweep_shard(&self, shard: &mut Shard, now: u64) -> usize {
-        let freed = shard.sweep(now);
-        self.inner.live.fetch_sub(freed, Ordering::Relaxed);
-        freed
     }
 
     /// The key's hash and its shard's index.
@@ -223,7 +277,7 @@ impl<C: Clock> MemoryStore<C> {
         }
         // Absent, or held for another algorithm: decide on a fresh state and
         // insert only what an admission changes.
-        let mut fresh = Slot::fresh(rule.policy);
+        let mut fresh = Slot::fresh(rule.policy, 0); // its namespace is set on insertion
         let decision = fresh
             .check(rule.policy, now, rule.cost, permit)
             .expect("a fresh slot matches its policy");
@@ -235,9 +289,12 @@ impl<C: Clock> MemoryStore<C> {
             }
         }
         if decision.allowed && rule.cost > 0 {
-            if !shard.slots.contains_key(&hash) {
-                self.make_room(&mut shard, now, 1)?;
+            let ns = self.namespace(rule.key);
+            if !shard.slots.contains_key(&hash) && !self.make_room(&mut shard, now, ns) {
+                drop(shard);
+                return self.check_overflow(ns, rule, now, permit);
             }
+            fresh.set_ns(ns);
             shard.next_expiry = shard.next_expiry.min(fresh.expires_at());
             // Replacing another algorithm's slot drops (and retires) it.
             shard.slots.insert(hash, fresh);
@@ -257,39 +314,6 @@ impl<C: Clock> MemoryStore<C> {
         }
     }
 
-    /// Ensures `extra` new keys fit in `shard` and under the global cap,
-    /// sweeping cold keys first; counts them as held.
-    fn make_room(&self, shard: &mut Shard, now: u64, extra: usize) -> Result<(), StoreError> {
-        if shard.slots.len() + extra > shard.sweep_at && now >= shard.next_expiry {
-            self.sweep_shard(shard, now);
-        }
-        let fits = |inner: &Inner<C>| inner.live.load(Ordering::Relaxed) + extra <= inner.max_keys;
-        if !fits(&self.inner) {
-            if now >= shard.next_expiry {
-                self.sweep_shard(shard, now);
-            }
-            // Other shards may hold cold keys; skip any that is busy (or is
-            // the one we hold) rather than wait for it.
-            for other in self.inner.shards.iter() {
-                if fits(&self.inner) {
-                    break;
-                }
-                if let Ok(mut other) = other.try_write() {
-                    if now >= other.next_expiry {
-                        self.sweep_shard(&mut other, now);
-                    }
-                }
-            }
-            if !fits(&self.inner) {
-                return Err(StoreError::Full {
-                    max_keys: self.inner.max_keys,
-                });
-            }
-        }
-        self.inner.live.fetch_add(extra, Ordering::Relaxed);
-        Ok(())
-    }
-
     /// Gives `amount` units back to `key`.
     pub fn refund_sync(&self, key: &[u8], policy: &Policy, amount: u64) {
         self.update(key, policy, |slot, now| slot.refund(policy, now, amount));
@@ -298,13 +322,15 @@ impl<C: Clock> MemoryStore<C> {
     /// Releases a concurrency permit.
     pub fn release_sync(&self, key: &[u8], policy: &Policy, permit: PermitId) {
         self.update(key, policy, |slot, _| slot.release(policy, permit));
+        self.release_overflow(key, policy, permit);
     }
 
     /// Forgets `key`.
     pub fn reset_sync(&self, key: &[u8]) {
         let (hash, index) = self.locate(key);
-        if write(self.shard(index)).slots.remove(&hash).is_some() {
-            self.inner.live.fetch_sub(1, Ordering::Relaxed);
+        if let Some(slot) = write(self.shard(index)).slots.remove(&hash) {
+            let space = &self.inner.spaces[slot.ns() as usize];
+            space.live.fetch_sub(1, Ordering::Relaxed);
         }
     }
 

@@ -1,10 +1,10 @@
 //! Configuring a [`MemoryStore`], and the janitor thread that sweeps it.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
-use super::{Inner, MemoryStore, Shard, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_INTERVAL};
+use super::{Inner, MemoryStore, Overflow, Shard, Space, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_INTERVAL};
 use crate::clock::{Clock, SystemClock};
 
 /// Builds a [`MemoryStore`] with explicit limits and clock.
@@ -12,6 +12,8 @@ use crate::clock::{Clock, SystemClock};
 pub struct MemoryStoreBuilder<C> {
     clock: C,
     max_keys: usize,
+    /// Per-prefix caps, in the order given (a repeated prefix replaces its cap).
+    prefix_caps: Vec<(Box<[u8]>, usize)>,
     shards: usize,
     sweep_interval: Option<Duration>,
 }
@@ -21,6 +23,7 @@ impl MemoryStoreBuilder<SystemClock> {
         MemoryStoreBuilder {
             clock: SystemClock::new(),
             max_keys: DEFAULT_MAX_KEYS,
+            prefix_caps: Vec::new(),
             shards: 256,
             sweep_interval: Some(DEFAULT_SWEEP_INTERVAL),
         }
@@ -33,14 +36,50 @@ impl<C: Clock> MemoryStoreBuilder<C> {
         MemoryStoreBuilder {
             clock,
             max_keys: self.max_keys,
+            prefix_caps: self.prefix_caps,
             shards: self.shards,
             sweep_interval: self.sweep_interval,
         }
     }
 
-    /// Cap on live keys (default [`DEFAULT_MAX_KEYS`]); at least one per shard.
+    /// Cap on live keys (default [`DEFAULT_MAX_KEYS`]; at least 1) that
+    /// match no [`max_keys_for`](Self::max_keys_for) prefix. New keys beyond
+    /// it are decided on overflow states (see [the module](super#when-the-store-is-full)).
     pub fn max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = max_keys.max(1);
+        self
+    }
+
+    /// Gives the keys that start with `prefix` their own cap (at least 1)
+    /// and their own overflow states, apart from [`max_keys`](Self::max_keys)
+    /// and from every other prefix: a flood of new keys under one prefix
+    /// cannot take the room of another.
+    ///
+    /// A layer's keys start with its [`prefix`](crate::ThrottleLayer::prefix)
+    /// and `:`, so pass `"search:"` for a layer with `.prefix("search")`. A key
+    /// counts toward the longest prefix it starts with. Calling this again
+    /// with the same prefix replaces its cap; an empty prefix sets
+    /// [`max_keys`](Self::max_keys). The store holds at most `max_keys` plus
+    /// the sum of these caps.
+    ///
+    /// ```
+    /// use tower_throttle::MemoryStore;
+    ///
+    /// // Client-chosen keys on the public search route get 100,000 keys;
+    /// // everything else keeps the default cap.
+    /// let store = MemoryStore::builder().max_keys_for("search:", 100_000).build();
+    /// # drop(store);
+    /// ```
+    pub fn max_keys_for(mut self, prefix: impl AsRef<[u8]>, max_keys: usize) -> Self {
+        let prefix = prefix.as_ref();
+        let max_keys = max_keys.max(1);
+        if prefix.is_empty() {
+            self.max_keys = max_keys;
+        } else if let Some(cap) = self.prefix_caps.iter_mut().find(|(p, _)| &**p == prefix) {
+            cap.1 = max_keys;
+        } else {
+            self.prefix_caps.push((prefix.into(), max_keys));
+        }
         self
     }
 
@@ -59,8 +98,17 @@ impl<C: Clock> MemoryStoreBuilder<C> {
 
     /// Builds the store, starting the janitor thread if enabled.
     pub fn build(self) -> MemoryStore<C> {
+        let total = (self.prefix_caps.iter()).fold(self.max_keys, |sum, c| sum.saturating_add(c.1));
         let shards = self.shards.next_power_of_two();
-        let shards = shards.min(self.max_keys.next_power_of_two()).max(1);
+        let shards = shards
+            .min(total.checked_next_power_of_two().unwrap_or(usize::MAX))
+            .max(1);
+        let mut prefix_caps = self.prefix_caps;
+        // Longest first: a key counts toward the longest prefix it starts with.
+        prefix_caps.sort_by_key(|c| std::cmp::Reverse(c.0.len()));
+        let spaces = std::iter::once(Space::new(Box::default(), self.max_keys))
+            .chain(prefix_caps.into_iter().map(|(p, n)| Space::new(p, n)))
+            .collect();
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         let inner = Arc::new(Inner {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -68,8 +116,8 @@ impl<C: Clock> MemoryStoreBuilder<C> {
             hasher: foldhash::fast::RandomState::default(),
             shards: (0..shards).map(|_| RwLock::new(Shard::new())).collect(),
             shard_bits: shards.trailing_zeros(),
-            max_keys: self.max_keys,
-            live: AtomicUsize::new(0),
+            spaces,
+            overflow: Overflow::default(),
             next_permit: AtomicU64::new(1),
             janitor: Mutex::new(None),
         });

@@ -1,10 +1,12 @@
 //! Several rules in one atomic check: the write locks of every shard they
-//! touch, taken in index order, exclude all other writers to those keys.
+//! touch, taken in index order, exclude all other writers to those keys, and
+//! the lock of the overflow states (always taken after the shards') excludes
+//! every other writer to those.
 
 use std::sync::atomic::Ordering;
 use std::sync::RwLockWriteGuard;
 
-use super::{write, MemoryStore, Shard, Slot};
+use super::{write, MemoryStore, Ns, Shard, Slot};
 use crate::clock::Clock;
 use crate::decision::{Decision, PermitId};
 use crate::store::{Rule, StoreError};
@@ -44,58 +46,112 @@ impl<C: Clock> MemoryStore<C> {
             .map(|r| r.policy.is_concurrency().then(|| self.next_permit()))
             .collect();
 
-        let mut decisions = Vec::with_capacity(rules.len());
-        let mut new_keys = vec![0usize; order.len()];
-        for ((rule, &(hash, shard)), &permit) in rules.iter().zip(&located).zip(&permits) {
+        // Room first: a charged rule whose key is absent takes a key of its
+        // namespace's cap, or is decided on the namespace's overflow state.
+        let mut places = Vec::with_capacity(rules.len());
+        for (rule, &(hash, shard)) in rules.iter().zip(&located) {
             let g = guard_of(shard);
-            let existing = guards[g].1.slots.get(&hash);
-            let live = existing.and_then(|s| s.peek_as(rule.policy, now, rule.cost, permit));
-            let d = match live {
-                Some(d) => d,
-                None => {
-                    new_keys[g] += usize::from(rule.cost > 0 && existing.is_none());
-                    Slot::fresh(rule.policy)
-                        .peek_as(rule.policy, now, rule.cost, permit)
-                        .expect("a fresh slot matches its policy")
+            let place = if rule.cost > 0 && !guards[g].1.slots.contains_key(&hash) {
+                let ns = self.namespace(rule.key);
+                if self.make_room(&mut guards[g].1, now, ns) {
+                    Place::New(ns)
+                } else {
+                    self.note_overflow(ns, now);
+                    Place::Overflow(ns)
                 }
+            } else {
+                Place::Own
             };
-            decisions.push(d);
+            places.push(place);
+        }
+        let unreserve = || {
+            for place in &places {
+                if let Place::New(ns) = *place {
+                    let space = &self.inner.spaces[ns as usize];
+                    space.live.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+        };
+        let mut states = (places.iter())
+            .any(|p| matches!(p, Place::Overflow(_)))
+            .then(|| self.overflow_states());
+
+        let mut decisions = Vec::with_capacity(rules.len());
+        for (i, ((rule, &(hash, shard)), &permit)) in
+            rules.iter().zip(&located).zip(&permits).enumerate()
+        {
+            let d = if let Place::Overflow(ns) = places[i] {
+                // Rules of this check on one overflow state are charged together.
+                let cost = (rules.iter().zip(&places))
+                    .filter(|&(r, &p)| p == places[i] && r.policy == rule.policy)
+                    .fold(0u64, |sum, (r, _)| sum.saturating_add(r.cost));
+                let states = states.as_mut().expect("locked when a rule overflows");
+                match self.overflow_slot(states, ns, rule.policy, now) {
+                    Ok(slot) => slot.peek_as(rule.policy, now, cost, permit),
+                    Err(e) => {
+                        unreserve();
+                        return Err(e);
+                    }
+                }
+            } else {
+                let existing = guards[guard_of(shard)].1.slots.get(&hash);
+                existing.and_then(|s| s.peek_as(rule.policy, now, rule.cost, permit))
+            };
+            decisions.push(d.unwrap_or_else(|| fresh_peek(rule, now, rule.cost, permit)));
         }
         if !crate::store::all_allowed(&decisions) {
+            unreserve();
             // Nothing is charged: rules that would have passed report a peek.
-            for ((rule, &(hash, shard)), d) in rules.iter().zip(&located).zip(&mut decisions) {
-                if d.allowed {
-                    let slot = guards[guard_of(shard)].1.slots.get(&hash);
-                    let peek = slot.and_then(|s| s.peek_as(rule.policy, now, 0, None));
-                    *d = peek.unwrap_or_else(|| {
-                        Slot::fresh(rule.policy)
-                            .peek_as(rule.policy, now, 0, None)
-                            .expect("a fresh slot matches its policy")
-                    });
+            for (i, (rule, &(hash, shard))) in rules.iter().zip(&located).enumerate() {
+                if !decisions[i].allowed {
+                    continue;
                 }
+                let peek = match (places[i], states.as_mut()) {
+                    (Place::Overflow(ns), Some(states)) => {
+                        (self.overflow_slot(states, ns, rule.policy, now))
+                            .ok()
+                            .and_then(|s| s.peek_as(rule.policy, now, 0, None))
+                    }
+                    _ => {
+                        let slot = guards[guard_of(shard)].1.slots.get(&hash);
+                        slot.and_then(|s| s.peek_as(rule.policy, now, 0, None))
+                    }
+                };
+                decisions[i] = peek.unwrap_or_else(|| fresh_peek(rule, now, 0, None));
             }
             return Ok(decisions);
         }
-        for (g, &extra) in new_keys.iter().enumerate() {
-            if extra > 0 {
-                self.make_room(&mut guards[g].1, now, extra)?;
-            }
-        }
-        // Keys inserted per shard: more than `new_keys` when making room swept
-        // a cold key of this very check, which then comes back.
-        let mut inserted = vec![0usize; order.len()];
-        for ((rule, &(hash, shard)), &permit) in rules.iter().zip(&located).zip(&permits) {
+        for (i, ((rule, &(hash, shard)), &permit)) in
+            rules.iter().zip(&located).zip(&permits).enumerate()
+        {
             if rule.cost == 0 {
                 continue;
             }
-            let g = guard_of(shard);
-            let shard = &mut guards[g].1;
+            if let (Place::Overflow(ns), Some(states)) = (places[i], states.as_mut()) {
+                let slot = self.overflow_slot(states, ns, rule.policy, now)?;
+                let d = slot.check(rule.policy, now, rule.cost, permit);
+                debug_assert!(d.is_some_and(|d| d.allowed), "admitted under the same lock");
+                // Charged one by one: each reports what its own charge left.
+                decisions[i] = d.unwrap_or(decisions[i]);
+                continue;
+            }
+            let shard = &mut guards[guard_of(shard)].1;
             let slot = shard.slots.entry(hash).or_insert_with(|| {
-                inserted[g] += 1;
-                Slot::fresh(rule.policy)
+                let ns = match places[i] {
+                    Place::New(ns) => ns,
+                    // A cold key of this check swept while making room for
+                    // another comes back, and is counted again.
+                    _ => {
+                        let ns = self.namespace(rule.key);
+                        let space = &self.inner.spaces[ns as usize];
+                        space.live.fetch_add(1, Ordering::Relaxed);
+                        ns
+                    }
+                };
+                Slot::fresh(rule.policy, ns)
             });
             if !slot.matches(rule.policy) {
-                *slot = Slot::fresh(rule.policy);
+                *slot = Slot::fresh(rule.policy, slot.ns());
             }
             let d = slot.check(rule.policy, now, rule.cost, permit);
             debug_assert!(
@@ -105,14 +161,23 @@ impl<C: Clock> MemoryStore<C> {
             let at = slot.expires_at();
             shard.next_expiry = shard.next_expiry.min(at);
         }
-        let uncounted: usize = inserted
-            .iter()
-            .zip(&new_keys)
-            .map(|(&inserted, &counted)| inserted.saturating_sub(counted))
-            .sum();
-        if uncounted > 0 {
-            self.inner.live.fetch_add(uncounted, Ordering::Relaxed);
-        }
         Ok(decisions)
     }
+}
+
+/// Where a rule of a multi-rule check is decided.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// On its key's own state: a key held, or a peek.
+    Own,
+    /// On a new key given room in namespace `ns`: inserted if admitted.
+    New(Ns),
+    /// On the overflow state of full namespace `ns`.
+    Overflow(Ns),
+}
+
+fn fresh_peek(rule: &Rule<'_>, now: u64, cost: u64, permit: Option<PermitId>) -> Decision {
+    Slot::fresh(rule.policy, 0)
+        .peek_as(rule.policy, now, cost, permit)
+        .expect("a fresh slot matches its policy")
 }

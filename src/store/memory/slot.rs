@@ -15,12 +15,22 @@ use crate::policy::{Algorithm, Policy};
 
 /// A key's state. GCRA is one atomic word (16 bytes with the tag); the others
 /// sit behind a per-key mutex so the shard lock is only ever read-locked.
+///
+/// Every variant also carries the key's namespace (the index of the
+/// per-prefix cap it counts toward), so a sweep knows which count to lower
+/// without the key's bytes. It fits in the padding after the tag: a slot
+/// stays 16 bytes.
 pub(super) enum Slot {
-    Gcra(AtomicU64),
+    Gcra(AtomicU64, Ns),
     /// A hot GCRA key, also decided lock-free through thread caches (see `hot`).
-    Hot(HotSlot),
-    Other(Box<Mutex<Other>>),
+    Hot(HotSlot, Ns),
+    Other(Box<Mutex<Other>>, Ns),
 }
+
+/// The index of a key's namespace in the store's list of caps (0: the rest).
+pub(super) type Ns = u32;
+
+const _: () = assert!(std::mem::size_of::<Slot>() == 16);
 
 pub(super) struct Other {
     state: State,
@@ -36,35 +46,52 @@ enum State {
 }
 
 impl Slot {
-    pub(super) fn fresh(policy: &Policy) -> Slot {
+    pub(super) fn fresh(policy: &Policy, ns: Ns) -> Slot {
         let state = match policy.algorithm() {
-            Algorithm::Gcra(_) => return Slot::Gcra(AtomicU64::new(0)),
+            Algorithm::Gcra(_) => return Slot::Gcra(AtomicU64::new(0), ns),
             Algorithm::SlidingLog(_) => State::Log(Default::default()),
             Algorithm::FixedWindow(_) => State::Fixed(Default::default()),
             Algorithm::SlidingWindow(_) => State::Sliding(Default::default()),
             Algorithm::Concurrency(_) => State::Concurrency(Default::default()),
         };
-        Slot::Other(Box::new(Mutex::new(Other {
-            state,
-            expires_at: 0,
-        })))
+        Slot::Other(
+            Box::new(Mutex::new(Other {
+                state,
+                expires_at: 0,
+            })),
+            ns,
+        )
+    }
+
+    /// The namespace the key counts toward.
+    pub(super) fn ns(&self) -> Ns {
+        match self {
+            Slot::Gcra(_, ns) | Slot::Hot(_, ns) | Slot::Other(_, ns) => *ns,
+        }
+    }
+
+    /// Moves the slot to namespace `ns`.
+    pub(super) fn set_ns(&mut self, to: Ns) {
+        match self {
+            Slot::Gcra(_, ns) | Slot::Hot(_, ns) | Slot::Other(_, ns) => *ns = to,
+        }
     }
 
     /// Whether this slot holds the state `policy`'s algorithm needs.
     pub(super) fn matches(&mut self, policy: &Policy) -> bool {
         match self {
-            Slot::Gcra(_) | Slot::Hot(_) => matches!(policy.algorithm(), Algorithm::Gcra(_)),
-            Slot::Other(m) => lock_mut(m).state.matches(policy),
+            Slot::Gcra(..) | Slot::Hot(..) => matches!(policy.algorithm(), Algorithm::Gcra(_)),
+            Slot::Other(m, _) => lock_mut(m).state.matches(policy),
         }
     }
 
     /// When this key is back to a fresh state.
     pub(super) fn expires_at(&mut self) -> u64 {
         match self {
-            Slot::Gcra(tat) => gcra::expires_at(*tat.get_mut()),
+            Slot::Gcra(tat, _) => gcra::expires_at(*tat.get_mut()),
             // A lower bound: cached admissions only ever move it later.
-            Slot::Hot(hot) => gcra::expires_at(hot.0.load()),
-            Slot::Other(m) => lock_mut(m).expires_at,
+            Slot::Hot(hot, _) => gcra::expires_at(hot.0.load()),
+            Slot::Other(m, _) => lock_mut(m).expires_at,
         }
     }
 
@@ -73,7 +100,7 @@ impl Slot {
     /// admissions) and the slot may be dropped.
     pub(super) fn retire_if_cold(&mut self, now: u64) -> bool {
         match self {
-            Slot::Hot(hot) => hot.0.retire_if_cold(now),
+            Slot::Hot(hot, _) => hot.0.retire_if_cold(now),
             _ => self.expires_at() <= now,
         }
     }
@@ -82,13 +109,13 @@ impl Slot {
     /// call under the shard's write lock.
     pub(super) fn promote(&mut self) -> Option<Arc<HotCell>> {
         match self {
-            Slot::Gcra(tat) => {
+            Slot::Gcra(tat, ns) => {
                 let cell = HotCell::new(*tat.get_mut());
-                *self = Slot::Hot(HotSlot(cell.clone()));
+                *self = Slot::Hot(HotSlot(cell.clone()), *ns);
                 Some(cell)
             }
-            Slot::Hot(hot) => Some(hot.0.clone()),
-            Slot::Other(_) => None,
+            Slot::Hot(hot, _) => Some(hot.0.clone()),
+            Slot::Other(..) => None,
         }
     }
 
@@ -96,9 +123,9 @@ impl Slot {
     /// state kept), so that code holding the write lock excludes every other
     /// writer again; call under the shard's write lock.
     pub(super) fn demote(&mut self) {
-        if let Slot::Hot(hot) = self {
+        if let Slot::Hot(hot, ns) = self {
             let tat = hot.0.retire();
-            *self = Slot::Gcra(AtomicU64::new(tat));
+            *self = Slot::Gcra(AtomicU64::new(tat), *ns);
         }
     }
 
@@ -136,7 +163,7 @@ impl Slot {
         admit: bool,
     ) -> Option<Decision> {
         match (self, policy.algorithm()) {
-            (Slot::Gcra(tat), Algorithm::Gcra(p)) => {
+            (Slot::Gcra(tat, _), Algorithm::Gcra(p)) => {
                 let mut current = tat.load(Ordering::Acquire);
                 loop {
                     let d = gcra::check(p, current, now, cost);
@@ -155,13 +182,13 @@ impl Slot {
                     }
                 }
             }
-            (Slot::Hot(hot), Algorithm::Gcra(p)) => hot.0.decide(p, now, cost, admit),
-            (Slot::Other(m), _) => {
+            (Slot::Hot(hot, _), Algorithm::Gcra(p)) => hot.0.decide(p, now, cost, admit),
+            (Slot::Other(m, _), _) => {
                 let mut other = m.lock().unwrap_or_else(PoisonError::into_inner);
                 let permit = permit.unwrap_or(PermitId(0));
                 other.decide(policy, now, cost, permit, admit)
             }
-            (Slot::Gcra(_) | Slot::Hot(_), _) => None,
+            (Slot::Gcra(..) | Slot::Hot(..), _) => None,
         }
     }
 
@@ -169,11 +196,11 @@ impl Slot {
     pub(super) fn refund(&mut self, policy: &Policy, now: u64, amount: u64) {
         self.demote();
         match (self, policy.algorithm()) {
-            (Slot::Gcra(tat), Algorithm::Gcra(p)) => {
+            (Slot::Gcra(tat, _), Algorithm::Gcra(p)) => {
                 let t = tat.get_mut();
                 *t = gcra::refund(p, *t, now, amount);
             }
-            (Slot::Other(m), _) => {
+            (Slot::Other(m, _), _) => {
                 let other = lock_mut(m);
                 match (&mut other.state, policy.algorithm()) {
                     (State::Log(s), Algorithm::SlidingLog(p)) => {
@@ -198,7 +225,7 @@ impl Slot {
 
     /// Releases one concurrency permit.
     pub(super) fn release(&mut self, policy: &Policy, permit: PermitId) {
-        if let Slot::Other(m) = self {
+        if let Slot::Other(m, _) = self {
             let other = lock_mut(m);
             if let State::Concurrency(s) = &mut other.state {
                 concurrency::release(s, permit);

@@ -1,0 +1,251 @@
+//! What a full store does: per-prefix caps (namespaces), room for new keys,
+//! and the overflow states that decide new keys once their namespace is at
+//! its cap. The design and its bounds are documented on the parent module.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use super::slot::{Ns, Slot};
+use super::{MemoryStore, Shard};
+use crate::clock::Clock;
+use crate::decision::{Decision, PermitId};
+use crate::policy::Policy;
+use crate::store::{Rule, StoreError};
+
+/// Distinct (namespace, policy) overflow states held at once. Policies come
+/// from configuration, so real applications hold a handful; the bound only
+/// keeps a program that builds a new policy per request from growing this
+/// map without limit.
+pub(super) const MAX_OVERFLOW_STATES: usize = 1024;
+/// At most one warning per namespace this often.
+const WARN_EVERY_NS: u64 = 60_000_000_000;
+/// A full namespace rescans the other shards for cold keys at most this
+/// often (sooner when a key it saw expires sooner): a flood of new keys
+/// must not lock every shard once per request.
+const RESCAN_NS: u64 = 1_000_000_000;
+
+/// One namespace: the keys under a configured prefix, or the rest (index 0).
+pub(super) struct Space {
+    pub(super) prefix: Box<[u8]>,
+    pub(super) max_keys: usize,
+    /// Keys held, for the cap.
+    pub(super) live: AtomicUsize,
+    /// Checks decided on this namespace's overflow states.
+    pub(super) overflowed: AtomicU64,
+    /// When the last warning was logged (0: never).
+    warned_at: AtomicU64,
+}
+
+impl Space {
+    pub(super) fn new(prefix: Box<[u8]>, max_keys: usize) -> Self {
+        Space {
+            prefix,
+            max_keys,
+            live: AtomicUsize::new(0),
+            overflowed: AtomicU64::new(0),
+            warned_at: AtomicU64::new(0),
+        }
+    }
+
+    fn fits(&self) -> bool {
+        self.live.load(Ordering::Relaxed) < self.max_keys
+    }
+
+    /// Counts one more key if it fits: racing shards never overshoot the cap.
+    fn take(&self) -> bool {
+        let more = |n: usize| (n < self.max_keys).then_some(n + 1);
+        self.live
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, more)
+            .is_ok()
+    }
+}
+
+type States = HashMap<(Ns, Policy), Slot>;
+
+/// The overflow states, apart from the shards: they count toward no cap.
+#[derive(Default)]
+pub(super) struct Overflow {
+    states: RwLock<States>,
+    /// Set once a state exists: until then releases skip the lock.
+    used: AtomicBool,
+    /// No shard's key expires before this, as of the last full scan.
+    scan_after: AtomicU64,
+}
+
+/// The overflow states, locked for a multi-rule check.
+pub(super) type StatesGuard<'a> = RwLockWriteGuard<'a, States>;
+
+impl<C: Clock> MemoryStore<C> {
+    /// Checks decided on an overflow state since the store was built: the
+    /// checks of new keys that arrived while their namespace was at its cap.
+    pub fn overflowed_checks(&self) -> u64 {
+        let spaces = self.inner.spaces.iter();
+        spaces.map(|s| s.overflowed.load(Ordering::Relaxed)).sum()
+    }
+
+    /// True when some namespace holds as many keys as its cap allows, so its
+    /// new keys are decided on overflow states (until keys go cold).
+    pub fn is_full(&self) -> bool {
+        self.inner.spaces.iter().any(|s| !s.fits())
+    }
+
+    /// The namespace of `key`: the longest configured prefix it starts with.
+    #[inline]
+    pub(super) fn namespace(&self, key: &[u8]) -> Ns {
+        let spaces = &self.inner.spaces;
+        if spaces.len() == 1 {
+            return 0;
+        }
+        // Sorted longest first by the builder.
+        let found = spaces[1..].iter().position(|s| key.starts_with(&s.prefix));
+        found.map_or(0, |i| Ns::try_from(i + 1).unwrap_or(0))
+    }
+
+    /// Takes a key of namespace `ns`'s cap for a new key in `shard`,
+    /// sweeping cold keys first; false when the namespace is full.
+    pub(super) fn make_room(&self, shard: &mut Shard, now: u64, ns: Ns) -> bool {
+        let space = &self.inner.spaces[ns as usize];
+        if shard.slots.len() >= shard.sweep_at && now >= shard.next_expiry {
+            self.sweep_shard(shard, now);
+        }
+        if space.take() {
+            return true;
+        }
+        if now >= shard.next_expiry {
+            self.sweep_shard(shard, now);
+            if space.take() {
+                return true;
+            }
+        }
+        let scan_after = &self.inner.overflow.scan_after;
+        if now < scan_after.load(Ordering::Relaxed) {
+            return false;
+        }
+        // Other shards may hold cold keys; skip any that is busy (or is one
+        // we hold) rather than wait for it.
+        let mut soonest = shard.next_expiry.min(now.saturating_add(RESCAN_NS));
+        for other in self.inner.shards.iter() {
+            if space.fits() {
+                break;
+            }
+            if let Ok(mut other) = other.try_write() {
+                if now >= other.next_expiry {
+                    self.sweep_shard(&mut other, now);
+                }
+                soonest = soonest.min(other.next_expiry);
+            }
+        }
+        if space.take() {
+            return true;
+        }
+        scan_after.store(soonest.max(now.saturating_add(1)), Ordering::Relaxed);
+        false
+    }
+
+    /// Decides `rule`, whose key is new while namespace `ns` is full, on the
+    /// namespace's overflow state for the rule's policy.
+    pub(super) fn check_overflow(
+        &self,
+        ns: Ns,
+        rule: Rule<'_>,
+        now: u64,
+        permit: Option<PermitId>,
+    ) -> Result<Decision, StoreError> {
+        self.note_overflow(ns, now);
+        let states = &self.inner.overflow.states;
+        let key = (ns, *rule.policy);
+        let found = read(states)
+            .get(&key)
+            .and_then(|s| s.check(rule.policy, now, rule.cost, permit));
+        if let Some(d) = found {
+            return Ok(d);
+        }
+        let mut states = write(states);
+        let slot = self.overflow_slot(&mut states, ns, rule.policy, now)?;
+        Ok(slot
+            .check(rule.policy, now, rule.cost, permit)
+            .expect("an overflow state matches its policy"))
+    }
+
+    /// The overflow states, for a multi-rule check that holds its shards.
+    pub(super) fn overflow_states(&self) -> StatesGuard<'_> {
+        write(&self.inner.overflow.states)
+    }
+
+    /// The overflow state of (`ns`, `policy`), created if absent. Errs only
+    /// when [`MAX_OVERFLOW_STATES`] distinct states are live.
+    pub(super) fn overflow_slot<'s>(
+        &self,
+        states: &'s mut States,
+        ns: Ns,
+        policy: &Policy,
+        now: u64,
+    ) -> Result<&'s mut Slot, StoreError> {
+        let key = (ns, *policy);
+        if !states.contains_key(&key) {
+            if states.len() >= MAX_OVERFLOW_STATES {
+                states.retain(|_, s| !s.retire_if_cold(now));
+            }
+            if states.len() >= MAX_OVERFLOW_STATES {
+                return Err(StoreError::Full {
+                    max_keys: self.inner.spaces[ns as usize].max_keys,
+                });
+            }
+            self.inner.overflow.used.store(true, Ordering::Relaxed);
+        }
+        Ok(states.entry(key).or_insert_with(|| Slot::fresh(policy, ns)))
+    }
+
+    /// Counts a check decided in overflow; warns the first time and then at
+    /// most once a minute per namespace. Names counts and the configured
+    /// prefix, never a key.
+    pub(super) fn note_overflow(&self, ns: Ns, now: u64) {
+        let space = &self.inner.spaces[ns as usize];
+        let overflowed = space.overflowed.fetch_add(1, Ordering::Relaxed) + 1;
+        let last = space.warned_at.load(Ordering::Relaxed);
+        let due = last == 0 || now >= last.saturating_add(WARN_EVERY_NS);
+        if due
+            && space
+                .warned_at
+                .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            tracing::warn!(
+                target: "tower_throttle",
+                prefix = %String::from_utf8_lossy(&space.prefix),
+                live = space.live.load(Ordering::Relaxed),
+                max_keys = space.max_keys,
+                overflowed,
+                "rate-limit memory store is full: new keys share their rule's overflow state until keys go cold"
+            );
+        }
+    }
+
+    /// Drops overflow states back at a fresh state.
+    pub(super) fn sweep_overflow(&self, now: u64) {
+        if self.inner.overflow.used.load(Ordering::Relaxed) {
+            write(&self.inner.overflow.states).retain(|_, s| !s.retire_if_cold(now));
+        }
+    }
+
+    /// Releases `permit` if an overflow state holds it. Permit ids are unique
+    /// per store, so trying here as well as on the key's own state is safe.
+    pub(super) fn release_overflow(&self, key: &[u8], policy: &Policy, permit: PermitId) {
+        if !self.inner.overflow.used.load(Ordering::Relaxed) || !policy.is_concurrency() {
+            return;
+        }
+        let ns = self.namespace(key);
+        if let Some(slot) = write(&self.inner.overflow.states).get_mut(&(ns, *policy)) {
+            slot.release(policy, permit);
+        }
+    }
+}
+
+fn read(lock: &RwLock<States>) -> RwLockReadGuard<'_, States> {
+    lock.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn write(lock: &RwLock<States>) -> RwLockWriteGuard<'_, States> {
+    lock.write().unwrap_or_else(PoisonError::into_inner)
+}
