@@ -154,7 +154,7 @@ enum Call {
     Release,
     LimiterCheck,
     LimiterAcquire,
-    LayerCall,
+    Layer,
 }
 
 const CALLS: [Call; 9] = [
@@ -166,7 +166,7 @@ const CALLS: [Call; 9] = [
     Call::Release,
     Call::LimiterCheck,
     Call::LimiterAcquire,
-    Call::LayerCall,
+    Call::Layer,
 ];
 
 fn ok_handler() -> impl Service<
@@ -209,7 +209,7 @@ async fn run_and_drop(store: &RedisStore, call: Call, polls: usize) {
             let limiter = Limiter::from_shared(shared, pair());
             drop_after(limiter.acquire("c"), polls).await
         }
-        Call::LayerCall => {
+        Call::Layer => {
             let svc = ThrottleLayer::new(store.clone(), pair())
                 .prefix("layer")
                 .layer(ok_handler());
