@@ -29,6 +29,11 @@ pub enum StoreError {
     Cluster(BoxError),
     /// The backend answered something this crate does not understand.
     Protocol(String),
+    /// The backend's setup keeps this store from working: it wants
+    /// credentials, its access rules (ACL) forbid what the store needs, or
+    /// its configuration is unsafe for rate limiting. The message names the
+    /// fix, and never holds a password.
+    Config(String),
 }
 
 impl fmt::Display for StoreError {
@@ -46,6 +51,7 @@ impl fmt::Display for StoreError {
             StoreError::Protocol(what) => {
                 write!(f, "unexpected reply from rate-limit store: {what}")
             }
+            StoreError::Config(fix) => write!(f, "rate-limit store misconfigured: {fix}"),
         }
     }
 }

@@ -64,6 +64,10 @@ pub(crate) struct Config {
     pub(crate) deny_cache: usize,
     /// Stops sending while a single server is unresponsive (no offline queue).
     pub(crate) breaker: breaker::Breaker,
+    /// Whether an `allkeys-*` eviction policy fails the connect.
+    pub(crate) require_safe_eviction: bool,
+    /// The server's `maxmemory-policy` seen at connect.
+    pub(crate) eviction_policy: Option<String>,
 }
 
 impl Config {
@@ -94,6 +98,7 @@ pub struct RedisStoreBuilder {
     pub(crate) ttl_padding: Duration,
     pub(crate) batch: BatchConfig,
     pub(crate) deny_cache: usize,
+    pub(crate) require_safe_eviction: bool,
 }
 
 impl RedisStoreBuilder {
@@ -178,6 +183,18 @@ impl RedisStoreBuilder {
         self
     }
 
+    /// Whether connecting fails when the server's `maxmemory-policy` is
+    /// `allkeys-lru`, `allkeys-lfu` or `allkeys-random` (default off: a
+    /// `tracing` warning). Those policies evict keys in use, and an evicted
+    /// limiter key is a reset quota; `noeviction` or a `volatile-*` policy
+    /// never evicts them early, since every key this crate writes has a TTL.
+    /// Not checked when the server refuses `CONFIG GET` (ACL, managed
+    /// services): see [`RedisStore::server_eviction_policy`].
+    pub fn require_safe_eviction(mut self, on: bool) -> Self {
+        self.require_safe_eviction = on;
+        self
+    }
+
     fn config(self, cluster: bool) -> Result<Config, StoreError> {
         if self.prefix.contains(['{', '}']) {
             return Err(StoreError::InvalidRequest(
@@ -194,15 +211,50 @@ impl RedisStoreBuilder {
             batch: self.batch,
             deny_cache: self.deny_cache,
             breaker: breaker::Breaker::default(),
+            require_safe_eviction: self.require_safe_eviction,
+            eviction_policy: None,
         })
     }
 
-    /// Connects to one Redis server (`redis://host:port/db`) through a
+    /// Connects to one Redis server (`redis://host:port/db`, with
+    /// credentials `redis://user:password@host:port/db`) through a
     /// [`ConnectionManager`] that reconnects by itself. Connection and
     /// response timeouts are the store timeout and reconnection retries are
     /// few, so calls fail fast (per the layer's fail mode) while Redis is down
     /// instead of queueing.
+    ///
+    /// Before returning, checks the server (see [Connect-time
+    /// checks](super#connect-time-checks)): missing or refused credentials
+    /// and ACL rules that forbid what the scripts need fail with
+    /// [`StoreError::Config`] naming the fix; an `allkeys-*` eviction policy
+    /// is a warning (or an error, see
+    /// [`require_safe_eviction`](Self::require_safe_eviction)).
     pub async fn connect(self, info: impl IntoConnectionInfo) -> Result<RedisStore, StoreError> {
+        let (conn, mut cfg) = self.open(info).await?;
+        cfg.eviction_policy = preflight::run(&conn, &cfg, preflight::Needs::Scripts)
+            .await?
+            .eviction_policy;
+        let store = RedisStore::with_config(conn, cfg);
+        store.load_scripts().await?;
+        Ok(store)
+    }
+
+    /// A checked connection without the scripts, for [`CellStore`].
+    pub(crate) async fn connect_plain(
+        self,
+        info: impl IntoConnectionInfo,
+    ) -> Result<(ConnectionManager, Config), StoreError> {
+        let (conn, mut cfg) = self.open(info).await?;
+        cfg.eviction_policy = preflight::run(&conn, &cfg, preflight::Needs::Plain)
+            .await?
+            .eviction_policy;
+        Ok((conn, cfg))
+    }
+
+    async fn open(
+        self,
+        info: impl IntoConnectionInfo,
+    ) -> Result<(ConnectionManager, Config), StoreError> {
         let t = self.timeout;
         let cfg = self.config(false)?;
         let client = redis::Client::open(info).map_err(|e| error::map(e, t))?;
@@ -213,13 +265,13 @@ impl RedisStoreBuilder {
             .set_min_delay(Duration::from_millis(10))
             .set_max_delay(t.max(Duration::from_millis(100)));
         let conn = timed(t, ConnectionManager::new_with_config(client, config)).await?;
-        let store = RedisStore::with_config(conn, cfg);
-        store.load_scripts().await?;
-        Ok(store)
+        Ok((conn, cfg))
     }
 
     /// Connects to a Redis Cluster through any of its nodes. Multi-rule
-    /// checks need keys with one hash tag: see [`HashTag`].
+    /// checks need keys with one hash tag: see [`HashTag`]. Runs the
+    /// checks of [`connect`](Self::connect) on every master (ACL rules are
+    /// per node).
     pub async fn connect_cluster<T: IntoConnectionInfo>(
         self,
         nodes: impl IntoIterator<Item = T>,
@@ -233,6 +285,10 @@ impl RedisStoreBuilder {
             .build()
             .map_err(|e| error::map(e, t))?;
         let conn = timed(t, client.get_async_connection()).await?;
+        let mut cfg = cfg;
+        cfg.eviction_policy = preflight::run(&conn, &cfg, preflight::Needs::Scripts)
+            .await?
+            .eviction_policy;
         let store = RedisStore::with_config(conn, cfg);
         store.load_scripts().await?;
         Ok(store)
@@ -240,6 +296,7 @@ impl RedisStoreBuilder {
 
     /// A store over a connection you made yourself (any redis-rs async
     /// connection). `cluster` enforces one hash tag per multi-rule check.
+    /// Runs no connect-time checks.
     pub fn build<C>(self, conn: C, cluster: bool) -> Result<RedisStore<C>, StoreError>
     where
         C: ConnectionLike + Clone + Send + Sync + 'static,
