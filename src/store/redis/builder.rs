@@ -223,12 +223,46 @@ impl RedisStoreBuilder {
     /// few, so calls fail fast (per the layer's fail mode) while Redis is down
     /// instead of queueing.
     ///
-    /// Before returning, checks the server (see [Connect-time
-    /// checks](super#connect-time-checks)): missing or refused credentials
-    /// and ACL rules that forbid what the scripts need fail with
-    /// [`StoreError::Config`] naming the fix; an `allkeys-*` eviction policy
-    /// is a warning (or an error, see
-    /// [`require_safe_eviction`](Self::require_safe_eviction)).
+    /// # Connect-time checks
+    ///
+    /// Before returning, the store checks what would otherwise fail every
+    /// request later, or silently reset quotas. Each failure is a
+    /// [`StoreError::Config`] whose message names the fix and never holds a
+    /// password:
+    ///
+    /// * **Credentials.** A server that wants a password or an ACL user the
+    ///   URL lacks (`NOAUTH`), or that refuses the URL's (`WRONGPASS`).
+    /// * **ACL permissions.** `SCRIPT LOAD` and `EVALSHA` of a probe script
+    ///   that calls every command the scripts use, each on a key under the
+    ///   prefix with arguments that change nothing (a missing key, an
+    ///   unparsable number: Redis checks permissions before it runs a
+    ///   command). A refused command is named with the `+command` to add; a
+    ///   refused key names the pattern `~<prefix>:*`.
+    /// * **Eviction.** `CONFIG GET maxmemory-policy`: `allkeys-lru`,
+    ///   `allkeys-lfu` and `allkeys-random` evict keys in use, and an evicted
+    ///   limiter key is a reset quota. That is a `tracing` warning, or an
+    ///   error with [`require_safe_eviction`](Self::require_safe_eviction);
+    ///   use `noeviction` or a `volatile-*` policy (every key this crate
+    ///   writes has a TTL). `CONFIG` is not required: when it is refused the
+    ///   check is skipped (logged at debug level). The policy seen is
+    ///   [`RedisStore::server_eviction_policy`].
+    ///
+    /// # Access control
+    ///
+    /// The minimal ACL rule, for the default prefix `throttle` (the key
+    /// pattern is `~<prefix>:*`):
+    ///
+    /// ```text
+    /// ACL SETUSER throttle on >secret ~throttle:* +ping +evalsha +script|load +del
+    ///     +time +get +mget +set +incrby +pexpire +zadd +zrem +zrange
+    ///     +zremrangebyscore +zremrangebyrank +zcard +zcount
+    /// ```
+    ///
+    /// (one line). `+time` is needed only with [`TimeSource::Server`]. On a
+    /// cluster add `+cluster|slots` (the client reads the topology with
+    /// it), on every master: ACL rules are per node. The test suite connects
+    /// with exactly this rule and runs every algorithm, and drops each part
+    /// in turn to see it named.
     pub async fn connect(self, info: impl IntoConnectionInfo) -> Result<RedisStore, StoreError> {
         let (conn, mut cfg) = self.open(info).await?;
         cfg.eviction_policy = preflight::run(&conn, &cfg, preflight::Needs::Scripts)

@@ -17,7 +17,7 @@ pub(crate) const AUTH_REFUSED: &str = "the Redis server refused the credentials 
 
 /// Where the minimal ACL rule is documented, appended to ACL errors.
 pub(crate) const ACL_DOCS: &str =
-    "the minimal rule is in the docs of tower_throttle::store::redis (\"Access control\")";
+    "the minimal rule is in the docs of RedisStoreBuilder::connect (\"Access control\")";
 
 /// Maps a redis-rs error; `timeout` is the store's configured timeout.
 pub(crate) fn map(e: RedisError, timeout: Duration) -> StoreError {
@@ -69,6 +69,15 @@ pub(crate) fn setup(e: &RedisError) -> Option<String> {
         || e.kind() == ErrorKind::AuthenticationFailed
     {
         return Some(AUTH_REFUSED.to_owned());
+    }
+    // A script refused a command or key after connect (the ACL changed):
+    // Redis 6 and 7.0 say "The user executing the script can't ...", 7.2
+    // and later "ACL failure in script".
+    if text.contains("user executing the script") || text.contains("ACL failure in script") {
+        return Some(format!(
+            "the Redis ACL user may not run a command or access a key this store's scripts              need (the server said: {}); {ACL_DOCS}",
+            e.detail().unwrap_or("permission denied")
+        ));
     }
     if e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm) {
         let detail = e.detail().unwrap_or("");

@@ -201,7 +201,10 @@ async fn probe_acl<C: Nodes>(conn: &mut C, cfg: &Config) -> Result<(), StoreErro
             }
         }
         if !commands.is_empty() {
-            return Err(with_node(StoreError::Config(acl_commands(&commands)), &node));
+            return Err(with_node(
+                StoreError::Config(acl_commands(&commands)),
+                &node,
+            ));
         }
         if key_denied {
             return Err(with_node(
