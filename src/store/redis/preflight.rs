@@ -299,6 +299,18 @@ mod tests {
         assert!(acl_refusal("ERR value is not a valid float").is_none());
     }
 
+    /// Connecting can be spawned: the checks keep the futures `Send`.
+    #[test]
+    fn connect_futures_are_send() {
+        fn send<T: Send>(_: T) {}
+        send(RedisStore::builder().connect("redis://127.0.0.1:1/"));
+        send(RedisStore::builder().connect_cluster(["redis://127.0.0.1:1/"]));
+        send(super::super::CellStore::connect(
+            RedisStore::builder(),
+            "redis://127.0.0.1:1/",
+        ));
+    }
+
     #[test]
     fn eviction_policy_replies() {
         let resp2 = Value::Array(vec![
