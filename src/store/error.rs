@@ -34,6 +34,11 @@ pub enum StoreError {
     Cluster(BoxError),
     /// The backend answered something this crate does not understand.
     Protocol(String),
+    /// The backend's setup keeps this store from working: it wants
+    /// credentials, its access rules (ACL) forbid what the store needs, or
+    /// its configuration is unsafe for rate limiting. The message names the
+    /// fix, and never holds a password.
+    Config(String),
 }
 
 impl fmt::Display for StoreError {
@@ -51,6 +56,7 @@ impl fmt::Display for StoreError {
             StoreError::Protocol(what) => {
                 write!(f, "unexpected reply from rate-limit store: {what}")
             }
+            StoreError::Config(fix) => write!(f, "rate-limit store misconfigured: {fix}"),
         }
     }
 }

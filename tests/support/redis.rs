@@ -41,8 +41,15 @@ fn free_port(with_bus: bool) -> u16 {
     panic!("no free port pair found");
 }
 
-fn ping(port: u16) -> bool {
-    let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}/")) else {
+fn admin_url(port: u16, password: Option<&str>) -> String {
+    match password {
+        Some(pw) => format!("redis://:{pw}@127.0.0.1:{port}/"),
+        None => format!("redis://127.0.0.1:{port}/"),
+    }
+}
+
+fn ping(port: u16, password: Option<&str>) -> bool {
+    let Ok(client) = redis::Client::open(admin_url(port, password)) else {
         return false;
     };
     let Ok(mut con) = client.get_connection_with_timeout(Duration::from_millis(200)) else {
@@ -57,6 +64,8 @@ pub struct RedisServer {
     pub port: u16,
     dir: PathBuf,
     extra: Vec<String>,
+    /// The default user's password (`--requirepass`), if any.
+    password: Option<String>,
 }
 
 impl RedisServer {
@@ -71,12 +80,30 @@ impl RedisServer {
         Self::start_with(free_port(false), temp_dir("redis"), args.to_vec())
     }
 
+    /// Starts a standalone server whose default user needs `password`
+    /// (`--requirepass`), with extra arguments. [`RedisServer::url`] stays
+    /// without credentials; [`RedisServer::conn`] and the harness use them.
+    pub fn start_with_password(password: &str, args: &[String]) -> RedisServer {
+        let mut extra = vec!["--requirepass".to_owned(), password.to_owned()];
+        extra.extend_from_slice(args);
+        let mut server = RedisServer {
+            child: None,
+            port: free_port(false),
+            dir: temp_dir("redis"),
+            extra,
+            password: Some(password.to_owned()),
+        };
+        server.spawn();
+        server
+    }
+
     fn start_with(port: u16, dir: PathBuf, extra: Vec<String>) -> RedisServer {
         let mut server = RedisServer {
             child: None,
             port,
             dir,
             extra,
+            password: None,
         };
         server.spawn();
         server
@@ -102,7 +129,7 @@ impl RedisServer {
         };
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
-        while !ping(self.port) {
+        while !ping(self.port, self.password.as_deref()) {
             if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
                 panic!("redis-server on port {} exited: {status}", self.port);
             }
@@ -144,9 +171,23 @@ impl RedisServer {
         self.start_again();
     }
 
-    /// A plain synchronous connection, for inspecting keys.
+    /// `redis://user:password@127.0.0.1:<port>/`.
+    pub fn url_as(&self, user: &str, password: &str) -> String {
+        format!("redis://{user}:{password}@127.0.0.1:{}/", self.port)
+    }
+
+    /// Creates or replaces an ACL user (`ACL SETUSER <name> reset <rules>`)
+    /// through the default user.
+    pub fn acl_user(&self, name: &str, rules: &[&str]) {
+        let mut cmd = redis::cmd("ACL");
+        cmd.arg("SETUSER").arg(name).arg("reset").arg(rules);
+        let _: () = cmd.query(&mut self.conn()).expect("ACL SETUSER");
+    }
+
+    /// A plain synchronous connection as the default user (with its
+    /// password, if any), for inspecting keys.
     pub fn conn(&self) -> redis::Connection {
-        redis::Client::open(self.url())
+        redis::Client::open(admin_url(self.port, self.password.as_deref()))
             .unwrap()
             .get_connection_with_timeout(Duration::from_secs(2))
             .unwrap()

@@ -156,9 +156,12 @@ where
         match attempt(conn, cfg, p).await {
             Ok(()) => return,
             // Not passing (a script error, a bad clock): retrying won't help.
-            Err(StoreError::Script(_) | StoreError::Protocol(_) | StoreError::Unsupported(_)) => {
-                return
-            }
+            Err(
+                StoreError::Script(_)
+                | StoreError::Protocol(_)
+                | StoreError::Unsupported(_)
+                | StoreError::Config(_),
+            ) => return,
             Err(_) => {}
         }
         // Past its lease the permit has lapsed by itself.

@@ -82,6 +82,7 @@ pub(crate) fn replicate(e: &StoreError) -> StoreError {
         StoreError::Script(e) => StoreError::Script(boxed(e)),
         StoreError::Cluster(e) => StoreError::Cluster(boxed(e)),
         StoreError::Protocol(s) => StoreError::Protocol(s.clone()),
+        StoreError::Config(s) => StoreError::Config(s.clone()),
     }
 }
 

@@ -64,6 +64,10 @@ pub(crate) struct Config {
     pub(crate) deny_cache: usize,
     /// Stops sending while a single server is unresponsive (no offline queue).
     pub(crate) breaker: breaker::Breaker,
+    /// Whether an `allkeys-*` eviction policy fails the connect.
+    pub(crate) require_safe_eviction: bool,
+    /// The server's `maxmemory-policy` seen at connect.
+    pub(crate) eviction_policy: Option<String>,
 }
 
 impl Config {
@@ -94,6 +98,7 @@ pub struct RedisStoreBuilder {
     pub(crate) ttl_padding: Duration,
     pub(crate) batch: BatchConfig,
     pub(crate) deny_cache: usize,
+    pub(crate) require_safe_eviction: bool,
 }
 
 impl RedisStoreBuilder {
@@ -178,6 +183,18 @@ impl RedisStoreBuilder {
         self
     }
 
+    /// Whether connecting fails when the server's `maxmemory-policy` is
+    /// `allkeys-lru`, `allkeys-lfu` or `allkeys-random` (default off: a
+    /// `tracing` warning). Those policies evict keys in use, and an evicted
+    /// limiter key is a reset quota; `noeviction` or a `volatile-*` policy
+    /// never evicts them early, since every key this crate writes has a TTL.
+    /// Not checked when the server refuses `CONFIG GET` (ACL, managed
+    /// services): see [`RedisStore::server_eviction_policy`].
+    pub fn require_safe_eviction(mut self, on: bool) -> Self {
+        self.require_safe_eviction = on;
+        self
+    }
+
     fn config(self, cluster: bool) -> Result<Config, StoreError> {
         if self.prefix.contains(['{', '}']) {
             return Err(StoreError::InvalidRequest(
@@ -194,15 +211,84 @@ impl RedisStoreBuilder {
             batch: self.batch,
             deny_cache: self.deny_cache,
             breaker: breaker::Breaker::default(),
+            require_safe_eviction: self.require_safe_eviction,
+            eviction_policy: None,
         })
     }
 
-    /// Connects to one Redis server (`redis://host:port/db`) through a
+    /// Connects to one Redis server (`redis://host:port/db`, with
+    /// credentials `redis://user:password@host:port/db`) through a
     /// [`ConnectionManager`] that reconnects by itself. Connection and
     /// response timeouts are the store timeout and reconnection retries are
     /// few, so calls fail fast (per the layer's fail mode) while Redis is down
     /// instead of queueing.
+    ///
+    /// # Connect-time checks
+    ///
+    /// Before returning, the store checks what would otherwise fail every
+    /// request later, or silently reset quotas. Each failure is a
+    /// [`StoreError::Config`] whose message names the fix and never holds a
+    /// password:
+    ///
+    /// * **Credentials.** A server that wants a password or an ACL user the
+    ///   URL lacks (`NOAUTH`), or that refuses the URL's (`WRONGPASS`).
+    /// * **ACL permissions.** `SCRIPT LOAD` and `EVALSHA` of a probe script
+    ///   that calls every command the scripts use, each on a key under the
+    ///   prefix with arguments that change nothing (a missing key, an
+    ///   unparsable number: Redis checks permissions before it runs a
+    ///   command). A refused command is named with the `+command` to add; a
+    ///   refused key names the pattern `~<prefix>:*`.
+    /// * **Eviction.** `CONFIG GET maxmemory-policy`: `allkeys-lru`,
+    ///   `allkeys-lfu` and `allkeys-random` evict keys in use, and an evicted
+    ///   limiter key is a reset quota. That is a `tracing` warning, or an
+    ///   error with [`require_safe_eviction`](Self::require_safe_eviction);
+    ///   use `noeviction` or a `volatile-*` policy (every key this crate
+    ///   writes has a TTL). `CONFIG` is not required: when it is refused the
+    ///   check is skipped (logged at debug level). The policy seen is
+    ///   [`RedisStore::server_eviction_policy`].
+    ///
+    /// # Access control
+    ///
+    /// The minimal ACL rule, for the default prefix `throttle` (the key
+    /// pattern is `~<prefix>:*`):
+    ///
+    /// ```text
+    /// ACL SETUSER throttle on >secret ~throttle:* +ping +evalsha +script|load +del
+    ///     +time +get +mget +set +incrby +pexpire +zadd +zrem +zrange
+    ///     +zremrangebyscore +zremrangebyrank +zcard +zcount
+    /// ```
+    ///
+    /// (one line). `+time` is needed only with [`TimeSource::Server`]. On a
+    /// cluster add `+cluster|slots` (the client reads the topology with
+    /// it), on every master: ACL rules are per node. The test suite connects
+    /// with exactly this rule and runs every algorithm, and drops each part
+    /// in turn to see it named.
     pub async fn connect(self, info: impl IntoConnectionInfo) -> Result<RedisStore, StoreError> {
+        let (conn, mut cfg) = self.open(info).await?;
+        cfg.eviction_policy = preflight::run(&conn, &cfg, preflight::Needs::Scripts)
+            .await?
+            .eviction_policy;
+        let store = RedisStore::with_config(conn, cfg);
+        store.load_scripts().await?;
+        Ok(store)
+    }
+
+    /// A checked connection without the scripts, for [`CellStore`].
+    pub(crate) async fn connect_plain(
+        self,
+        info: impl IntoConnectionInfo,
+    ) -> Result<(ConnectionManager, Config), StoreError> {
+        let (conn, mut cfg) = self.open(info).await?;
+        cfg.eviction_policy = preflight::run(&conn, &cfg, preflight::Needs::Plain)
+            .await?
+            .eviction_policy;
+        Ok((conn, cfg))
+    }
+
+    async fn open(
+        self,
+        info: impl IntoConnectionInfo,
+    ) -> Result<(ConnectionManager, Config), StoreError> {
         let t = self.timeout;
         let cfg = self.config(false)?;
         let client = redis::Client::open(info).map_err(|e| error::map(e, t))?;
@@ -213,13 +299,13 @@ impl RedisStoreBuilder {
             .set_min_delay(Duration::from_millis(10))
             .set_max_delay(t.max(Duration::from_millis(100)));
         let conn = timed(t, ConnectionManager::new_with_config(client, config)).await?;
-        let store = RedisStore::with_config(conn, cfg);
-        store.load_scripts().await?;
-        Ok(store)
+        Ok((conn, cfg))
     }
 
     /// Connects to a Redis Cluster through any of its nodes. Multi-rule
-    /// checks need keys with one hash tag: see [`HashTag`].
+    /// checks need keys with one hash tag: see [`HashTag`]. Runs the
+    /// checks of [`connect`](Self::connect) on every master (ACL rules are
+    /// per node).
     pub async fn connect_cluster<T: IntoConnectionInfo>(
         self,
         nodes: impl IntoIterator<Item = T>,
@@ -233,6 +319,10 @@ impl RedisStoreBuilder {
             .build()
             .map_err(|e| error::map(e, t))?;
         let conn = timed(t, client.get_async_connection()).await?;
+        let mut cfg = cfg;
+        cfg.eviction_policy = preflight::run(&conn, &cfg, preflight::Needs::Scripts)
+            .await?
+            .eviction_policy;
         let store = RedisStore::with_config(conn, cfg);
         store.load_scripts().await?;
         Ok(store)
@@ -240,6 +330,7 @@ impl RedisStoreBuilder {
 
     /// A store over a connection you made yourself (any redis-rs async
     /// connection). `cluster` enforces one hash tag per multi-rule check.
+    /// Runs no connect-time checks.
     pub fn build<C>(self, conn: C, cluster: bool) -> Result<RedisStore<C>, StoreError>
     where
         C: ConnectionLike + Clone + Send + Sync + 'static,

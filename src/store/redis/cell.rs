@@ -113,18 +113,19 @@ fn is_unknown_command(e: &redis::RedisError) -> bool {
 }
 
 impl CellStore {
-    /// Connects with the builder's prefix and timeout, then checks that the
-    /// module is loaded (`COMMAND INFO CL.THROTTLE`).
+    /// Connects with the builder's prefix and timeout, checks credentials
+    /// and the eviction policy as [`RedisStoreBuilder::connect`] does (not
+    /// the scripts' ACL permissions: this store runs none), then checks that
+    /// the module is loaded (`COMMAND INFO CL.THROTTLE`).
     pub async fn connect(
         builder: RedisStoreBuilder,
         info: impl IntoConnectionInfo,
     ) -> Result<CellStore, StoreError> {
-        let (prefix, timeout) = (builder.prefix.clone(), builder.timeout);
-        let store = builder.connect(info).await?;
+        let (conn, cfg) = builder.connect_plain(info).await?;
         let cell = CellStore {
-            conn: store.conn,
-            prefix,
-            timeout,
+            conn,
+            prefix: cfg.prefix,
+            timeout: cfg.timeout,
         };
         cell.probe().await?;
         Ok(cell)

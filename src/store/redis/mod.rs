@@ -122,6 +122,7 @@ mod deny;
 mod error;
 mod keys;
 mod params;
+mod preflight;
 mod reply;
 
 use std::fmt;
@@ -293,6 +294,7 @@ impl RedisStore {
                 in_flight: DEFAULT_BATCHES_IN_FLIGHT,
             },
             deny_cache: DEFAULT_DENY_CACHE,
+            require_safe_eviction: false,
         }
     }
 
