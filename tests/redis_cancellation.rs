@@ -262,27 +262,26 @@ fn aborted_requests_leak_no_concurrency_lease() {
             let store = store_on(&server, batching).await;
             let key = format!("aborted-{batching}");
             let handler = tower::service_fn(|_req: Request<()>| async {
-                tokio::time::sleep(Duration::from_millis(2)).await;
+                tokio::time::sleep(Duration::from_millis(20)).await;
                 Ok::<_, Infallible>(Response::new(Full::new(Bytes::new())))
             });
             let svc = ThrottleLayer::new(store.clone(), Policy::concurrency(2).unwrap())
                 .key(tower_throttle::key::Global)
                 .prefix(&key)
                 .layer(handler);
+            // Each request lives a random 0–500 µs (around its store call,
+            // about 0.2 ms) or 0–25 ms (the handler takes 20 ms), then is
+            // cut off wherever it is.
             let mut seed = 0x9e37_79b9_u64;
-            let mut tasks = Vec::new();
-            for _ in 0..300 {
+            let mut aborted = 0;
+            for _ in 0..150 {
                 seed ^= seed << 13;
                 seed ^= seed >> 7;
                 seed ^= seed << 17;
-                let abort_after = Duration::from_micros(seed % 3000);
                 let svc = svc.clone();
                 let task = tokio::spawn(async move { svc.oneshot(request()).await });
-                tasks.push((task, abort_after));
-            }
-            let mut aborted = 0;
-            for (task, after) in tasks {
-                tokio::time::sleep(after / 30).await;
+                let life = if seed % 2 == 0 { 500 } else { 25_000 };
+                tokio::time::sleep(Duration::from_micros((seed >> 1) % life)).await;
                 if !task.is_finished() {
                     task.abort();
                     aborted += 1;
@@ -292,7 +291,7 @@ fn aborted_requests_leak_no_concurrency_lease() {
             assert!(aborted > 0, "some requests must be cut off mid-flight");
             let full_key = format!("{key}:default:*");
             let settled = no_lease_left(&server, &store, full_key.as_bytes()).await;
-            eprintln!("batching {batching}: {aborted} of 300 aborted, leases gone in {settled:?}");
+            eprintln!("batching {batching}: {aborted} of 150 aborted, leases gone in {settled:?}");
             // And the key admits its two in-flight requests again.
             let limiter = Limiter::new(store.clone(), Policy::concurrency(2).unwrap());
             let a = limiter.acquire(&full_key).await.unwrap();
