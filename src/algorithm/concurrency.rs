@@ -91,6 +91,13 @@ pub fn prune(s: &mut ConcurrencyState, now: u64) {
 }
 
 /// Records the permit; call only when [`check`] allowed.
+///
+/// A `now` earlier than the newest lease's grant (the clock went back, or a
+/// caller's reading was overtaken by a check that already pruned the leases
+/// lapsed at its later time) still records the permit as granted at that
+/// grant: it lapses no sooner than the newest lease. A shorter lease would
+/// free room early that the policy never had, like the sliding log's entry
+/// kept at its later instant.
 pub fn admit(
     p: &ConcurrencyParams,
     s: &mut ConcurrencyState,
@@ -100,9 +107,10 @@ pub fn admit(
 ) {
     prune(s, now);
     if cost > 0 {
+        let newest = s.leases.iter().map(|l| l.expires_at).max().unwrap_or(0);
         s.leases.push(Lease {
             id: permit,
-            expires_at: now.saturating_add(p.lease_ns),
+            expires_at: now.saturating_add(p.lease_ns).max(newest),
             units: cost,
         });
     }
@@ -134,4 +142,27 @@ pub fn refund(s: &mut ConcurrencyState, now: u64, mut amount: u64) {
 /// When the state is indistinguishable from a fresh key.
 pub fn expires_at(s: &ConcurrencyState) -> u64 {
     s.leases.iter().map(|l| l.expires_at).max().unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_earlier_now_never_shortens_a_lease() {
+        let p = ConcurrencyParams {
+            max_in_flight: 3,
+            lease_ns: 1_000,
+        };
+        let mut s = ConcurrencyState::default();
+        admit(&p, &mut s, 5_000, 1, PermitId(1));
+        // Granted on a reading 400 ns older than the newest grant.
+        admit(&p, &mut s, 4_600, 1, PermitId(2));
+        assert_eq!(s.leases[1].expires_at, 6_000);
+        // Both still held where the first is.
+        assert!(!check(&p, &s, 5_999, 2, PermitId(3)).allowed);
+        // A later reading gets its own full lease.
+        admit(&p, &mut s, 5_500, 1, PermitId(3));
+        assert_eq!(s.leases[2].expires_at, 6_500);
+    }
 }

@@ -83,7 +83,9 @@ algo.c = {
           return
         end
         local member = int(seq + 1) .. ':' .. permit .. ':' .. int(cost)
-        redis.call('ZADD', key, int(now + lease), member)
+        -- reset_at = max(now + lease, newest expiry): a reading overtaken by
+        -- a check that pruned at a later time never gets a shorter lease.
+        redis.call('ZADD', key, int(reset_at), member)
         redis.call('PEXPIRE', key, ttl_ms(reset_at - now))
       end
     end
