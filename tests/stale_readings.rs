@@ -11,10 +11,12 @@
 
 mod models;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use models::Model;
-use tower_throttle::clock::ManualClock;
+use tower_throttle::clock::{Clock, ManualClock};
 use tower_throttle::{MemoryStore, Policy, Rule};
 
 const LIMIT: u64 = 20;
@@ -149,5 +151,83 @@ fn stale_readings_never_admit_more_than_the_model() {
             );
             assert!(admitted >= LIMIT, "{name} (round {round}): only {admitted}");
         }
+    }
+}
+
+/// A manual clock whose callers yield right after reading it, so that
+/// another thread often checks (and the clock moves) before they commit.
+#[derive(Clone)]
+struct YieldingClock(ManualClock);
+
+impl Clock for YieldingClock {
+    fn now_ns(&self) -> u64 {
+        let now = self.0.now_ns();
+        std::thread::yield_now();
+        now
+    }
+}
+
+/// The threaded form of the replay: 8 threads check one key while thread 0
+/// moves the clock every 12 checks, every reading overtaken as often as the
+/// scheduler allows. Bounded by the model at every instant of the schedule.
+#[test]
+fn threads_with_overtaken_readings_never_admit_more_than_the_model() {
+    const THREADS: usize = 8;
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let steps: Vec<u64> = (0..150)
+        .map(|_| match next(4) {
+            0 => 10_000 + next(400_000),
+            1 => 900_000 + next(200_000),
+            _ => 1_000_000 + next(1_500_000),
+        } * 1_000)
+        .collect();
+    let mut instants = vec![START];
+    for s in &steps {
+        instants.push(instants.last().unwrap() + s);
+    }
+    for (name, policy) in policies() {
+        let manual = ManualClock::starting_at(START);
+        let store = MemoryStore::builder()
+            .clock(YieldingClock(manual.clone()))
+            .sweep_interval(None)
+            .build();
+        let admitted = Arc::new(AtomicU64::new(0));
+        let handles: Vec<_> = (0..THREADS)
+            .map(|thread| {
+                let (store, manual, admitted, steps) = (
+                    store.clone(),
+                    manual.clone(),
+                    admitted.clone(),
+                    steps.clone(),
+                );
+                std::thread::spawn(move || {
+                    let mut steps = steps.into_iter();
+                    for n in 0..2_000 {
+                        if thread == 0 && n % 12 == 11 {
+                            if let Some(step) = steps.next() {
+                                manual.advance(Duration::from_nanos(step));
+                            }
+                        }
+                        let d = store.check_sync(Rule::new(b"k", &policy, 1)).unwrap();
+                        admitted.fetch_add(u64::from(d.allowed), Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        for h in handles {
+            h.join().expect("a checking thread panicked");
+        }
+        let (got, bound) = (
+            admitted.load(Ordering::Relaxed),
+            greedy_bound(&policy, &instants),
+        );
+        println!("{name}: admitted {got}, model bound {bound}");
+        assert!(got <= bound, "{name}: admitted {got} > {bound}");
     }
 }
