@@ -280,7 +280,7 @@ fn aborted_requests_leak_no_concurrency_lease() {
                 seed ^= seed << 17;
                 let svc = svc.clone();
                 let task = tokio::spawn(async move { svc.oneshot(request()).await });
-                let life = if seed % 2 == 0 { 500 } else { 25_000 };
+                let life = if seed.is_multiple_of(2) { 500 } else { 25_000 };
                 tokio::time::sleep(Duration::from_micros((seed >> 1) % life)).await;
                 if !task.is_finished() {
                     task.abort();
