@@ -13,7 +13,7 @@ use crate::info::{Meta, RuleMeta};
 use crate::key::{KeyExtractor, PeerIp, RequestHead};
 use crate::mode::{FailMode, Mode, OnMissingKey};
 use crate::policy::Policy;
-use crate::response::{BodyFormat, Rejection};
+use crate::response::{BodyFormat, Rejection, ResetFormat};
 use crate::rule::{valid_name, Cost, Limit, RuleCfg};
 use crate::service::Throttle;
 use crate::store::Store;
@@ -240,6 +240,14 @@ impl<St: Store> ThrottleLayer<St> {
         self
     }
 
+    /// How `X-RateLimit-Reset` is written: seconds from now (the default)
+    /// or a Unix timestamp. Either way it is the time until the key is fully
+    /// fresh, where the IETF `t` is the time until more quota is available.
+    pub fn legacy_reset_format(mut self, format: ResetFormat) -> Self {
+        self.settings.legacy_reset = format;
+        self
+    }
+
     /// Rejection bodies as `text/plain` (the default).
     pub fn plain_text_body(mut self) -> Self {
         self.settings.body = BodyFormat::PlainText;
@@ -296,11 +304,13 @@ impl<St: Store> ThrottleLayer<St> {
                 exhausted: Default::default(),
             })
             .collect();
-        let meta = Arc::new(Meta::new(
+        let mut meta = Meta::new(
             metas,
             self.settings.ietf_headers,
             self.settings.legacy_headers,
-        ));
+        );
+        meta.legacy_reset = self.settings.legacy_reset;
+        let meta = Arc::new(meta);
         Arc::new(Shared {
             store: self.store.clone(),
             rules,

@@ -39,6 +39,7 @@ pub(crate) struct Settings {
     pub(crate) request_info: bool,
     pub(crate) ietf_headers: bool,
     pub(crate) legacy_headers: bool,
+    pub(crate) legacy_reset: crate::response::ResetFormat,
 }
 
 impl Default for Settings {
@@ -53,6 +54,7 @@ impl Default for Settings {
             request_info: false,
             ietf_headers: true,
             legacy_headers: false,
+            legacy_reset: Default::default(),
         }
     }
 }

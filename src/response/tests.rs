@@ -45,6 +45,7 @@ fn decision(allowed: bool, remaining: u64, retry_ms: Option<u64>, reset_ms: u64)
         remaining,
         retry_after: retry_ms.map(Duration::from_millis),
         reset_after: Duration::from_millis(reset_ms),
+        quota_after: Duration::from_millis(retry_ms.unwrap_or(reset_ms.min(12_000))),
         permit: None,
     }
 }
