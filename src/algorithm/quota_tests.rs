@@ -185,7 +185,6 @@ fn t_is_bounded_by_reset_and_retry() {
                     }
                     d
                 }
-                _ => unreachable!(),
             };
             assert!(d.quota_after <= d.reset_after, "{policy:?} {d:?}");
             assert_eq!(d.quota_after.is_zero(), d.remaining >= d.limit, "{policy:?} {d:?}");

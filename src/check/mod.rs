@@ -26,6 +26,9 @@ pub(crate) struct Shared<St> {
     pub(crate) rules: Box<[RuleCfg]>,
     pub(crate) meta: Arc<Meta>,
     pub(crate) settings: Settings,
+    /// Keeps the layer's key namespaces claimed in the store while any of
+    /// its services lives.
+    pub(crate) _owner: Arc<()>,
 }
 
 #[derive(Clone)]
@@ -156,6 +159,9 @@ pub(crate) fn plan<St>(shared: &Shared<St>, req: &RequestHead<'_>) -> Planned {
             keys.truncate(start);
             let name = &*shared.meta.rules[i].name;
             tracing::debug!(target: "tower_throttle", rule = name, reason = missing.reason(), "no rate-limit key");
+            if missing.is_misconfiguration() {
+                return Planned::Reject(misconfigured(shared, name, missing.reason()));
+            }
             match shared.settings.on_missing {
                 OnMissingKey::Skip => {
                     count("skipped");
@@ -362,6 +368,18 @@ fn many<St>(
         })
         .collect();
     Ok(RateLimitInfo::many(shared.meta.clone(), entries))
+}
+
+/// The 500 of a key the server cannot build; the fix is logged once per
+/// process, not per request (every request would repeat it).
+#[cold]
+fn misconfigured<St>(shared: &Shared<St>, rule: &str, fix: &str) -> Box<Response<Bytes>> {
+    static LOGGED: std::sync::Once = std::sync::Once::new();
+    LOGGED.call_once(|| {
+        tracing::error!(target: "tower_throttle", rule, fix, "rate limiting is misconfigured: every request of this rule is answered 500");
+    });
+    count("misconfigured");
+    rejection_response(&shared.settings.body, &Rejection::Misconfigured { rule })
 }
 
 fn store_failed<St: Store>(shared: &Shared<St>, error: StoreError) -> Outcome<St> {

@@ -80,6 +80,12 @@ pub enum Rejection<'a> {
     Limited(&'a RateLimitInfo),
     /// The store failed or timed out and the layer fails closed (503).
     Unavailable(&'a StoreError),
+    /// A rule's key cannot be built because of the server's configuration
+    /// (no peer address): 500, with a generic body.
+    Misconfigured {
+        /// The rule's name.
+        rule: &'a str,
+    },
     /// A rule found no key and the layer rejects such requests.
     MissingKey {
         /// The rule's name.
@@ -98,6 +104,7 @@ impl Rejection<'_> {
             Rejection::Limited(_) => StatusCode::TOO_MANY_REQUESTS,
             Rejection::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Rejection::MissingKey { status, .. } => *status,
+            Rejection::Misconfigured { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 }
@@ -118,6 +125,7 @@ impl fmt::Display for Rejection<'_> {
             Rejection::MissingKey { reason, .. } => {
                 write!(f, "Cannot rate-limit this request: {reason}.")
             }
+            Rejection::Misconfigured { .. } => f.write_str("Internal server error."),
         }
     }
 }
@@ -166,6 +174,15 @@ pub(crate) fn rejection_response(
     if !matches!(format, BodyFormat::Custom(_)) {
         *response.status_mut() = rejection.status();
     }
+    if let Rejection::Unavailable(_) = rejection {
+        if !matches!(format, BodyFormat::Custom(_))
+            || !response.headers().contains_key(RETRY_AFTER)
+        {
+            response
+                .headers_mut()
+                .insert(RETRY_AFTER, cache::int_value(UNAVAILABLE_RETRY_SECS));
+        }
+    }
     if let Rejection::Limited(info) = rejection {
         // A custom response may carry its own rate-limit fields: keep them.
         // The built-in ones carry none, so no lookups are needed.
@@ -186,6 +203,10 @@ pub(crate) fn rejection_response(
     }
     Box::new(response)
 }
+
+/// The `Retry-After` of a store-failure 503: soon, as a passing failure
+/// (a failover, a timeout) is the common case.
+pub const UNAVAILABLE_RETRY_SECS: u64 = 1;
 
 const TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
 
