@@ -345,6 +345,14 @@ impl<St: Store> ThrottleLayer<St> {
             meta,
             settings: self.settings.clone(),
             _owner: self.owner.clone(),
+            metric_prefix: self.prefix.clone().unwrap_or_else(|| "".into()),
+            metric_rules: self
+                .limits
+                .iter()
+                .map(|l| &*l.name)
+                .collect::<Vec<_>>()
+                .join("+")
+                .into(),
         })
     }
 
