@@ -33,7 +33,8 @@ fn ok_service(
 fn request(peer: Option<&str>, token: Option<&str>) -> Request<()> {
     let mut req = Request::new(());
     if let Some(peer) = peer {
-        req.extensions_mut().insert(peer.parse::<SocketAddr>().unwrap());
+        req.extensions_mut()
+            .insert(peer.parse::<SocketAddr>().unwrap());
     }
     if let Some(token) = token {
         req.headers_mut().insert(
@@ -71,7 +72,10 @@ async fn run<St: Store>(layer: &ThrottleLayer<St>, req: Request<()>) -> (StatusC
     let response = layer.layer(ok_service()).oneshot(req).await.unwrap();
     let mut text = String::new();
     for (name, value) in response.headers() {
-        text.push_str(&format!("{name}: {}\n", String::from_utf8_lossy(value.as_bytes())));
+        text.push_str(&format!(
+            "{name}: {}\n",
+            String::from_utf8_lossy(value.as_bytes())
+        ));
     }
     let status = response.status();
     let body = http_body_util::BodyExt::collect(response.into_body())
@@ -85,11 +89,20 @@ async fn run<St: Store>(layer: &ThrottleLayer<St>, req: Request<()>) -> (StatusC
 /// No store error, prefix, key part, token or hex digest (a token hash) in
 /// a response.
 fn assert_no_leak(what: &str, text: &str) {
-    for secret in [PREFIX, "WRONGTYPE", "internal detail", "198.51.100.7", TOKEN] {
+    for secret in [
+        PREFIX,
+        "WRONGTYPE",
+        "internal detail",
+        "198.51.100.7",
+        TOKEN,
+    ] {
         assert!(!text.contains(secret), "{what} leaks {secret:?}:\n{text}");
     }
     for secret in ["into_make_service", "ConnectInfo", "SocketAddr"] {
-        assert!(!text.contains(secret), "{what} leaks server internals:\n{text}");
+        assert!(
+            !text.contains(secret),
+            "{what} leaks server internals:\n{text}"
+        );
     }
     let longest_hex = text
         .split(|c: char| !c.is_ascii_hexdigit())
@@ -117,7 +130,10 @@ async fn every_response_kind_has_its_status_and_leaks_nothing() {
                 .prefix(PREFIX)
                 .legacy_headers(true),
         );
-        assert_eq!(run(&limited, request(Some(PEER), None)).await.0, StatusCode::OK);
+        assert_eq!(
+            run(&limited, request(Some(PEER), None)).await.0,
+            StatusCode::OK
+        );
         let (status, text) = run(&limited, request(Some(PEER), None)).await;
         assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
         assert_no_leak("429", &text);
@@ -138,14 +154,21 @@ async fn every_response_kind_has_its_status_and_leaks_nothing() {
         assert_eq!(status, StatusCode::UNAUTHORIZED);
         assert_no_leak("401", &text);
         // A token's 429 names neither the token nor its hash.
-        assert_eq!(run(&bearer, request(Some(PEER), Some(TOKEN))).await.0, StatusCode::OK);
+        assert_eq!(
+            run(&bearer, request(Some(PEER), Some(TOKEN))).await.0,
+            StatusCode::OK
+        );
         let (status, text) = run(&bearer, request(Some(PEER), Some(TOKEN))).await;
         assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
         assert_no_leak("429 by token", &text);
 
         // 503, with a Retry-After.
         let failing = ThrottleLayer::new(Failing, policy).prefix(PREFIX);
-        let failing = if problem_json { failing.problem_json_body() } else { failing };
+        let failing = if problem_json {
+            failing.problem_json_body()
+        } else {
+            failing
+        };
         let (status, text) = run(&failing, request(Some(PEER), Some(TOKEN))).await;
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
         assert!(text.contains("retry-after: 1\n"), "{text}");
@@ -167,7 +190,10 @@ fn two_layers_on_one_store_do_not_share_counters_by_accident() {
     }));
     let message = *refused.unwrap_err().downcast::<String>().unwrap();
     assert!(message.contains("\"default:\""), "{message}");
-    assert!(message.contains(".prefix(") && message.contains(".share_counters()"), "{message}");
+    assert!(
+        message.contains(".prefix(") && message.contains(".share_counters()"),
+        "{message}"
+    );
     // Its own prefix, or sharing on purpose, builds.
     let _replies = ThrottleLayer::new(store.clone(), policy)
         .prefix("reply")

@@ -69,8 +69,14 @@ fn fixed_window_t_is_the_window_end() {
     let s = fixed_window::FixedWindowState::default();
     let now = 600 * S + 10 * S;
     let d = fixed_window::check(&p, &s, now, 1);
-    assert_eq!((d.remaining, d.quota_after, d.reset_after), (1, secs(50), secs(50)));
-    assert_eq!(fixed_window::check(&p, &s, now, 0).quota_after, Duration::ZERO);
+    assert_eq!(
+        (d.remaining, d.quota_after, d.reset_after),
+        (1, secs(50), secs(50))
+    );
+    assert_eq!(
+        fixed_window::check(&p, &s, now, 0).quota_after,
+        Duration::ZERO
+    );
 }
 
 #[test]
@@ -115,12 +121,18 @@ fn concurrency_t_is_the_first_lease_to_lapse() {
     concurrency::admit(&p, &mut s, T0, 1, PermitId(1));
     let d = concurrency::check(&p, &s, T0 + 10 * S, 1, PermitId(2));
     assert!(d.allowed);
-    assert_eq!((d.remaining, d.quota_after, d.reset_after), (0, secs(20), secs(30)));
+    assert_eq!(
+        (d.remaining, d.quota_after, d.reset_after),
+        (0, secs(20), secs(30))
+    );
     concurrency::admit(&p, &mut s, T0 + 10 * S, 1, PermitId(2));
     let d = concurrency::check(&p, &s, T0 + 10 * S, 1, PermitId(3));
     assert_eq!((d.retry_after, d.quota_after), (Some(secs(20)), secs(20)));
     let empty = concurrency::ConcurrencyState::default();
-    assert_eq!(concurrency::check(&p, &empty, T0, 0, PermitId(4)).quota_after, Duration::ZERO);
+    assert_eq!(
+        concurrency::check(&p, &empty, T0, 0, PermitId(4)).quota_after,
+        Duration::ZERO
+    );
 }
 
 /// Over many random states: `t` never exceeds the full reset, and for a
@@ -143,7 +155,12 @@ fn t_is_bounded_by_reset_and_retry() {
         Policy::concurrency_with_lease(5, w).unwrap(),
     ];
     for policy in &policies {
-        let (mut tat, mut log, mut fixed, mut sliding) = (0, Default::default(), Default::default(), Default::default());
+        let (mut tat, mut log, mut fixed, mut sliding) = (
+            0,
+            Default::default(),
+            Default::default(),
+            Default::default(),
+        );
         let mut conc = concurrency::ConcurrencyState::default();
         let mut now = T0;
         for i in 0..2_000 {
@@ -187,7 +204,11 @@ fn t_is_bounded_by_reset_and_retry() {
                 }
             };
             assert!(d.quota_after <= d.reset_after, "{policy:?} {d:?}");
-            assert_eq!(d.quota_after.is_zero(), d.remaining >= d.limit, "{policy:?} {d:?}");
+            assert_eq!(
+                d.quota_after.is_zero(),
+                d.remaining >= d.limit,
+                "{policy:?} {d:?}"
+            );
             if let Some(retry) = d.retry_after {
                 assert!(d.quota_after <= retry, "{policy:?} {d:?}");
                 assert!(d.retry_after_secs().unwrap() >= d.quota_after_secs());

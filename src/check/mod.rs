@@ -377,12 +377,7 @@ fn many<St>(
 /// The 500 of a key the server cannot build; the fix is logged once per
 /// process, not per request (every request would repeat it).
 #[cold]
-fn misconfigured<St>(
-    shared: &Shared<St>,
-    i: usize,
-    rule: &str,
-    fix: &str,
-) -> Box<Response<Bytes>> {
+fn misconfigured<St>(shared: &Shared<St>, i: usize, rule: &str, fix: &str) -> Box<Response<Bytes>> {
     static LOGGED: std::sync::Once = std::sync::Once::new();
     LOGGED.call_once(|| {
         tracing::error!(target: "tower_throttle", rule, fix, "rate limiting is misconfigured: every request of this rule is answered 500");

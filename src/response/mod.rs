@@ -29,9 +29,9 @@ mod fields;
 
 pub(crate) use cache::ExhaustedItems;
 pub use fields::DRAFT;
-pub(crate) use fields::{policy_value, ratelimit_item};
 #[cfg(test)]
 use fields::SF_INT_MAX;
+pub(crate) use fields::{policy_value, ratelimit_item};
 
 /// `RateLimit-Policy`.
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -175,8 +175,7 @@ pub(crate) fn rejection_response(
         *response.status_mut() = rejection.status();
     }
     if let Rejection::Unavailable(_) = rejection {
-        if !matches!(format, BodyFormat::Custom(_))
-            || !response.headers().contains_key(RETRY_AFTER)
+        if !matches!(format, BodyFormat::Custom(_)) || !response.headers().contains_key(RETRY_AFTER)
         {
             response
                 .headers_mut()

@@ -216,8 +216,15 @@ fn legacy_reset_as_a_unix_timestamp() {
         .unwrap()
         .as_secs();
     let r = rejection_response(&BodyFormat::PlainText, &Rejection::Limited(&info));
-    let reset: u64 = r.headers()[X_RATELIMIT_RESET].to_str().unwrap().parse().unwrap();
+    let reset: u64 = r.headers()[X_RATELIMIT_RESET]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     // The full reset (59 s) from now, rounded up.
-    assert!((before + 59..=before + 61).contains(&reset), "{reset} vs {before}");
+    assert!(
+        (before + 59..=before + 61).contains(&reset),
+        "{reset} vs {before}"
+    );
     assert_eq!(r.headers()[RETRY_AFTER], "42");
 }

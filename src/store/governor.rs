@@ -28,8 +28,8 @@ use governor::middleware::StateInformationMiddleware;
 use governor::state::keyed::DefaultKeyedStateStore;
 use governor::{Quota, RateLimiter};
 
-use crate::algorithm::gcra;
 use super::{Rule, Store, StoreError};
+use crate::algorithm::gcra;
 use crate::decision::{Decision, PermitId};
 use crate::policy::{Algorithm, GcraParams, Policy};
 

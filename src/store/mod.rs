@@ -5,10 +5,10 @@
 //! share one set of limits between app instances.
 
 mod error;
-mod namespaces;
 #[cfg(feature = "governor")]
 pub mod governor;
 pub mod memory;
+mod namespaces;
 #[cfg(feature = "redis")]
 pub mod redis;
 
@@ -19,8 +19,8 @@ pub use self::governor::GovernorStore;
 #[cfg(feature = "redis")]
 pub use self::redis::{CellStore, RedisClusterStore, RedisStore};
 pub use error::{BoxError, StoreError};
-pub use namespaces::Namespaces;
 pub use memory::{MemoryStore, MemoryStoreBuilder};
+pub use namespaces::Namespaces;
 
 use crate::decision::{Decision, PermitId};
 use crate::policy::Policy;

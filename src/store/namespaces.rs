@@ -15,7 +15,10 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 /// instance, so it is the same on every instance of an application; layers
 /// on one Redis server through separate store instances are not seen.
 #[derive(Clone, Default)]
-pub struct Namespaces(Arc<Mutex<HashMap<Box<[u8]>, Weak<()>>>>);
+pub struct Namespaces(Arc<Mutex<Owners>>);
+
+/// Namespace → the layer holding it (dead once that layer is dropped).
+type Owners = HashMap<Box<[u8]>, Weak<()>>;
 
 impl fmt::Debug for Namespaces {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
