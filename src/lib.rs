@@ -97,6 +97,7 @@ pub use mode::{FailMode, Mode, OnMissingKey, MAX_DELAY_ATTEMPTS};
 pub use policy::{
     Algorithm, ConcurrencyParams, GcraParams, Policy, PolicyError, WindowParams, DEFAULT_LEASE,
 };
+pub use response::ResetFormat;
 pub use rule::Limit;
 pub use service::Throttle;
 #[cfg(feature = "redis")]

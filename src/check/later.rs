@@ -30,7 +30,7 @@ pub(crate) async fn evaluate<St: Store>(shared: Arc<Shared<St>>, plan: Plan) -> 
                 if slot_wait > Duration::ZERO && matches!(outcome, Outcome::Forward { .. }) {
                     // Admitted into a reserved slot: wait for it, then go. A
                     // waiter dropped before its time gives the slot back.
-                    count("delayed");
+                    count(&shared, "delayed", None);
                     let reserved = Reserved::new(&shared, &plan);
                     tokio::time::sleep(slot_wait).await;
                     reserved.keep();

@@ -26,6 +26,13 @@ pub(crate) struct Shared<St> {
     pub(crate) rules: Box<[RuleCfg]>,
     pub(crate) meta: Arc<Meta>,
     pub(crate) settings: Settings,
+    /// Keeps the layer's key namespaces claimed in the store while any of
+    /// its services lives.
+    pub(crate) _owner: Arc<()>,
+    /// The `prefix` label of the metrics ("" without a prefix).
+    pub(crate) metric_prefix: Arc<str>,
+    /// The `rule` label of outcomes about every rule: the names, `+`-joined.
+    pub(crate) metric_rules: Arc<str>,
 }
 
 #[derive(Clone)]
@@ -39,6 +46,7 @@ pub(crate) struct Settings {
     pub(crate) request_info: bool,
     pub(crate) ietf_headers: bool,
     pub(crate) legacy_headers: bool,
+    pub(crate) legacy_reset: crate::response::ResetFormat,
 }
 
 impl Default for Settings {
@@ -53,6 +61,7 @@ impl Default for Settings {
             request_info: false,
             ietf_headers: true,
             legacy_headers: false,
+            legacy_reset: Default::default(),
         }
     }
 }
@@ -154,13 +163,16 @@ pub(crate) fn plan<St>(shared: &Shared<St>, req: &RequestHead<'_>) -> Planned {
             keys.truncate(start);
             let name = &*shared.meta.rules[i].name;
             tracing::debug!(target: "tower_throttle", rule = name, reason = missing.reason(), "no rate-limit key");
+            if missing.is_misconfiguration() {
+                return Planned::Reject(misconfigured(shared, i, name, missing.reason()));
+            }
             match shared.settings.on_missing {
                 OnMissingKey::Skip => {
-                    count("skipped");
+                    count(shared, "skipped", Some(i));
                     continue;
                 }
                 OnMissingKey::Reject(status) => {
-                    count("missing_key");
+                    count(shared, "missing_key", Some(i));
                     let rejection = Rejection::MissingKey {
                         rule: name,
                         reason: missing.reason(),
@@ -223,7 +235,7 @@ fn settle<St: Store>(
     };
     log_decisions(shared, plan, &info);
     if info.allowed() {
-        count("allowed");
+        count(shared, "allowed", None);
         let permits = Permits::collect(shared, plan, &info);
         return Step::Done(Outcome::Forward {
             info: Some(info),
@@ -232,7 +244,7 @@ fn settle<St: Store>(
     }
     match shared.settings.mode {
         Mode::DryRun => {
-            count("dry_run_limited");
+            count(shared, "dry_run_limited", Some(info.binding().rule));
             tracing::info!(target: "tower_throttle", retry_after = ?info.retry_after(), "dry run: request would be rate-limited");
             return Step::Done(Outcome::Forward {
                 info: Some(info),
@@ -242,14 +254,14 @@ fn settle<St: Store>(
         Mode::Delay { max_wait } => {
             if let Some(wait) = info.retry_after() {
                 if attempts < MAX_DELAY_ATTEMPTS && waited + wait <= max_wait {
-                    count("delayed");
+                    count(shared, "delayed", Some(info.binding().rule));
                     return Step::Wait(wait);
                 }
             }
         }
         Mode::Reject => {}
     }
-    count("limited");
+    count(shared, "limited", Some(info.binding().rule));
     Step::Done(Outcome::Reject(rejection_response(
         &shared.settings.body,
         &Rejection::Limited(&info),
@@ -304,7 +316,7 @@ fn evaluate_now<St: Store>(shared: &Shared<St>, plan: Plan) -> Now<St> {
                     && !tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG)
                 {
                     plan.recycle();
-                    count("allowed");
+                    count(shared, "allowed", None);
                     return Now::Admitted;
                 }
             }
@@ -362,8 +374,20 @@ fn many<St>(
     Ok(RateLimitInfo::many(shared.meta.clone(), entries))
 }
 
+/// The 500 of a key the server cannot build; the fix is logged once per
+/// process, not per request (every request would repeat it).
+#[cold]
+fn misconfigured<St>(shared: &Shared<St>, i: usize, rule: &str, fix: &str) -> Box<Response<Bytes>> {
+    static LOGGED: std::sync::Once = std::sync::Once::new();
+    LOGGED.call_once(|| {
+        tracing::error!(target: "tower_throttle", rule, fix, "rate limiting is misconfigured: every request of this rule is answered 500");
+    });
+    count(shared, "misconfigured", Some(i));
+    rejection_response(&shared.settings.body, &Rejection::Misconfigured { rule })
+}
+
 fn store_failed<St: Store>(shared: &Shared<St>, error: StoreError) -> Outcome<St> {
-    count("store_error");
+    count(shared, "store_error", None);
     let fail = shared.settings.fail;
     tracing::warn!(target: "tower_throttle", %error, fail_mode = ?fail, "rate-limit store failed");
     match fail {
@@ -397,10 +421,28 @@ fn log_decisions<St>(shared: &Shared<St>, plan: &Plan, info: &RateLimitInfo) {
     }
 }
 
+/// Counts a request's outcome (feature `metrics`), labelled with the
+/// layer's prefix (empty when none) and the rule that decided it: the one
+/// that denied or found no key, or every rule's name joined with `+` when
+/// the request as a whole was admitted or the store failed. Labels come
+/// from configuration only, never from requests: the series are bounded by
+/// outcomes × layers × rules.
 #[inline]
-fn count(outcome: &'static str) {
+fn count<St>(shared: &Shared<St>, outcome: &'static str, rule: Option<usize>) {
     #[cfg(feature = "metrics")]
-    metrics::counter!("tower_throttle_requests_total", "outcome" => outcome).increment(1);
+    {
+        let rule = rule.map_or_else(
+            || shared.metric_rules.clone(),
+            |i| shared.meta.rules[i].name.clone(),
+        );
+        metrics::counter!(
+            "tower_throttle_requests_total",
+            "outcome" => outcome,
+            "prefix" => shared.metric_prefix.clone(),
+            "rule" => rule
+        )
+        .increment(1);
+    }
     #[cfg(not(feature = "metrics"))]
-    let _ = outcome;
+    let _ = (shared, outcome, rule);
 }

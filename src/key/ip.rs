@@ -27,7 +27,7 @@ const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 /// At most this many hops of a forwarding header are examined.
 const MAX_HOPS: usize = 64;
 
-const NO_PEER: MissingKey = MissingKey::new(
+const NO_PEER: MissingKey = MissingKey::misconfigured(
     "the peer address is unknown (serve with axum's `into_make_service_with_connect_info::<SocketAddr>()` \
      or insert a `SocketAddr` request extension)",
 );
