@@ -303,6 +303,7 @@ impl<St: Store> ThrottleLayer<St> {
         ));
         Arc::new(Shared {
             store: self.store.clone(),
+            holds: Arc::new(crate::check::Holds::new(self.limits.len())),
             rules,
             meta,
             settings: self.settings.clone(),
