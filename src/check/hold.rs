@@ -46,11 +46,7 @@ impl Holds {
         let x = u64::try_from(held.as_nanos()).unwrap_or(u64::MAX).max(1);
         let old = mean.load(Ordering::Relaxed);
         // Weight 1/4: a handful of releases moves the estimate to a new regime.
-        let new = if old == 0 {
-            x
-        } else {
-            old - old / 4 + x / 4
-        };
+        let new = if old == 0 { x } else { old - old / 4 + x / 4 };
         mean.store(new.max(1), Ordering::Relaxed);
     }
 
@@ -63,7 +59,11 @@ impl Holds {
     /// Replaces the retry of every concurrency denial in `info` by the
     /// estimate: the mean hold time, at least [`MIN_RETRY`], at most the
     /// store's bound.
-    pub(crate) fn estimate_retries(&self, info: &mut RateLimitInfo, policy: impl Fn(usize) -> Policy) {
+    pub(crate) fn estimate_retries(
+        &self,
+        info: &mut RateLimitInfo,
+        policy: impl Fn(usize) -> Policy,
+    ) {
         for entry in info.entries_mut() {
             let d = &mut entry.decision;
             let Some(bound) = d.retry_after else { continue };
@@ -101,7 +101,10 @@ mod tests {
             holds.observe(0, Duration::from_secs(2));
         }
         let mean = holds.mean(0).unwrap();
-        assert!(mean >= Duration::from_secs(2) && mean < Duration::from_millis(2010), "{mean:?}");
+        assert!(
+            mean >= Duration::from_secs(2) && mean < Duration::from_millis(2010),
+            "{mean:?}"
+        );
         assert_eq!(holds.mean(1), None);
         holds.observe(7, Duration::from_secs(1)); // no such rule: ignored
     }

@@ -210,7 +210,10 @@ enum Step<St: Store> {
     Done(Outcome<St>),
     /// Delay mode: wait this long (or, with `on_release`, until this layer
     /// releases a permit, if sooner), then check again.
-    Wait { wait: Duration, on_release: bool },
+    Wait {
+        wait: Duration,
+        on_release: bool,
+    },
 }
 
 /// Applies the mode to one store answer; `waited` and `attempts` count the
