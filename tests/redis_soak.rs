@@ -203,7 +203,7 @@ fn faults_never_break_the_invariants() {
             .key(HeaderKey::new(http::HeaderName::from_static("x-user")))
             .prefix("gcra")
             .fail_closed()
-            .layer(ok.clone());
+            .layer(ok);
         let open = ThrottleLayer::new(store.clone(), gcra())
             .key(HeaderKey::new(http::HeaderName::from_static("x-user")))
             .prefix("open")
@@ -301,7 +301,7 @@ fn faults_never_break_the_invariants() {
                     }
                     inflight_tasks.fetch_sub(1, Ordering::SeqCst);
                     // Pace the load a little so the machine stays responsive.
-                    if sent % 8 == 0 {
+                    if sent.is_multiple_of(8) {
                         tokio::time::sleep(Duration::from_millis(1)).await;
                     }
                 }

@@ -263,7 +263,7 @@ where
     match result {
         Ok((now_ns, results)) => {
             for (job, r) in jobs.into_iter().zip(results) {
-                let leases = abandoned::holds_permits(&job.rules).then(|| &job.rules);
+                let leases = abandoned::holds_permits(&job.rules).then_some(&job.rules);
                 let leases = leases.map(|rules| abandoned::permits_of(rules));
                 let failed = r.is_err();
                 let undelivered = job

@@ -114,7 +114,7 @@ impl Drop for ProbeClaim<'_> {
 mod tests {
     use std::future::Future;
     use std::pin::pin;
-    use std::task::{Context, Poll, Waker};
+    use std::task::{Context, Waker};
 
     use redis::{Cmd, Pipeline, RedisFuture, Value};
 
