@@ -95,6 +95,13 @@ impl RateLimitInfo {
         &self.meta
     }
 
+    pub(crate) fn entries_mut(&mut self) -> &mut [Entry] {
+        match &mut self.entries {
+            Entries::One(e) => std::slice::from_mut(e),
+            Entries::Many(v) => v,
+        }
+    }
+
     pub(crate) fn entries(&self) -> &[Entry] {
         match &self.entries {
             Entries::One(e) => std::slice::from_ref(e),

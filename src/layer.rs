@@ -341,6 +341,7 @@ impl<St: Store> ThrottleLayer<St> {
         let meta = Arc::new(meta);
         Arc::new(Shared {
             store: self.store.clone(),
+            holds: Arc::new(crate::check::Holds::new(self.limits.len())),
             rules,
             meta,
             settings: self.settings.clone(),

@@ -144,6 +144,8 @@ async fn no_lease_left(server: &RedisServer, store: &RedisStore, key: &[u8]) -> 
 }
 
 /// The futures under test, one per public async entry point.
+// `LayerCall` reads better than `Layer` among the other calls.
+#[allow(clippy::enum_variant_names)]
 #[derive(Clone, Copy, Debug)]
 enum Call {
     Check,

@@ -13,16 +13,20 @@ use crate::mode::{FailMode, Mode, OnMissingKey, MAX_DELAY_ATTEMPTS};
 use crate::response::{rejection_response, BodyFormat, Rejection};
 use crate::rule::RuleCfg;
 
+mod hold;
 mod later;
 mod permits;
 
 use crate::store::{Rule, Store, StoreError};
+pub(crate) use hold::Holds;
 pub(crate) use later::evaluate;
 pub(crate) use permits::Permits;
 
 /// Everything a layer's services share.
 pub(crate) struct Shared<St> {
     pub(crate) store: Arc<St>,
+    /// Hold times and releases of this layer's concurrency permits.
+    pub(crate) holds: Arc<Holds>,
     pub(crate) rules: Box<[RuleCfg]>,
     pub(crate) meta: Arc<Meta>,
     pub(crate) settings: Settings,
@@ -216,8 +220,12 @@ pub(crate) enum Outcome<St: Store> {
 /// What to do after one store answer.
 enum Step<St: Store> {
     Done(Outcome<St>),
-    /// Delay mode: wait this long, then check again.
-    Wait(Duration),
+    /// Delay mode: wait this long (or, with `on_release`, until this layer
+    /// releases a permit, if sooner), then check again.
+    Wait {
+        wait: Duration,
+        on_release: bool,
+    },
 }
 
 /// Applies the mode to one store answer; `waited` and `attempts` count the
@@ -229,10 +237,16 @@ fn settle<St: Store>(
     waited: Duration,
     attempts: u32,
 ) -> Step<St> {
-    let info = match answer {
+    let mut info = match answer {
         Ok(info) => info,
         Err(error) => return Step::Done(store_failed(shared, error)),
     };
+    if !info.allowed() {
+        // The store's retry for a concurrency denial is the lease ceiling.
+        shared
+            .holds
+            .estimate_retries(&mut info, |rule| shared.rules[rule].policy);
+    }
     log_decisions(shared, plan, &info);
     if info.allowed() {
         count(shared, "allowed", None);
@@ -252,10 +266,23 @@ fn settle<St: Store>(
             });
         }
         Mode::Delay { max_wait } => {
-            if let Some(wait) = info.retry_after() {
-                if attempts < MAX_DELAY_ATTEMPTS && waited + wait <= max_wait {
+            let left = max_wait.saturating_sub(waited);
+            if let Some(wait) = info.retry_after().filter(|_| attempts < MAX_DELAY_ATTEMPTS) {
+                // Only concurrency rules deny: a release may come before the
+                // estimate, so wait for it within whatever budget is left.
+                if only_concurrency_denies(shared, &info) && !left.is_zero() {
                     count(shared, "delayed", Some(info.binding().rule));
-                    return Step::Wait(wait);
+                    return Step::Wait {
+                        wait: wait.min(left),
+                        on_release: true,
+                    };
+                }
+                if wait <= left {
+                    count(shared, "delayed", Some(info.binding().rule));
+                    return Step::Wait {
+                        wait,
+                        on_release: false,
+                    };
                 }
             }
         }
@@ -266,6 +293,14 @@ fn settle<St: Store>(
         &shared.settings.body,
         &Rejection::Limited(&info),
     )))
+}
+
+/// True when every denying rule of `info` is a concurrency limit.
+fn only_concurrency_denies<St>(shared: &Shared<St>, info: &RateLimitInfo) -> bool {
+    info.entries()
+        .iter()
+        .filter(|e| !e.decision.allowed)
+        .all(|e| shared.rules[e.rule].policy.is_concurrency())
 }
 
 /// What a request's check came to before any future.
@@ -347,7 +382,7 @@ fn evaluate_now<St: Store>(shared: &Shared<St>, plan: Plan) -> Now<St> {
             plan.recycle();
             Now::Decided(outcome)
         }
-        Step::Wait(_) => Now::Later(plan),
+        Step::Wait { .. } => Now::Later(plan),
     }
 }
 
