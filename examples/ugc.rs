@@ -8,7 +8,10 @@
 //!
 //! Run `cargo run --example ugc` (add `--features redis` and set
 //! `REDIS_URL=redis://127.0.0.1/` to share the limits between instances),
-//! then try the printed `curl` lines.
+//! then try the printed `curl` lines. It listens on 127.0.0.1, port `PORT`
+//! (default 3000). A 429's `RateLimit` `t` is the seconds until the next
+//! unit of quota (a post's is at most its `Retry-After`), not until the key
+//! is fully fresh.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

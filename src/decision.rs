@@ -21,8 +21,19 @@ pub struct Decision {
     /// Denied only: how long until this same request would be admitted.
     /// `None` when allowed, and when denied forever (see [`Decision::is_never`]).
     pub retry_after: Option<Duration>,
-    /// How long until the key is back to a fresh state.
+    /// How long until the key is back to a fresh state: the legacy
+    /// `X-RateLimit-Reset`.
     pub reset_after: Duration,
+    /// How long until more quota is made available, that is until
+    /// `remaining` grows by one unit: the `t` parameter of the IETF
+    /// `RateLimit` field (draft-ietf-httpapi-ratelimit-headers-10). Zero when
+    /// `remaining` is already `limit`. Per algorithm: GCRA, the next unit
+    /// drips back; sliding log, the oldest unit in the window leaves it;
+    /// fixed window, the window ends; sliding window, the estimate drops by
+    /// one; concurrency, the earliest lease lapses (an upper bound: a
+    /// release frees a unit sooner). Never later than `reset_after`, and for
+    /// a denied request never later than `retry_after`.
+    pub quota_after: Duration,
     /// Admitted concurrency checks only: the permit to release when done.
     pub permit: Option<PermitId>,
 }
@@ -49,6 +60,7 @@ impl Decision {
     ///     remaining: 0,
     ///     retry_after: Some(Duration::from_millis(1999)),
     ///     reset_after: Duration::from_secs(32),
+    ///     quota_after: Duration::from_millis(1999),
     ///     permit: None,
     /// };
     /// assert_eq!(d.to_cell_reply(), [1, 16, 0, 2, 32]);
@@ -67,6 +79,13 @@ impl Decision {
     /// `Retry-After` header. `None` when allowed or never.
     pub fn retry_after_secs(&self) -> Option<u64> {
         self.retry_after.map(|d| ceil_secs(d).max(1))
+    }
+
+    /// `quota_after` in whole seconds rounded up: the IETF `t`. Never more
+    /// than [`Self::retry_after_secs`] of the same denial, so a response's
+    /// `Retry-After` is never earlier than its `t`.
+    pub fn quota_after_secs(&self) -> u64 {
+        ceil_secs(self.quota_after)
     }
 }
 
@@ -96,6 +115,7 @@ mod tests {
             remaining: 0,
             retry_after: retry,
             reset_after: reset,
+            quota_after: retry.unwrap_or_default(),
             permit: None,
         }
     }

@@ -14,6 +14,7 @@ use crate::check::{Forwarding, Outcome, Permits};
 use crate::info::RateLimitInfo;
 use crate::response::add_headers;
 use crate::store::Store;
+use crate::upgrade::{is_upgrade, upgraded, UpgradePermit};
 
 /// A check still waiting for the store (or for the quota, in delay mode).
 pub(crate) type BoxCheck<St> = Pin<Box<dyn Future<Output = Outcome<St>> + Send>>;
@@ -59,6 +60,9 @@ pin_project! {
 pub(crate) struct Carried<St: Store> {
     headers: Option<RateLimitInfo>,
     permits: Option<Permits<St>>,
+    /// The permits of an upgrade request, offered to its handler; and
+    /// whether it was a `CONNECT`.
+    upgrade: Option<(UpgradePermit, bool)>,
 }
 
 /// A request waiting for its check, with the service that will take it.
@@ -150,8 +154,23 @@ where
                     }
                     None => None,
                 };
-                let carried = (headers.is_some() || permits.is_some())
-                    .then(|| Box::new(Carried { headers, permits }));
+                let (permits, upgrade) = match permits {
+                    Some(permits) if is_upgrade(&request) => {
+                        let offer = UpgradePermit::new(Guard::new(permits));
+                        request.extensions_mut().insert(offer.clone());
+                        let connect = request.method() == http::Method::CONNECT;
+                        (None, Some((offer, connect)))
+                    }
+                    permits => (permits, None),
+                };
+                let carried =
+                    (headers.is_some() || permits.is_some() || upgrade.is_some()).then(|| {
+                        Box::new(Carried {
+                            headers,
+                            permits,
+                            upgrade,
+                        })
+                    });
                 State::Calling {
                     future: service.call(request),
                     carried,
@@ -194,10 +213,19 @@ where
                     let Some(carried) = carried.take() else {
                         return Poll::Ready(result.map(|r| r.map(ThrottleBody::inner)));
                     };
-                    let Carried { headers, permits } = *carried;
+                    let Carried {
+                        headers,
+                        permits,
+                        upgrade,
+                    } = *carried;
                     // Concurrency permits stay held until the response body
-                    // ends (or is dropped), or now if the inner service failed.
-                    let guard = permits.map(Guard::new);
+                    // ends (or is dropped), or now if the inner service failed;
+                    // those of an upgrade, if its handler claimed them, until
+                    // the handler's upgraded task drops them.
+                    let mut guard = permits.map(Guard::new);
+                    if let (Some((offer, connect)), Ok(response)) = (&upgrade, &result) {
+                        guard = offer.unclaimed(upgraded(*connect, response.status()));
+                    }
                     return Poll::Ready(result.map(|response| {
                         let mut response =
                             response.map(|body| ThrottleBody::inner_holding(body, guard));

@@ -32,6 +32,8 @@ pub(crate) struct Meta {
     pub(crate) policy_header: Option<HeaderValue>,
     pub(crate) ietf_headers: bool,
     pub(crate) legacy_headers: bool,
+    /// How `X-RateLimit-Reset` is written.
+    pub(crate) legacy_reset: crate::response::ResetFormat,
     /// The fields of a plain-text 429, prebuilt (see `response`).
     pub(crate) limited_headers: HeaderMap,
 }
@@ -50,6 +52,7 @@ impl Meta {
             rules,
             ietf_headers,
             legacy_headers,
+            legacy_reset: Default::default(),
         }
     }
 }
@@ -90,6 +93,13 @@ impl RateLimitInfo {
 
     pub(crate) fn meta(&self) -> &Meta {
         &self.meta
+    }
+
+    pub(crate) fn entries_mut(&mut self) -> &mut [Entry] {
+        match &mut self.entries {
+            Entries::One(e) => std::slice::from_mut(e),
+            Entries::Many(v) => v,
+        }
     }
 
     pub(crate) fn entries(&self) -> &[Entry] {

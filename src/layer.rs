@@ -13,7 +13,7 @@ use crate::info::{Meta, RuleMeta};
 use crate::key::{KeyExtractor, PeerIp, RequestHead};
 use crate::mode::{FailMode, Mode, OnMissingKey};
 use crate::policy::Policy;
-use crate::response::{BodyFormat, Rejection};
+use crate::response::{BodyFormat, Rejection, ResetFormat};
 use crate::rule::{valid_name, Cost, Limit, RuleCfg};
 use crate::service::Throttle;
 use crate::store::Store;
@@ -28,7 +28,13 @@ use crate::store::Store;
 ///
 /// Every rule's key is `prefix:rule-name:key-part` (no `prefix:` unless set):
 /// give each route's layer its own [`prefix`](Self::prefix) so routes do not
-/// share counters (like the `@EntryTimes` annotation's prefix).
+/// share counters (like the `@EntryTimes` annotation's prefix). Two distinct
+/// layers on one memory or Redis store with a rule of the same
+/// `prefix:rule-name` would share that rule's counters: building the second
+/// one panics, naming the namespace, unless it opts in with
+/// [`share_counters`](Self::share_counters). Clones of a layer are the same
+/// layer (one limit over every route it is applied to); changing a clone's
+/// names, prefix or key makes it a new one.
 ///
 /// ```
 /// use std::time::Duration;
@@ -61,6 +67,10 @@ pub struct ThrottleLayer<St> {
     cost: Cost,
     prefix: Option<Arc<str>>,
     settings: Settings,
+    /// Identifies this layer (and its clones) in the store's namespaces.
+    owner: Arc<()>,
+    /// Shares counters with other layers on purpose.
+    shared_namespace: bool,
 }
 
 impl<St> Clone for ThrottleLayer<St> {
@@ -72,6 +82,8 @@ impl<St> Clone for ThrottleLayer<St> {
             cost: self.cost.clone(),
             prefix: self.prefix.clone(),
             settings: self.settings.clone(),
+            owner: self.owner.clone(),
+            shared_namespace: self.shared_namespace,
         }
     }
 }
@@ -98,6 +110,8 @@ impl<St: Store> ThrottleLayer<St> {
             cost: Cost::Fixed(1),
             prefix: None,
             settings: Settings::default(),
+            owner: Arc::new(()),
+            shared_namespace: false,
         }
     }
 
@@ -130,6 +144,7 @@ impl<St: Store> ThrottleLayer<St> {
     }
 
     fn push(mut self, limit: Limit, at: usize) -> Self {
+        self.owner = Arc::new(());
         assert!(
             self.limits.iter().all(|l| l.name != limit.name),
             "two rate-limit rules of one layer are named {:?}",
@@ -141,6 +156,7 @@ impl<St: Store> ThrottleLayer<St> {
 
     /// The key of every rule that has none of its own (default [`PeerIp`]).
     pub fn key(mut self, key: impl KeyExtractor) -> Self {
+        self.owner = Arc::new(());
         self.key = Arc::new(key);
         self
     }
@@ -159,7 +175,16 @@ impl<St: Store> ThrottleLayer<St> {
 
     /// Prepends `prefix:` to every key of this layer.
     pub fn prefix(mut self, prefix: &str) -> Self {
+        self.owner = Arc::new(());
         self.prefix = Some(prefix.into());
+        self
+    }
+
+    /// Lets this layer use the counters of another layer on the same store
+    /// with the same `prefix:rule-name` (one budget over several routes or
+    /// stacks, on purpose). Without it, building such a second layer panics.
+    pub fn share_counters(mut self) -> Self {
+        self.shared_namespace = true;
         self
     }
 
@@ -203,7 +228,9 @@ impl<St: Store> ThrottleLayer<St> {
         self
     }
 
-    /// What to do when a rule finds no key (default 400 with an explanation).
+    /// What to do when a rule finds no key the client should have sent
+    /// (default 401 with an explanation). A key the server cannot build (no
+    /// peer address) is always a 500: see [`OnMissingKey`].
     pub fn on_missing_key(mut self, on_missing: OnMissingKey) -> Self {
         self.settings.on_missing = on_missing;
         self
@@ -237,6 +264,14 @@ impl<St: Store> ThrottleLayer<St> {
     /// Sends `X-RateLimit-Limit`, `-Remaining` and `-Reset` (default off).
     pub fn legacy_headers(mut self, enabled: bool) -> Self {
         self.settings.legacy_headers = enabled;
+        self
+    }
+
+    /// How `X-RateLimit-Reset` is written: seconds from now (the default)
+    /// or a Unix timestamp. Either way it is the time until the key is fully
+    /// fresh, where the IETF `t` is the time until more quota is available.
+    pub fn legacy_reset_format(mut self, format: ResetFormat) -> Self {
+        self.settings.legacy_reset = format;
         self
     }
 
@@ -279,6 +314,7 @@ impl<St: Store> ThrottleLayer<St> {
                 }
                 key_head.extend_from_slice(limit.name.as_bytes());
                 key_head.push(b':');
+                self.claim(&key_head);
                 RuleCfg {
                     key_head: key_head.into(),
                     policy: limit.policy,
@@ -296,17 +332,51 @@ impl<St: Store> ThrottleLayer<St> {
                 exhausted: Default::default(),
             })
             .collect();
-        let meta = Arc::new(Meta::new(
+        let mut meta = Meta::new(
             metas,
             self.settings.ietf_headers,
             self.settings.legacy_headers,
-        ));
+        );
+        meta.legacy_reset = self.settings.legacy_reset;
+        let meta = Arc::new(meta);
         Arc::new(Shared {
             store: self.store.clone(),
+            holds: Arc::new(crate::check::Holds::new(self.limits.len())),
             rules,
             meta,
             settings: self.settings.clone(),
+            _owner: self.owner.clone(),
+            metric_prefix: self.prefix.clone().unwrap_or_else(|| "".into()),
+            metric_rules: self
+                .limits
+                .iter()
+                .map(|l| &*l.name)
+                .collect::<Vec<_>>()
+                .join("+")
+                .into(),
         })
+    }
+
+    /// Claims a rule's namespace in the store.
+    ///
+    /// # Panics
+    ///
+    /// When another live layer holds it and this one does not share on
+    /// purpose: a configuration error, found when the service is built.
+    fn claim(&self, namespace: &[u8]) {
+        if self.shared_namespace {
+            return;
+        }
+        let Some(namespaces) = self.store.namespaces() else {
+            return;
+        };
+        assert!(
+            namespaces.claim(namespace, &self.owner),
+            "two rate-limit layers on one store use the key namespace {:?} and would share \
+             its counters; give one its own `.prefix(\"...\")` or rule `.name(...)`, or call \
+             `.share_counters()` on the layer that shares them on purpose",
+            String::from_utf8_lossy(namespace)
+        );
     }
 }
 

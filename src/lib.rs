@@ -87,6 +87,7 @@ pub mod response;
 mod rule;
 mod service;
 pub mod store;
+mod upgrade;
 
 pub use body::ThrottleBody;
 pub use decision::{Decision, PermitId};
@@ -97,11 +98,13 @@ pub use mode::{FailMode, Mode, OnMissingKey, MAX_DELAY_ATTEMPTS};
 pub use policy::{
     Algorithm, ConcurrencyParams, GcraParams, Policy, PolicyError, WindowParams, DEFAULT_LEASE,
 };
+pub use response::ResetFormat;
 pub use rule::Limit;
 pub use service::Throttle;
 #[cfg(feature = "redis")]
 pub use store::{CellStore, RedisClusterStore, RedisStore};
 pub use store::{MemoryStore, Rule, Store, StoreError};
+pub use upgrade::{HeldPermit, UpgradePermit};
 
 /// The README's examples, compiled as doctests (they use every feature).
 #[cfg(all(doctest, feature = "redis", feature = "axum"))]

@@ -64,9 +64,16 @@ pub enum FailMode {
     Closed,
 }
 
-/// What happens when a rule's key extractor finds no key (no user, no
-/// peer address, no header). Never a panic. To fall back to another key
-/// instead, use [`KeyExtractor::or`](crate::key::KeyExtractor::or).
+/// What happens when a rule's key extractor finds no key the client should
+/// have sent (no user, no credential, no header). Never a panic. To fall
+/// back to another key instead, use
+/// [`KeyExtractor::or`](crate::key::KeyExtractor::or).
+///
+/// A key the *server* cannot build (no peer address because the server was
+/// not set up to record it, see
+/// [`MissingKey::misconfigured`](crate::key::MissingKey::misconfigured)) is
+/// not the client's fault: it is answered `500 Internal Server Error` with a
+/// generic body whatever this setting, and the fix is logged once.
 ///
 /// ```
 /// use http::StatusCode;
@@ -82,7 +89,7 @@ pub enum FailMode {
 #[non_exhaustive]
 pub enum OnMissingKey {
     /// Answer with this status and a body naming what was missing (default
-    /// `400 Bad Request`; `401 Unauthorized` suits a missing user).
+    /// `401 Unauthorized`: the client did not identify itself).
     Reject(StatusCode),
     /// Do not apply that rule to the request (other rules still apply).
     Skip,
@@ -90,6 +97,6 @@ pub enum OnMissingKey {
 
 impl Default for OnMissingKey {
     fn default() -> Self {
-        OnMissingKey::Reject(StatusCode::BAD_REQUEST)
+        OnMissingKey::Reject(StatusCode::UNAUTHORIZED)
     }
 }

@@ -73,14 +73,27 @@ pub fn check(
             })
             .map(|l| until(l.expires_at))
     };
+    let remaining = p
+        .max_in_flight
+        .saturating_sub(if allowed { held + cost } else { held });
+    // An estimate: the earliest lease to lapse if nobody releases sooner.
+    let first_expiry = s
+        .leases
+        .iter()
+        .filter(|l| l.expires_at > now && l.units > 0)
+        .map(|l| l.expires_at)
+        .chain((allowed && cost > 0).then(|| now.saturating_add(p.lease_ns)))
+        .min();
     Decision {
         allowed,
         limit: p.max_in_flight,
-        remaining: p
-            .max_in_flight
-            .saturating_sub(if allowed { held + cost } else { held }),
+        remaining,
         retry_after,
         reset_after: reset_at.map(until).unwrap_or_default(),
+        quota_after: first_expiry
+            .filter(|_| remaining < p.max_in_flight)
+            .map(until)
+            .unwrap_or_default(),
         permit: (allowed && cost > 0).then_some(permit),
     }
 }

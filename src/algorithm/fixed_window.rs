@@ -31,12 +31,19 @@ pub fn check(p: &WindowParams, s: &FixedWindowState, now: u64, cost: u64) -> Dec
     let until_end = dur(end - u128::from(now));
     let allowed = u128::from(count) + u128::from(cost) <= u128::from(p.max);
     let after = if allowed { count + cost } else { count };
+    let remaining = p.max.saturating_sub(after);
     Decision {
         allowed,
         limit: p.max,
-        remaining: p.max.saturating_sub(after),
+        remaining,
         retry_after: (!allowed && cost <= p.max).then_some(until_end),
         reset_after: if after > 0 {
+            until_end
+        } else {
+            Default::default()
+        },
+        // More quota comes only when the window ends.
+        quota_after: if remaining < p.max {
             until_end
         } else {
             Default::default()

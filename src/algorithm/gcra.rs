@@ -37,12 +37,14 @@ pub fn check(p: &GcraParams, tat: u64, now: u64, cost: u64) -> Decision {
     };
     let allowed = new_tat <= horizon;
     let ttl = if allowed { new_tat - now } else { base - now };
+    let remaining = tau.saturating_sub(ttl) / t;
     Decision {
         allowed,
         limit: p.limit,
-        remaining: tau.saturating_sub(ttl) / t,
+        remaining,
         retry_after: (!allowed && inc <= tau).then(|| Duration::from_nanos(new_tat - horizon)),
         reset_after: Duration::from_nanos(ttl),
+        quota_after: quota_after(p, ttl, remaining),
         permit: None,
     }
 }
@@ -69,8 +71,22 @@ fn check_wide(p: &GcraParams, tat: u64, now: u64, cost: u64) -> Decision {
         remaining,
         retry_after: (!allowed && inc <= tau).then(|| dur(new_tat - tau - now_w)),
         reset_after: dur(ttl),
+        quota_after: quota_after(p, sat(ttl), remaining),
         permit: None,
     }
+}
+
+/// How long until `remaining` grows by one, given the state's `ttl_ns`
+/// (`tat − now`) and the `remaining` it gives: the first instant at which
+/// `ttl' + (remaining + 1)·T ≤ τ`. For a denied unit request this is its
+/// `retry_after`. Zero when `remaining` is already `limit`.
+pub fn quota_after(p: &GcraParams, ttl_ns: u64, remaining: u64) -> Duration {
+    if remaining >= p.limit || ttl_ns == 0 {
+        return Duration::ZERO;
+    }
+    let ttl = u128::from(ttl_ns);
+    let need = ttl + u128::from(p.emission_interval_ns) * (u128::from(remaining) + 1);
+    dur(need.saturating_sub(u128::from(p.tolerance_ns)).min(ttl))
 }
 
 /// Reads a decision made by a reservation — a check against the same policy
@@ -80,6 +96,10 @@ fn check_wide(p: &GcraParams, tat: u64, now: u64, cost: u64) -> Decision {
 pub fn rebase(p: &GcraParams, extra_ns: u64, d: Decision) -> (Decision, Duration) {
     let ttl = u64::try_from(d.reset_after.as_nanos()).unwrap_or(u64::MAX);
     let remaining = p.tolerance_ns.saturating_sub(ttl) / p.emission_interval_ns;
+    let d = Decision {
+        quota_after: quota_after(p, ttl, remaining),
+        ..d
+    };
     if d.allowed {
         let wait = Duration::from_nanos(ttl.saturating_sub(p.tolerance_ns));
         (Decision { remaining, ..d }, wait)

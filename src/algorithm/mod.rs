@@ -16,6 +16,9 @@ pub mod gcra;
 pub mod sliding_log;
 pub mod sliding_window;
 
+#[cfg(test)]
+mod quota_tests;
+
 use std::time::Duration;
 
 #[inline]

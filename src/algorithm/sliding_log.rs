@@ -73,12 +73,25 @@ pub fn check(p: &WindowParams, s: &SlidingLogState, now: u64, cost: u64) -> Deci
             })
             .map(|&(t, _)| until(t))
     };
+    let remaining = p.max.saturating_sub(after);
+    // More quota comes when the oldest unit in the window leaves it (the one
+    // just admitted if the window was empty).
+    let oldest = s.entries.get(gone).map(|&(t, _)| t).filter(|_| total > 0);
+    let oldest = if allowed && cost > 0 {
+        Some(oldest.unwrap_or(now))
+    } else {
+        oldest
+    };
     Decision {
         allowed,
         limit: p.max,
-        remaining: p.max.saturating_sub(after),
+        remaining,
         retry_after,
         reset_after: newest.map(until).unwrap_or_default(),
+        quota_after: oldest
+            .filter(|_| remaining < p.max)
+            .map(until)
+            .unwrap_or_default(),
         permit: None,
     }
 }

@@ -80,13 +80,38 @@ pub fn check(p: &WindowParams, s: &SlidingWindowState, now: u64, cost: u64) -> D
         let e = room.checked_div(cur).map_or(0, |fit| w - fit.min(w));
         Some(dur(start + w + e - now_w))
     };
+    let remaining = sat((n * w).saturating_sub(used_after) / w);
+    // More quota comes once the estimate drops by one unit: when
+    // estimate·w ≤ (n − remaining − 1)·w.
+    let quota_after = if u128::from(remaining) >= n {
+        Default::default()
+    } else {
+        let target = (n - u128::from(remaining) - 1) * w;
+        dur(until_at_most(prev, current_after, start, w, target).saturating_sub(now_w))
+    };
     Decision {
         allowed,
         limit: p.max,
-        remaining: sat((n * w).saturating_sub(used_after) / w),
+        remaining,
         retry_after,
         reset_after: dur(reset_at - now_w),
+        quota_after,
         permit: None,
+    }
+}
+
+/// The first instant at which estimate·w ≤ `target`, for a state of counts
+/// `prev` and `cur` in the window starting at `start`: still in this window
+/// if the current count alone fits, otherwise in the next one, where `cur`
+/// becomes the weighted previous count. Needs estimate·w > `target` now.
+fn until_at_most(prev: u128, cur: u128, start: u128, w: u128, target: u128) -> u128 {
+    if cur * w <= target {
+        // prev·(w − e) ≤ target − cur·w; prev > 0 since the estimate is over.
+        let e = w - ((target - cur * w) / prev.max(1)).min(w);
+        start + e
+    } else {
+        let e = w - (target / cur).min(w);
+        start + w + e
     }
 }
 

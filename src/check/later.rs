@@ -16,11 +16,16 @@ use crate::store::{Rule, Store, StoreError};
 pub(crate) async fn evaluate<St: Store>(shared: Arc<Shared<St>>, plan: Plan) -> Outcome<St> {
     let mut waited = Duration::ZERO;
     let mut attempts = 0;
+    let holds = shared.holds.clone();
     loop {
         let reserve = match shared.settings.mode {
             Mode::Delay { max_wait } => Some(max_wait.saturating_sub(waited)),
             _ => None,
         };
+        // Registered before the check, so a release between the check and
+        // the wait still wakes this request.
+        let mut released = std::pin::pin!(holds.released().notified());
+        released.as_mut().enable();
         let (answer, slot_wait) = match store_call(&shared, &plan, reserve).await {
             Ok((info, wait)) => (Ok(info), wait),
             Err(error) => (Err(error), Duration::ZERO),
@@ -30,17 +35,34 @@ pub(crate) async fn evaluate<St: Store>(shared: Arc<Shared<St>>, plan: Plan) -> 
                 if slot_wait > Duration::ZERO && matches!(outcome, Outcome::Forward { .. }) {
                     // Admitted into a reserved slot: wait for it, then go. A
                     // waiter dropped before its time gives the slot back.
-                    count("delayed");
+                    count(&shared, "delayed", None);
                     let reserved = Reserved::new(&shared, &plan);
                     tokio::time::sleep(slot_wait).await;
                     reserved.keep();
                 }
                 return outcome;
             }
-            Step::Wait(wait) => {
+            Step::Wait {
+                wait,
+                on_release: false,
+            } => {
                 attempts += 1;
                 waited += wait;
                 tokio::time::sleep(wait).await;
+            }
+            Step::Wait {
+                wait,
+                on_release: true,
+            } => {
+                // Woken by this layer's next release, or by the estimate
+                // running out (a permit of another instance, a lapsed lease).
+                // Only the timeouts count as attempts: each wake-up is a
+                // permit freed, so they are as many as the releases.
+                let started = tokio::time::Instant::now();
+                if tokio::time::timeout(wait, released).await.is_err() {
+                    attempts += 1;
+                }
+                waited += started.elapsed();
             }
         }
     }

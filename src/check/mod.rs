@@ -13,19 +13,30 @@ use crate::mode::{FailMode, Mode, OnMissingKey, MAX_DELAY_ATTEMPTS};
 use crate::response::{rejection_response, BodyFormat, Rejection};
 use crate::rule::RuleCfg;
 
+mod hold;
 mod later;
 mod permits;
 
 use crate::store::{Rule, Store, StoreError};
+pub(crate) use hold::Holds;
 pub(crate) use later::evaluate;
 pub(crate) use permits::Permits;
 
 /// Everything a layer's services share.
 pub(crate) struct Shared<St> {
     pub(crate) store: Arc<St>,
+    /// Hold times and releases of this layer's concurrency permits.
+    pub(crate) holds: Arc<Holds>,
     pub(crate) rules: Box<[RuleCfg]>,
     pub(crate) meta: Arc<Meta>,
     pub(crate) settings: Settings,
+    /// Keeps the layer's key namespaces claimed in the store while any of
+    /// its services lives.
+    pub(crate) _owner: Arc<()>,
+    /// The `prefix` label of the metrics ("" without a prefix).
+    pub(crate) metric_prefix: Arc<str>,
+    /// The `rule` label of outcomes about every rule: the names, `+`-joined.
+    pub(crate) metric_rules: Arc<str>,
 }
 
 #[derive(Clone)]
@@ -39,6 +50,7 @@ pub(crate) struct Settings {
     pub(crate) request_info: bool,
     pub(crate) ietf_headers: bool,
     pub(crate) legacy_headers: bool,
+    pub(crate) legacy_reset: crate::response::ResetFormat,
 }
 
 impl Default for Settings {
@@ -53,6 +65,7 @@ impl Default for Settings {
             request_info: false,
             ietf_headers: true,
             legacy_headers: false,
+            legacy_reset: Default::default(),
         }
     }
 }
@@ -154,13 +167,16 @@ pub(crate) fn plan<St>(shared: &Shared<St>, req: &RequestHead<'_>) -> Planned {
             keys.truncate(start);
             let name = &*shared.meta.rules[i].name;
             tracing::debug!(target: "tower_throttle", rule = name, reason = missing.reason(), "no rate-limit key");
+            if missing.is_misconfiguration() {
+                return Planned::Reject(misconfigured(shared, i, name, missing.reason()));
+            }
             match shared.settings.on_missing {
                 OnMissingKey::Skip => {
-                    count("skipped");
+                    count(shared, "skipped", Some(i));
                     continue;
                 }
                 OnMissingKey::Reject(status) => {
-                    count("missing_key");
+                    count(shared, "missing_key", Some(i));
                     let rejection = Rejection::MissingKey {
                         rule: name,
                         reason: missing.reason(),
@@ -204,8 +220,12 @@ pub(crate) enum Outcome<St: Store> {
 /// What to do after one store answer.
 enum Step<St: Store> {
     Done(Outcome<St>),
-    /// Delay mode: wait this long, then check again.
-    Wait(Duration),
+    /// Delay mode: wait this long (or, with `on_release`, until this layer
+    /// releases a permit, if sooner), then check again.
+    Wait {
+        wait: Duration,
+        on_release: bool,
+    },
 }
 
 /// Applies the mode to one store answer; `waited` and `attempts` count the
@@ -217,13 +237,19 @@ fn settle<St: Store>(
     waited: Duration,
     attempts: u32,
 ) -> Step<St> {
-    let info = match answer {
+    let mut info = match answer {
         Ok(info) => info,
         Err(error) => return Step::Done(store_failed(shared, error)),
     };
+    if !info.allowed() {
+        // The store's retry for a concurrency denial is the lease ceiling.
+        shared
+            .holds
+            .estimate_retries(&mut info, |rule| shared.rules[rule].policy);
+    }
     log_decisions(shared, plan, &info);
     if info.allowed() {
-        count("allowed");
+        count(shared, "allowed", None);
         let permits = Permits::collect(shared, plan, &info);
         return Step::Done(Outcome::Forward {
             info: Some(info),
@@ -232,7 +258,7 @@ fn settle<St: Store>(
     }
     match shared.settings.mode {
         Mode::DryRun => {
-            count("dry_run_limited");
+            count(shared, "dry_run_limited", Some(info.binding().rule));
             tracing::info!(target: "tower_throttle", retry_after = ?info.retry_after(), "dry run: request would be rate-limited");
             return Step::Done(Outcome::Forward {
                 info: Some(info),
@@ -240,20 +266,41 @@ fn settle<St: Store>(
             });
         }
         Mode::Delay { max_wait } => {
-            if let Some(wait) = info.retry_after() {
-                if attempts < MAX_DELAY_ATTEMPTS && waited + wait <= max_wait {
-                    count("delayed");
-                    return Step::Wait(wait);
+            let left = max_wait.saturating_sub(waited);
+            if let Some(wait) = info.retry_after().filter(|_| attempts < MAX_DELAY_ATTEMPTS) {
+                // Only concurrency rules deny: a release may come before the
+                // estimate, so wait for it within whatever budget is left.
+                if only_concurrency_denies(shared, &info) && !left.is_zero() {
+                    count(shared, "delayed", Some(info.binding().rule));
+                    return Step::Wait {
+                        wait: wait.min(left),
+                        on_release: true,
+                    };
+                }
+                if wait <= left {
+                    count(shared, "delayed", Some(info.binding().rule));
+                    return Step::Wait {
+                        wait,
+                        on_release: false,
+                    };
                 }
             }
         }
         Mode::Reject => {}
     }
-    count("limited");
+    count(shared, "limited", Some(info.binding().rule));
     Step::Done(Outcome::Reject(rejection_response(
         &shared.settings.body,
         &Rejection::Limited(&info),
     )))
+}
+
+/// True when every denying rule of `info` is a concurrency limit.
+fn only_concurrency_denies<St>(shared: &Shared<St>, info: &RateLimitInfo) -> bool {
+    info.entries()
+        .iter()
+        .filter(|e| !e.decision.allowed)
+        .all(|e| shared.rules[e.rule].policy.is_concurrency())
 }
 
 /// What a request's check came to before any future.
@@ -304,7 +351,7 @@ fn evaluate_now<St: Store>(shared: &Shared<St>, plan: Plan) -> Now<St> {
                     && !tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG)
                 {
                     plan.recycle();
-                    count("allowed");
+                    count(shared, "allowed", None);
                     return Now::Admitted;
                 }
             }
@@ -335,7 +382,7 @@ fn evaluate_now<St: Store>(shared: &Shared<St>, plan: Plan) -> Now<St> {
             plan.recycle();
             Now::Decided(outcome)
         }
-        Step::Wait(_) => Now::Later(plan),
+        Step::Wait { .. } => Now::Later(plan),
     }
 }
 
@@ -362,8 +409,20 @@ fn many<St>(
     Ok(RateLimitInfo::many(shared.meta.clone(), entries))
 }
 
+/// The 500 of a key the server cannot build; the fix is logged once per
+/// process, not per request (every request would repeat it).
+#[cold]
+fn misconfigured<St>(shared: &Shared<St>, i: usize, rule: &str, fix: &str) -> Box<Response<Bytes>> {
+    static LOGGED: std::sync::Once = std::sync::Once::new();
+    LOGGED.call_once(|| {
+        tracing::error!(target: "tower_throttle", rule, fix, "rate limiting is misconfigured: every request of this rule is answered 500");
+    });
+    count(shared, "misconfigured", Some(i));
+    rejection_response(&shared.settings.body, &Rejection::Misconfigured { rule })
+}
+
 fn store_failed<St: Store>(shared: &Shared<St>, error: StoreError) -> Outcome<St> {
-    count("store_error");
+    count(shared, "store_error", None);
     let fail = shared.settings.fail;
     tracing::warn!(target: "tower_throttle", %error, fail_mode = ?fail, "rate-limit store failed");
     match fail {
@@ -397,10 +456,28 @@ fn log_decisions<St>(shared: &Shared<St>, plan: &Plan, info: &RateLimitInfo) {
     }
 }
 
+/// Counts a request's outcome (feature `metrics`), labelled with the
+/// layer's prefix (empty when none) and the rule that decided it: the one
+/// that denied or found no key, or every rule's name joined with `+` when
+/// the request as a whole was admitted or the store failed. Labels come
+/// from configuration only, never from requests: the series are bounded by
+/// outcomes × layers × rules.
 #[inline]
-fn count(outcome: &'static str) {
+fn count<St>(shared: &Shared<St>, outcome: &'static str, rule: Option<usize>) {
     #[cfg(feature = "metrics")]
-    metrics::counter!("tower_throttle_requests_total", "outcome" => outcome).increment(1);
+    {
+        let rule = rule.map_or_else(
+            || shared.metric_rules.clone(),
+            |i| shared.meta.rules[i].name.clone(),
+        );
+        metrics::counter!(
+            "tower_throttle_requests_total",
+            "outcome" => outcome,
+            "prefix" => shared.metric_prefix.clone(),
+            "rule" => rule
+        )
+        .increment(1);
+    }
     #[cfg(not(feature = "metrics"))]
-    let _ = outcome;
+    let _ = (shared, outcome, rule);
 }

@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use super::{Plan, Shared};
+use tokio::time::Instant;
+
+use super::{Holds, Plan, Shared};
 use crate::decision::PermitId;
 use crate::info::RateLimitInfo;
 use crate::limiter::release_detached;
@@ -10,10 +12,15 @@ use crate::policy::Policy;
 use crate::store::Store;
 
 /// Concurrency permits held while the inner service runs; released on drop
-/// (completion or cancellation).
+/// (completion or cancellation). The drop records the hold time for the
+/// layer's retry estimate and, once the store released the permits, wakes
+/// the layer's requests waiting for one.
 pub(crate) struct Permits<St: Store> {
     store: Arc<St>,
-    held: Vec<(Vec<u8>, Policy, PermitId)>,
+    holds: Arc<Holds>,
+    since: Instant,
+    /// Key, policy, permit and the rule's index.
+    held: Vec<(Vec<u8>, Policy, PermitId, usize)>,
 }
 
 impl<St: Store> Permits<St> {
@@ -22,10 +29,14 @@ impl<St: Store> Permits<St> {
             .actives()
             .iter()
             .zip(info.iter())
-            .filter_map(|(a, (_, policy, d))| Some((plan.key(a).to_vec(), *policy, d.permit?)))
+            .filter_map(|(a, (_, policy, d))| {
+                Some((plan.key(a).to_vec(), *policy, d.permit?, a.rule))
+            })
             .collect();
         (!held.is_empty()).then(|| Permits {
             store: shared.store.clone(),
+            holds: shared.holds.clone(),
+            since: Instant::now(),
             held,
         })
     }
@@ -34,12 +45,19 @@ impl<St: Store> Permits<St> {
 impl<St: Store> Drop for Permits<St> {
     fn drop(&mut self) {
         let store = self.store.clone();
+        let holds = self.holds.clone();
         let held = std::mem::take(&mut self.held);
+        let elapsed = self.since.elapsed();
+        for (_, _, _, rule) in &held {
+            holds.observe(*rule, elapsed);
+        }
         release_detached(async move {
-            for (key, policy, id) in held {
+            for (key, policy, id, _) in held {
                 // A failed release is covered by the permit's lease.
                 let _ = store.release(&key, &policy, id).await;
             }
+            // After the store released them: a woken waiter finds them free.
+            holds.notify_released();
         });
     }
 }

@@ -4,30 +4,30 @@ use std::io::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 
-use http::header::{HeaderName, FORWARDED};
 use http::Extensions;
 
 use super::{bound_key_part, KeyExtractor, KeyWriter, MissingKey, RequestHead, MAX_KEY_PART};
 
 mod cidr;
 mod forwarded;
+mod headers;
 
 use cidr::mask_v6;
 pub use cidr::{Cidr, CidrError};
 
-use forwarded::{forwarded_for, parse_node, Hops};
+use forwarded::{forwarded_for, parse_node, unquote, Hops};
+pub use headers::ForwardedHeader;
+use headers::{warn_if_everything, Warnings};
 
 /// IPv6 clients are grouped by this prefix length by default: a /56 is what
 /// one subscriber typically gets, so one user cannot rotate through 2⁷²
 /// addresses to dodge a limit.
 pub const DEFAULT_IPV6_PREFIX: u8 = 56;
 
-const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
-
 /// At most this many hops of a forwarding header are examined.
 const MAX_HOPS: usize = 64;
 
-const NO_PEER: MissingKey = MissingKey::new(
+const NO_PEER: MissingKey = MissingKey::misconfigured(
     "the peer address is unknown (serve with axum's `into_make_service_with_connect_info::<SocketAddr>()` \
      or insert a `SocketAddr` request extension)",
 );
@@ -140,17 +140,6 @@ const fn keyed(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// The header trusted proxies record the client in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum ForwardedHeader {
-    /// `X-Forwarded-For: client, proxy1, proxy2` (default).
-    #[default]
-    XForwardedFor,
-    /// RFC 7239 `Forwarded: for=client, for="[2001:db8::1]:4711"`.
-    Forwarded,
-}
-
 /// Whom [`ClientIp`] charges a request to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
@@ -174,6 +163,21 @@ pub enum ClientAddr<'a> {
 /// were written by the client itself and are ignored, so a spoofed
 /// `X-Forwarded-For` cannot change the key. With no trusted proxy
 /// configured, only the peer address is used.
+///
+/// Single-address headers (`X-Real-IP`, `CF-Connecting-IP`,
+/// `True-Client-IP`, `Fly-Client-IP`, `Fastly-Client-IP`; see
+/// [`ForwardedHeader`]) are opt-ins read the same way: only when the peer is
+/// trusted, and then the address in the header (its last line, the one the
+/// nearest proxy wrote) is the client; a value that is not an address is an
+/// opaque key as below.
+///
+/// Misconfigurations are logged once per extractor (at `WARN`, target
+/// `tower_throttle`), never per request: a request carrying a forwarding
+/// header while no proxy is trusted (behind a proxy, every client would
+/// share the proxy's key), a trusted proxy sending a forwarding header other
+/// than the one configured (all its clients would share its key), and
+/// trusting a whole address family (`0.0.0.0/0`, `::/0`: every client could
+/// choose its own key).
 ///
 /// Headers are parsed as bytes, hop by hop: a hop that is not valid UTF-8 or
 /// not an address spoils only itself, so bytes a client writes on the left
@@ -215,6 +219,7 @@ pub struct ClientIp {
     trusted: Arc<[Cidr]>,
     header: ForwardedHeader,
     v6_prefix: u8,
+    warnings: Arc<Warnings>,
 }
 
 impl ClientIp {
@@ -224,6 +229,7 @@ impl ClientIp {
             trusted: Arc::new([]),
             header: ForwardedHeader::default(),
             v6_prefix: DEFAULT_IPV6_PREFIX,
+            warnings: Arc::default(),
         }
     }
 
@@ -232,15 +238,22 @@ impl ClientIp {
         self.trust_all([range])
     }
 
-    /// Trusts proxies in every range of `ranges`.
+    /// Trusts proxies in every range of `ranges` (`ipnet` ranges through
+    /// `.map(Cidr::from)`).
+    ///
+    /// Trusting a whole family (`0.0.0.0/0`, `::/0`) is logged as a warning:
+    /// every client could then choose its key.
     pub fn trust_all(mut self, ranges: impl IntoIterator<Item = Cidr>) -> Self {
         let mut all = self.trusted.to_vec();
+        let before = all.len();
         all.extend(ranges);
+        warn_if_everything(&all[before..]);
         self.trusted = all.into();
         self
     }
 
-    /// Which header the trusted proxies write (default `X-Forwarded-For`).
+    /// Which header the trusted proxies write (default `X-Forwarded-For`);
+    /// read only from trusted peers.
     pub fn header(mut self, header: ForwardedHeader) -> Self {
         self.header = header;
         self
@@ -286,14 +299,25 @@ impl ClientIp {
     pub fn client<'a>(&self, req: &RequestHead<'a>) -> Option<ClientAddr<'a>> {
         let peer = peer_ip(req.extensions())?.to_canonical();
         if !self.is_trusted(peer) {
+            if self.trusted.is_empty() {
+                self.warnings.untrusted_forwarding(req.headers());
+            }
             return Some(ClientAddr::Ip(peer));
         }
+        let name = self.header.name();
+        if !self.header.lists_hops() {
+            // One address, set by the nearest proxy: its line is the last.
+            let Some(line) = req.headers().get_all(&name).iter().next_back() else {
+                self.warnings.unread_header(self.header, req.headers());
+                return Some(ClientAddr::Ip(peer));
+            };
+            let node = line.as_bytes().trim_ascii();
+            return Some(match parse_node(node) {
+                Some(ip) => ClientAddr::Ip(ip.to_canonical()),
+                None => ClientAddr::Opaque(unquote(node)),
+            });
+        }
         let forwarded = self.header == ForwardedHeader::Forwarded;
-        let name = if forwarded {
-            FORWARDED
-        } else {
-            X_FORWARDED_FOR
-        };
         let mut current = peer;
         let mut hops = 0;
         // Later header lines were appended by later hops: walk them backwards.
@@ -319,6 +343,9 @@ impl ClientIp {
                 }
                 current = ip;
             }
+        }
+        if hops == 0 {
+            self.warnings.unread_header(self.header, req.headers());
         }
         Some(ClientAddr::Ip(current))
     }

@@ -114,13 +114,34 @@ impl<'a> RequestHead<'a> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MissingKey {
     reason: &'static str,
+    misconfigured: bool,
 }
 
 impl MissingKey {
-    /// A missing key, with a reason shown in the rejection body (keep it free
-    /// of secrets).
+    /// A key the client failed to supply (no credential, no header), with a
+    /// reason shown in the rejection body (keep it free of secrets).
     pub const fn new(reason: &'static str) -> Self {
-        MissingKey { reason }
+        MissingKey {
+            reason,
+            misconfigured: false,
+        }
+    }
+
+    /// A key the server cannot build because of its own configuration (no
+    /// peer address: the server was not set up to record it). The client
+    /// gets a `500` with a generic body, whatever the layer's
+    /// [`OnMissingKey`](crate::OnMissingKey); `reason`, the fix, is logged
+    /// once at error level, never sent.
+    pub const fn misconfigured(reason: &'static str) -> Self {
+        MissingKey {
+            reason,
+            misconfigured: true,
+        }
+    }
+
+    /// Whether the server's configuration, not the client, is at fault.
+    pub fn is_misconfiguration(&self) -> bool {
+        self.misconfigured
     }
 
     /// Why no key was found.

@@ -57,9 +57,9 @@ pub(crate) fn retry_body(secs: u64) -> Bytes {
 pub(crate) struct ExhaustedItems(OnceLock<Box<[Option<HeaderValue>]>>);
 
 impl ExhaustedItems {
-    /// `"name";r=0;t=<reset_secs>`, if `reset_secs` is in the table.
-    pub(crate) fn get(&self, name: &str, reset_secs: u64) -> Option<HeaderValue> {
-        let i = usize::try_from(reset_secs)
+    /// `"name";r=0;t=<secs>`, if `secs` is in the table.
+    pub(crate) fn get(&self, name: &str, secs: u64) -> Option<HeaderValue> {
+        let i = usize::try_from(secs)
             .ok()
             .filter(|&t| t < CACHED as usize)?;
         let items = self.0.get_or_init(|| {

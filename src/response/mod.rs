@@ -1,13 +1,17 @@
 //! The responses the layer writes itself (429, 503, a missing key) and the
 //! rate-limit headers.
 //!
-//! Headers follow draft-ietf-httpapi-ratelimit-headers-10: one
-//! `RateLimit-Policy` item per rule (`"reply";q=5;w=60`; concurrency limits as
+//! Headers follow draft-ietf-httpapi-ratelimit-headers-10 ([`DRAFT`]; the
+//! parameter names live in one place, `fields.rs`): one `RateLimit-Policy`
+//! item per rule (`"reply";q=5;w=60`; concurrency limits as
 //! `"upload";q=2;qu="concurrent-requests"`) and one `RateLimit` item per rule
-//! (`"reply";r=0;t=42`, `t` the seconds until the rule is back to a fresh
-//! state, rounded up). A 429 also carries `Retry-After` in whole seconds,
-//! rounded up and never 0. The legacy `X-RateLimit-Limit`, `-Remaining` and
-//! `-Reset` (seconds) describe the binding rule.
+//! (`"reply";r=0;t=12`, `t` the seconds until more quota is made available,
+//! rounded up: [`Decision::quota_after`](crate::Decision::quota_after), not
+//! the time until the key is fully fresh). A 429 also carries `Retry-After`
+//! in whole seconds, rounded up and never 0, never earlier than the denying
+//! rule's `t`. The legacy `X-RateLimit-Limit`, `-Remaining` and `-Reset`
+//! describe the binding rule; `-Reset` is the time until the key is fully
+//! fresh, in seconds from now or as a Unix timestamp ([`ResetFormat`]).
 
 use std::fmt::{self, Write as _};
 use std::sync::Arc;
@@ -17,12 +21,17 @@ use http::header::{HeaderName, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
 use crate::decision::ceil_secs;
-use crate::info::{RateLimitInfo, RuleMeta};
+use crate::info::RateLimitInfo;
 use crate::store::StoreError;
 
 mod cache;
+mod fields;
 
 pub(crate) use cache::ExhaustedItems;
+pub use fields::DRAFT;
+#[cfg(test)]
+use fields::SF_INT_MAX;
+pub(crate) use fields::{policy_value, ratelimit_item};
 
 /// `RateLimit-Policy`.
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -32,11 +41,35 @@ pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
 pub const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
 /// `X-RateLimit-Remaining` (legacy).
 pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
-/// `X-RateLimit-Reset` (legacy, seconds from now).
+/// `X-RateLimit-Reset` (legacy; see [`ResetFormat`]).
 pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 
-/// Structured-field integers stop at 15 digits.
-const SF_INT_MAX: u64 = 999_999_999_999_999;
+/// How the legacy `X-RateLimit-Reset` gives the moment the key is fully
+/// fresh again ([`Decision::reset_after`](crate::Decision::reset_after)).
+/// Unlike the IETF `t`, this is the *full* reset.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ResetFormat {
+    /// Seconds from now, rounded up (the default).
+    #[default]
+    Seconds,
+    /// A Unix timestamp in seconds, rounded up, as GitHub's API sends it.
+    /// Depends on the server's wall clock.
+    UnixTimestamp,
+}
+
+impl ResetFormat {
+    /// The value for a key fully fresh after `reset_after`.
+    fn value(self, reset_after: std::time::Duration) -> HeaderValue {
+        let secs = match self {
+            ResetFormat::Seconds => ceil_secs(reset_after),
+            ResetFormat::UnixTimestamp => std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |since| ceil_secs(since.saturating_add(reset_after))),
+        };
+        cache::int_value(secs)
+    }
+}
 
 /// Why the layer answered instead of the inner service; the argument of a
 /// [custom response](crate::ThrottleLayer::custom_response).
@@ -47,6 +80,12 @@ pub enum Rejection<'a> {
     Limited(&'a RateLimitInfo),
     /// The store failed or timed out and the layer fails closed (503).
     Unavailable(&'a StoreError),
+    /// A rule's key cannot be built because of the server's configuration
+    /// (no peer address): 500, with a generic body.
+    Misconfigured {
+        /// The rule's name.
+        rule: &'a str,
+    },
     /// A rule found no key and the layer rejects such requests.
     MissingKey {
         /// The rule's name.
@@ -65,6 +104,7 @@ impl Rejection<'_> {
             Rejection::Limited(_) => StatusCode::TOO_MANY_REQUESTS,
             Rejection::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Rejection::MissingKey { status, .. } => *status,
+            Rejection::Misconfigured { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 }
@@ -85,6 +125,7 @@ impl fmt::Display for Rejection<'_> {
             Rejection::MissingKey { reason, .. } => {
                 write!(f, "Cannot rate-limit this request: {reason}.")
             }
+            Rejection::Misconfigured { .. } => f.write_str("Internal server error."),
         }
     }
 }
@@ -133,6 +174,14 @@ pub(crate) fn rejection_response(
     if !matches!(format, BodyFormat::Custom(_)) {
         *response.status_mut() = rejection.status();
     }
+    if let Rejection::Unavailable(_) = rejection {
+        if !matches!(format, BodyFormat::Custom(_)) || !response.headers().contains_key(RETRY_AFTER)
+        {
+            response
+                .headers_mut()
+                .insert(RETRY_AFTER, cache::int_value(UNAVAILABLE_RETRY_SECS));
+        }
+    }
     if let Rejection::Limited(info) = rejection {
         // A custom response may carry its own rate-limit fields: keep them.
         // The built-in ones carry none, so no lookups are needed.
@@ -153,6 +202,10 @@ pub(crate) fn rejection_response(
     }
     Box::new(response)
 }
+
+/// The `Retry-After` of a store-failure 503: soon, as a passing failure
+/// (a failover, a timeout) is the common case.
+pub const UNAVAILABLE_RETRY_SECS: u64 = 1;
 
 const TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
 
@@ -176,13 +229,13 @@ fn limited_plain_text(info: &RateLimitInfo) -> Option<Box<Response<Bytes>>> {
             || name == X_RATELIMIT_RESET
         {
             let d = info.decision();
-            *value = cache::int_value(if name == X_RATELIMIT_LIMIT {
-                d.limit
+            *value = if name == X_RATELIMIT_LIMIT {
+                cache::int_value(d.limit)
             } else if name == X_RATELIMIT_REMAINING {
-                d.remaining
+                cache::int_value(d.remaining)
             } else {
-                ceil_secs(d.reset_after)
-            });
+                info.meta().legacy_reset.value(d.reset_after)
+            };
         }
     }
     if !ratelimit_ok {
@@ -245,31 +298,8 @@ fn add_legacy(headers: &mut HeaderMap, info: &RateLimitInfo) {
     headers.insert(X_RATELIMIT_REMAINING, cache::int_value(d.remaining));
     headers.insert(
         X_RATELIMIT_RESET,
-        cache::int_value(ceil_secs(d.reset_after)),
+        info.meta().legacy_reset.value(d.reset_after),
     );
-}
-
-/// `"reply";q=5;w=60, "upload";q=2;qu="concurrent-requests"`.
-pub(crate) fn policy_value(rules: &[RuleMeta]) -> Option<HeaderValue> {
-    let mut s = String::with_capacity(rules.len() * 32);
-    for (i, rule) in rules.iter().enumerate() {
-        if i > 0 {
-            s.push_str(", ");
-        }
-        // Names are validated as [A-Za-z0-9_.-]: nothing to escape.
-        let _ = write!(
-            s,
-            "\"{}\";q={}",
-            rule.name,
-            rule.policy.limit().min(SF_INT_MAX)
-        );
-        if rule.policy.is_concurrency() {
-            s.push_str(";qu=\"concurrent-requests\"");
-        } else {
-            let _ = write!(s, ";w={}", ceil_secs(rule.policy.window()).min(SF_INT_MAX));
-        }
-    }
-    cache::interned(s.into_bytes())
 }
 
 /// `"reply";r=0;t=42, "day";r=97;t=86400`. Written byte by byte: this runs
@@ -279,8 +309,8 @@ pub(crate) fn ratelimit_value(info: &RateLimitInfo) -> Option<HeaderValue> {
     if let [entry] = info.entries() {
         if entry.decision.remaining == 0 {
             let rule = &info.meta().rules[entry.rule];
-            let reset = ceil_secs(entry.decision.reset_after);
-            if let Some(value) = rule.exhausted.get(&rule.name, reset) {
+            let secs = entry.decision.quota_after_secs();
+            if let Some(value) = rule.exhausted.get(&rule.name, secs) {
                 return Some(value);
             }
         }
@@ -290,19 +320,9 @@ pub(crate) fn ratelimit_value(info: &RateLimitInfo) -> Option<HeaderValue> {
         if i > 0 {
             s.extend_from_slice(b", ");
         }
-        ratelimit_item(&mut s, name, d.remaining, ceil_secs(d.reset_after));
+        ratelimit_item(&mut s, name, d.remaining, d.quota_after_secs());
     }
     HeaderValue::from_maybe_shared(Bytes::from(s)).ok()
-}
-
-/// `"name";r=<remaining>;t=<reset_secs>`.
-fn ratelimit_item(s: &mut Vec<u8>, name: &str, remaining: u64, reset_secs: u64) {
-    s.push(b'"');
-    s.extend_from_slice(name.as_bytes());
-    s.extend_from_slice(b"\";r=");
-    push_u64(s, remaining.min(SF_INT_MAX));
-    s.extend_from_slice(b";t=");
-    push_u64(s, reset_secs.min(SF_INT_MAX));
 }
 
 /// The plain-text body; the common 429 without `core::fmt`.

@@ -1,6 +1,6 @@
 //! Tests of the layer's own responses and rate-limit headers.
 use super::*;
-use crate::info::{Entry, Meta};
+use crate::info::{Entry, Meta, RuleMeta};
 use crate::{Decision, Policy};
 use std::time::Duration;
 
@@ -45,6 +45,7 @@ fn decision(allowed: bool, remaining: u64, retry_ms: Option<u64>, reset_ms: u64)
         remaining,
         retry_after: retry_ms.map(Duration::from_millis),
         reset_after: Duration::from_millis(reset_ms),
+        quota_after: Duration::from_millis(retry_ms.unwrap_or(reset_ms.min(12_000))),
         permit: None,
     }
 }
@@ -82,7 +83,9 @@ fn denied_response_headers_and_body() {
     assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
     let h = r.headers();
     assert_eq!(h[RETRY_AFTER], "42");
-    assert_eq!(h[RATELIMIT], "\"reply\";r=0;t=59, \"post\";r=3;t=9");
+    // `t` is when more quota comes (the retry), not the full reset (59 s),
+    // which stays in the legacy field.
+    assert_eq!(h[RATELIMIT], "\"reply\";r=0;t=42, \"post\";r=3;t=9");
     assert_eq!(h[X_RATELIMIT_LIMIT], "5");
     assert_eq!(h[X_RATELIMIT_REMAINING], "0");
     assert_eq!(h[X_RATELIMIT_RESET], "59");
@@ -201,4 +204,27 @@ fn prebuilt_429_matches_the_field_by_field_one() {
             assert_eq!(fast.body(), slow.body());
         }
     }
+}
+
+#[test]
+fn legacy_reset_as_a_unix_timestamp() {
+    let mut m = Meta::new(rules(), false, true);
+    m.legacy_reset = ResetFormat::UnixTimestamp;
+    let info = reply_denied_post_allowed(Arc::new(m));
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let r = rejection_response(&BodyFormat::PlainText, &Rejection::Limited(&info));
+    let reset: u64 = r.headers()[X_RATELIMIT_RESET]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // The full reset (59 s) from now, rounded up.
+    assert!(
+        (before + 59..=before + 61).contains(&reset),
+        "{reset} vs {before}"
+    );
+    assert_eq!(r.headers()[RETRY_AFTER], "42");
 }

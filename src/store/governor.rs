@@ -29,6 +29,7 @@ use governor::state::keyed::DefaultKeyedStateStore;
 use governor::{Quota, RateLimiter};
 
 use super::{Rule, Store, StoreError};
+use crate::algorithm::gcra;
 use crate::decision::{Decision, PermitId};
 use crate::policy::{Algorithm, GcraParams, Policy};
 
@@ -121,6 +122,7 @@ where
             remaining: 0,
             retry_after: None,
             reset_after: Duration::ZERO,
+            quota_after: Duration::ZERO,
             permit: None,
         };
         let Some(n) = u32::try_from(rule.cost).ok() else {
@@ -135,12 +137,14 @@ where
             Err(_insufficient) => Ok(never),
             Ok(Ok(snapshot)) => {
                 let remaining = u64::from(snapshot.remaining_burst_capacity());
+                let reset_after = tau.saturating_sub(t * u32::try_from(remaining).unwrap_or(0));
                 Ok(Decision {
                     allowed: true,
                     limit: p.limit,
                     remaining,
                     retry_after: None,
-                    reset_after: tau.saturating_sub(t * u32::try_from(remaining).unwrap_or(0)),
+                    reset_after,
+                    quota_after: gcra::quota_after(p, nanos(reset_after), remaining),
                     permit: None,
                 })
             }
@@ -150,12 +154,14 @@ where
                 // Denied: tat − now = wait + τ − inc, exactly.
                 let ttl = (wait + tau).saturating_sub(inc);
                 let remaining = tau.saturating_sub(ttl).as_nanos() / t.as_nanos();
+                let remaining = u64::try_from(remaining).unwrap_or(0);
                 Ok(Decision {
                     allowed: false,
                     limit: p.limit,
-                    remaining: u64::try_from(remaining).unwrap_or(0),
+                    remaining,
                     retry_after: Some(wait),
                     reset_after: ttl,
+                    quota_after: gcra::quota_after(p, nanos(ttl), remaining).min(wait),
                     permit: None,
                 })
             }
@@ -190,4 +196,8 @@ where
     async fn release(&self, _: &[u8], _: &Policy, _: PermitId) -> Result<(), StoreError> {
         Err(StoreError::Unsupported("concurrency permits on governor"))
     }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }

@@ -143,6 +143,7 @@ struct Inner<C> {
     overflow: Overflow,
     next_permit: AtomicU64,
     janitor: Mutex<Option<std::thread::Thread>>,
+    namespaces: super::Namespaces,
 }
 
 impl<C> Drop for Inner<C> {
@@ -357,6 +358,10 @@ fn write(lock: &RwLock<Shard>) -> RwLockWriteGuard<'_, Shard> {
 }
 
 impl<C: Clock> Store for MemoryStore<C> {
+    fn namespaces(&self) -> Option<&super::Namespaces> {
+        Some(&self.inner.namespaces)
+    }
+
     async fn check(&self, rule: Rule<'_>) -> Result<Decision, StoreError> {
         self.check_sync(rule)
     }

@@ -8,6 +8,7 @@ mod error;
 #[cfg(feature = "governor")]
 pub mod governor;
 pub mod memory;
+mod namespaces;
 #[cfg(feature = "redis")]
 pub mod redis;
 
@@ -19,6 +20,7 @@ pub use self::governor::GovernorStore;
 pub use self::redis::{CellStore, RedisClusterStore, RedisStore};
 pub use error::{BoxError, StoreError};
 pub use memory::{MemoryStore, MemoryStoreBuilder};
+pub use namespaces::Namespaces;
 
 use crate::decision::{Decision, PermitId};
 use crate::policy::Policy;
@@ -96,6 +98,13 @@ pub trait Store: Send + Sync + 'static {
         let _ = rule;
         None
     }
+
+    /// The registry that refuses two layers sharing this store's counters
+    /// by accident (see [`Namespaces`]); clones of a store must return the
+    /// same one. `None` (the default): no check.
+    fn namespaces(&self) -> Option<&Namespaces> {
+        None
+    }
 }
 
 /// True when the verdict of an all-or-nothing check admits the request.
@@ -104,6 +113,10 @@ pub fn all_allowed(decisions: &[Decision]) -> bool {
 }
 
 impl<S: Store> Store for std::sync::Arc<S> {
+    fn namespaces(&self) -> Option<&Namespaces> {
+        (**self).namespaces()
+    }
+
     fn check(&self, rule: Rule<'_>) -> impl Future<Output = Result<Decision, StoreError>> + Send {
         (**self).check(rule)
     }

@@ -127,6 +127,16 @@ impl ModelKey {
         Some(d(lo - u128::from(now)))
     }
 
+    /// When `remaining` grows by one: when one more unit than now becomes
+    /// admissible (zero if every unit already is).
+    fn quota_after(&self, policy: &Policy, now: u64) -> Duration {
+        let r = self.remaining(policy, now);
+        if r >= policy.limit() {
+            return Duration::ZERO;
+        }
+        self.retry_after(policy, now, r + 1).unwrap_or_default()
+    }
+
     fn reset_after(&self, policy: &Policy, now: u64) -> Duration {
         let at = match policy.algorithm() {
             Algorithm::Gcra(_) => return d(self.gcra_level(now)),
@@ -210,6 +220,7 @@ impl Model {
                 state.retry_after(policy, now, cost)
             },
             reset_after: state.reset_after(policy, now),
+            quota_after: state.quota_after(policy, now),
             permit: (allowed && cost > 0 && policy.is_concurrency()).then_some(PermitId(permit)),
         }
     }

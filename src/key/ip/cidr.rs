@@ -20,6 +20,19 @@ pub(super) fn mask_v6(ip: Ipv6Addr, bits: u8) -> Ipv6Addr {
 
 /// An address range such as `10.0.0.0/8` or `fd00::/8`; a bare address is
 /// a single host.
+///
+/// Converts to and from [`ipnet::IpNet`] (and its `Ipv4Net` / `Ipv6Net`),
+/// so ranges already held as `ipnet` values can be trusted as they are:
+///
+/// ```
+/// use tower_throttle::key::Cidr;
+///
+/// let net: ipnet::IpNet = "10.0.0.0/8".parse()?;
+/// let cidr = Cidr::from(net);
+/// assert_eq!(cidr, "10.0.0.0/8".parse()?);
+/// assert_eq!(ipnet::IpNet::from(cidr), net);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Cidr {
     addr: IpAddr,
@@ -28,8 +41,18 @@ pub struct Cidr {
 
 impl Cidr {
     /// The range of `addr`'s first `bits` bits (host bits are cleared).
+    ///
+    /// An IPv4-mapped range (`::ffff:10.0.0.0/104`) is its IPv4 range
+    /// (`10.0.0.0/8`), as addresses are matched; one wider than the mapped
+    /// block (`/96`) stays IPv6.
     pub fn new(addr: IpAddr, bits: u8) -> Result<Self, CidrError> {
-        let addr = addr.to_canonical();
+        let addr = match addr {
+            IpAddr::V6(v6) if (96..=128).contains(&bits) => match v6.to_ipv4_mapped() {
+                Some(v4) => return Cidr::new(IpAddr::V4(v4), bits - 96),
+                None => addr,
+            },
+            _ => addr,
+        };
         let addr = match addr {
             IpAddr::V4(v4) if bits <= 32 => IpAddr::V4(mask_v4(v4, bits)),
             IpAddr::V6(v6) if bits <= 128 => IpAddr::V6(mask_v6(v6, bits)),
@@ -38,12 +61,60 @@ impl Cidr {
         Ok(Cidr { addr, bits })
     }
 
+    /// The range's first address (host bits cleared).
+    pub fn addr(&self) -> IpAddr {
+        self.addr
+    }
+
+    /// The number of leading bits the range fixes.
+    pub fn prefix_len(&self) -> u8 {
+        self.bits
+    }
+
     /// True when `ip` (IPv4-mapped addresses as IPv4) is in the range.
     pub fn contains(&self, ip: IpAddr) -> bool {
         match (self.addr, ip.to_canonical()) {
             (IpAddr::V4(net), IpAddr::V4(ip)) => mask_v4(ip, self.bits) == net,
             (IpAddr::V6(net), IpAddr::V6(ip)) => mask_v6(ip, self.bits) == net,
+            // A range wider than the mapped block holds mapped addresses too.
+            (IpAddr::V6(net), IpAddr::V4(v4)) => mask_v6(v4.to_ipv6_mapped(), self.bits) == net,
             _ => false,
+        }
+    }
+}
+
+impl From<ipnet::IpNet> for Cidr {
+    fn from(net: ipnet::IpNet) -> Self {
+        // An `IpNet`'s prefix always fits its family.
+        Cidr::new(net.addr(), net.prefix_len()).unwrap_or(Cidr {
+            addr: net.network(),
+            bits: net.prefix_len(),
+        })
+    }
+}
+
+impl From<ipnet::Ipv4Net> for Cidr {
+    fn from(net: ipnet::Ipv4Net) -> Self {
+        ipnet::IpNet::V4(net).into()
+    }
+}
+
+impl From<ipnet::Ipv6Net> for Cidr {
+    fn from(net: ipnet::Ipv6Net) -> Self {
+        ipnet::IpNet::V6(net).into()
+    }
+}
+
+impl From<Cidr> for ipnet::IpNet {
+    fn from(cidr: Cidr) -> Self {
+        // A `Cidr`'s prefix always fits its family: `new` checked it.
+        match cidr.addr {
+            IpAddr::V4(v4) => ipnet::Ipv4Net::new(v4, cidr.bits)
+                .map(ipnet::IpNet::V4)
+                .unwrap_or_default(),
+            IpAddr::V6(v6) => ipnet::Ipv6Net::new(v6, cidr.bits)
+                .map(ipnet::IpNet::V6)
+                .unwrap_or_default(),
         }
     }
 }

@@ -113,7 +113,7 @@ fn pair_end(s: &[u8]) -> usize {
 
 /// `"x"` → `x`; anything else unchanged. Quoted-pairs are kept as written:
 /// a node identifier is compared, never decoded.
-fn unquote(value: &[u8]) -> &[u8] {
+pub(super) fn unquote(value: &[u8]) -> &[u8] {
     match value {
         [b'"', inner @ .., b'"'] => inner,
         _ => value,

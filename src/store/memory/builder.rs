@@ -120,6 +120,7 @@ impl<C: Clock> MemoryStoreBuilder<C> {
             overflow: Overflow::default(),
             next_permit: AtomicU64::new(1),
             janitor: Mutex::new(None),
+            namespaces: Default::default(),
         });
         if let Some(every) = self.sweep_interval {
             spawn_janitor(&inner, every);

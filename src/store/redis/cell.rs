@@ -79,7 +79,19 @@ fn int(v: &Value) -> Result<i64, StoreError> {
     }
 }
 
-/// Maps `[limited, limit, remaining, retry_after_s, reset_after_s]`.
+/// Fills in `quota_after` from the (whole-second) reset of a `CL.THROTTLE`
+/// reply, never past a denial's `retry_after`.
+fn with_quota_after(p: &GcraParams, d: Decision) -> Decision {
+    let ttl = u64::try_from(d.reset_after.as_nanos()).unwrap_or(u64::MAX);
+    let quota_after = crate::algorithm::gcra::quota_after(p, ttl, d.remaining);
+    Decision {
+        quota_after: d.retry_after.map_or(quota_after, |r| quota_after.min(r)),
+        ..d
+    }
+}
+
+/// Maps `[limited, limit, remaining, retry_after_s, reset_after_s]`
+/// (`quota_after` left zero: see [`with_quota_after`]).
 fn decision(v: &Value) -> Result<Decision, StoreError> {
     let items = reply::array(v)?;
     let [limited, limit, remaining, retry, reset] = items else {
@@ -103,6 +115,7 @@ fn decision(v: &Value) -> Result<Decision, StoreError> {
         remaining: nonneg(int(remaining)?)?,
         retry_after: (!allowed && retry >= 0).then(|| secs(retry)),
         reset_after: secs(int(reset)?),
+        quota_after: Duration::ZERO,
         permit: None,
     })
 }
@@ -164,7 +177,8 @@ impl CellStore {
 
 impl Store for CellStore {
     async fn check(&self, rule: Rule<'_>) -> Result<Decision, StoreError> {
-        let (burst, count, period) = cell_args(&Self::gcra(rule.policy)?)?;
+        let params = Self::gcra(rule.policy)?;
+        let (burst, count, period) = cell_args(&params)?;
         let mut cmd = redis::cmd("CL.THROTTLE");
         cmd.arg(self.redis_key(rule.key))
             .arg(burst)
@@ -177,7 +191,7 @@ impl Store for CellStore {
             Ok(Err(e)) if is_unknown_command(&e) => return Err(NOT_LOADED),
             Ok(r) => r.map_err(|e| super::error::map(e, self.timeout))?,
         };
-        decision(&v)
+        decision(&v).map(|d| with_quota_after(&params, d))
     }
 
     async fn check_all(&self, rules: &[Rule<'_>]) -> Result<Vec<Decision>, StoreError> {

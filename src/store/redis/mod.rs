@@ -253,6 +253,7 @@ pub struct RedisStore<C = ConnectionManager> {
     /// The batcher's queue, started by the first batched check.
     batcher: Arc<OnceLock<mpsc::Sender<Job>>>,
     deny: Arc<DenyCache>,
+    namespaces: crate::store::Namespaces,
 }
 
 /// A [`RedisStore`] on a Redis Cluster (same scripts; each touches one slot).
@@ -266,6 +267,7 @@ impl<C: Clone> Clone for RedisStore<C> {
             permits: self.permits.clone(),
             batcher: self.batcher.clone(),
             deny: self.deny.clone(),
+            namespaces: self.namespaces.clone(),
         }
     }
 }
@@ -324,6 +326,7 @@ where
             cfg: Arc::new(cfg),
             permits: Arc::new(Permits::new()),
             batcher: Arc::new(OnceLock::new()),
+            namespaces: Default::default(),
         }
     }
 
@@ -432,6 +435,10 @@ impl<C> Store for RedisStore<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
+    fn namespaces(&self) -> Option<&crate::store::Namespaces> {
+        Some(&self.namespaces)
+    }
+
     async fn check(&self, rule: Rule<'_>) -> Result<Decision, StoreError> {
         let mut d = self.check_all(&[rule]).await?;
         d.pop()

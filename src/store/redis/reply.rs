@@ -97,7 +97,8 @@ fn width(policy: &Policy) -> usize {
     match policy.algorithm() {
         Algorithm::Gcra(_) => 2,
         Algorithm::FixedWindow(_) => 3,
-        _ => 4,
+        Algorithm::SlidingWindow(_) => 4,
+        _ => 5,
     }
 }
 
@@ -151,6 +152,7 @@ pub(crate) fn decision(
             remaining: uint(field(1)?)?,
             retry_after: opt_uint(field(2)?)?.map(us_dur).transpose()?,
             reset_after: us_dur(uint(field(3)?)?)?,
+            quota_after: us_dur(uint(field(4)?)?)?,
             permit: None,
         },
         Algorithm::Concurrency(p) => Decision {
@@ -159,6 +161,7 @@ pub(crate) fn decision(
             remaining: uint(field(1)?)?,
             retry_after: opt_uint(field(2)?)?.map(us_dur).transpose()?,
             reset_after: us_dur(uint(field(3)?)?)?,
+            quota_after: us_dur(uint(field(4)?)?)?,
             permit: if script_allowed && cost > 0 {
                 rule.permit
             } else {

@@ -74,6 +74,22 @@ algo.c = {
     if allowed then
       after = held + cost
     end
+    -- As the model: an estimate, the earliest lease to lapse.
+    local quota = 0
+    if max - after < max then
+      local first = nil
+      for _, l in ipairs(leases) do
+        if l.units > 0 and (first == nil or l.expiry < first) then
+          first = l.expiry
+        end
+      end
+      if allowed and cost > 0 and (first == nil or now + lease < first) then
+        first = now + lease
+      end
+      if first then
+        quota = math.max(first - now, 0)
+      end
+    end
     local commit = nil
     if allowed and cost > 0 then
       commit = function()
@@ -89,7 +105,7 @@ algo.c = {
         redis.call('PEXPIRE', key, ttl_ms(reset_at - now))
       end
     end
-    return allowed, { allowed and 1 or 0, max - after, retry, reset }, commit
+    return allowed, { allowed and 1 or 0, max - after, retry, reset, quota }, commit
   end,
 
   refund = function(key, _, _, amount, now)

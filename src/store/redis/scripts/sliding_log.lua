@@ -78,14 +78,28 @@ local function log_decide(key, max, w, cost, now)
   if newest then
     reset = math.max(newest + w - now, 0)
   end
-  return allowed, max - after, retry, reset
+  -- As the model: more quota comes when the oldest unit leaves the window
+  -- (the one being admitted if the window is empty).
+  local quota = 0
+  if max - after < max then
+    local oldest = nil
+    if total > 0 then
+      oldest = log_time(key, 0)
+    elseif allowed and cost > 0 then
+      oldest = now
+    end
+    if oldest then
+      quota = math.max(oldest + w - now, 0)
+    end
+  end
+  return allowed, max - after, retry, reset, quota
 end
 
 algo.l = {
   -- A single-rule check, straight into the batch reply (no closures or
   -- tables per check); a key of another type fails alone.
   single = function(key, max, w, cost, now, out, n)
-    local ok, allowed, remaining, retry, reset = pcall(log_decide, key, max, w, cost, now)
+    local ok, allowed, remaining, retry, reset, quota = pcall(log_decide, key, max, w, cost, now)
     if not ok then
       return nil, type(allowed) == 'table' and allowed.err or allowed
     end
@@ -97,18 +111,19 @@ algo.l = {
     out[n + 3] = remaining
     out[n + 4] = retry
     out[n + 5] = reset
-    return n + 5
+    out[n + 6] = quota
+    return n + 6
   end,
 
   check = function(key, max, w, cost, _, now)
-    local allowed, remaining, retry, reset = log_decide(key, max, w, cost, now)
+    local allowed, remaining, retry, reset, quota = log_decide(key, max, w, cost, now)
     local commit = nil
     if allowed and cost > 0 then
       commit = function()
         log_add(key, w, cost, now)
       end
     end
-    return allowed, { allowed and 1 or 0, remaining, retry, reset }, commit
+    return allowed, { allowed and 1 or 0, remaining, retry, reset, quota }, commit
   end,
 
   refund = function(key, _, w, amount, now)

@@ -1,0 +1,111 @@
+//! How long admitted requests hold their concurrency permits, and the
+//! wake-up of requests waiting for one.
+//!
+//! A store's retry for a concurrency denial is the time until enough leases
+//! lapse: the lease ceiling, an upper bound that is far from what a client
+//! should wait when requests release their permits in a few seconds. The
+//! layer observes the hold times of its own permits (an exponentially
+//! weighted mean per rule, in process, whichever the store) and answers a
+//! concurrency denial with that estimate, at least a second, at most the
+//! store's bound.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use crate::info::RateLimitInfo;
+use crate::policy::Policy;
+
+/// The shortest retry a concurrency denial advertises: `Retry-After` counts
+/// whole seconds, and a client told 0 would retry at once.
+pub(crate) const MIN_RETRY: Duration = Duration::from_secs(1);
+
+/// Per-layer hold-time estimates and the release notification.
+pub(crate) struct Holds {
+    /// Mean hold time per rule, in nanoseconds; 0 before any release.
+    mean_ns: Box<[AtomicU64]>,
+    /// Signalled after this layer released permits at the store.
+    released: Notify,
+}
+
+impl Holds {
+    pub(crate) fn new(rules: usize) -> Self {
+        Holds {
+            mean_ns: (0..rules).map(|_| AtomicU64::new(0)).collect(),
+            released: Notify::new(),
+        }
+    }
+
+    /// Records that a permit of `rule` was held for `held`. Concurrent
+    /// updates may lose one observation: an estimate, not an account.
+    pub(crate) fn observe(&self, rule: usize, held: Duration) {
+        let Some(mean) = self.mean_ns.get(rule) else {
+            return;
+        };
+        let x = u64::try_from(held.as_nanos()).unwrap_or(u64::MAX).max(1);
+        let old = mean.load(Ordering::Relaxed);
+        // Weight 1/4: a handful of releases moves the estimate to a new regime.
+        let new = if old == 0 { x } else { old - old / 4 + x / 4 };
+        mean.store(new.max(1), Ordering::Relaxed);
+    }
+
+    /// The mean hold time of `rule`'s permits, if any was released yet.
+    pub(crate) fn mean(&self, rule: usize) -> Option<Duration> {
+        let ns = self.mean_ns.get(rule)?.load(Ordering::Relaxed);
+        (ns > 0).then(|| Duration::from_nanos(ns))
+    }
+
+    /// Replaces the retry of every concurrency denial in `info` by the
+    /// estimate: the mean hold time, at least [`MIN_RETRY`], at most the
+    /// store's bound.
+    pub(crate) fn estimate_retries(
+        &self,
+        info: &mut RateLimitInfo,
+        policy: impl Fn(usize) -> Policy,
+    ) {
+        for entry in info.entries_mut() {
+            let d = &mut entry.decision;
+            let Some(bound) = d.retry_after else { continue };
+            if d.allowed || !policy(entry.rule).is_concurrency() {
+                continue;
+            }
+            let estimate = self.mean(entry.rule).unwrap_or(MIN_RETRY).max(MIN_RETRY);
+            d.retry_after = Some(estimate.min(bound));
+        }
+    }
+
+    /// Wakes the requests waiting for a permit of this layer.
+    pub(crate) fn notify_released(&self) {
+        self.released.notify_waiters();
+    }
+
+    /// The release notification (enable it before checking the store, so a
+    /// release in between is not missed).
+    pub(crate) fn released(&self) -> &Notify {
+        &self.released
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_mean_follows_observations() {
+        let holds = Holds::new(2);
+        assert_eq!(holds.mean(0), None);
+        holds.observe(0, Duration::from_secs(4));
+        assert_eq!(holds.mean(0), Some(Duration::from_secs(4)));
+        for _ in 0..40 {
+            holds.observe(0, Duration::from_secs(2));
+        }
+        let mean = holds.mean(0).unwrap();
+        assert!(
+            mean >= Duration::from_secs(2) && mean < Duration::from_millis(2010),
+            "{mean:?}"
+        );
+        assert_eq!(holds.mean(1), None);
+        holds.observe(7, Duration::from_secs(1)); // no such rule: ignored
+    }
+}
