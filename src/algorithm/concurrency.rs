@@ -82,7 +82,8 @@ pub fn check(
         .iter()
         .filter(|l| l.expires_at > now && l.units > 0)
         .map(|l| l.expires_at)
-        .chain((allowed && cost > 0).then(|| now.saturating_add(p.lease_ns)))
+        // The new lease lapses at `reset_at` (see `admit`).
+        .chain(reset_at.filter(|_| allowed && cost > 0))
         .min();
     Decision {
         allowed,

@@ -83,8 +83,8 @@ algo.c = {
           first = l.expiry
         end
       end
-      if allowed and cost > 0 and (first == nil or now + lease < first) then
-        first = now + lease
+      if allowed and cost > 0 and (first == nil or reset_at < first) then
+        first = reset_at
       end
       if first then
         quota = math.max(first - now, 0)
