@@ -1,0 +1,171 @@
+//! Every store of the crate through the one conformance suite
+//! (`tests/support/conformance.rs`): the way to validate a new backend.
+//!
+//! Redis stores run on a client clock (`TimeSource::client`) so that time
+//! is the test's; `CellStore` runs when `REDIS_CELL_MODULE` names a built
+//! redis-cell module (it is not packaged for Debian), and says so otherwise.
+
+#[path = "models/mod.rs"]
+mod models;
+#[cfg(feature = "redis")]
+#[path = "support/redis.rs"]
+mod redis_support;
+
+#[path = "support/conformance.rs"]
+mod conformance;
+
+use std::time::Duration;
+
+use conformance::{run, Caps, Subject};
+use tower_throttle::clock::{Clock, ManualClock};
+use tower_throttle::MemoryStore;
+
+const START_NS: u64 = 1_700_000_000_000_000_000;
+
+fn manual_subject<S>(name: &'static str, store: S, clock: &ManualClock, caps: Caps) -> Subject<S> {
+    let (a, n) = (clock.clone(), clock.clone());
+    Subject {
+        name,
+        store,
+        advance: Box::new(move |d| a.advance(d)),
+        now_ns: Box::new(move || n.now_ns()),
+        caps,
+        key_prefix: format!("conf-{}", std::process::id()),
+    }
+}
+
+#[tokio::test]
+async fn memory_store() {
+    let clock = ManualClock::starting_at(START_NS);
+    let store = MemoryStore::builder()
+        .clock(clock.clone())
+        .sweep_interval(None)
+        .build();
+    run(&manual_subject("MemoryStore", store, &clock, Caps::FULL)).await;
+}
+
+#[cfg(feature = "governor")]
+#[tokio::test]
+async fn governor_store() {
+    use governor::clock::FakeRelativeClock;
+    use tower_throttle::store::GovernorStore;
+
+    let fake = FakeRelativeClock::default();
+    let elapsed = ManualClock::starting_at(START_NS);
+    let (f, e) = (fake.clone(), elapsed.clone());
+    let subject = Subject {
+        name: "GovernorStore",
+        store: GovernorStore::with_clock(fake),
+        advance: Box::new(move |d| {
+            f.advance(d);
+            e.advance(d);
+        }),
+        now_ns: Box::new(move || elapsed.now_ns()),
+        // GCRA only; no peek, refund, reset or multi-rule checks; its
+        // reset_after is an upper bound (documented on GovernorStore).
+        caps: Caps {
+            all_algorithms: false,
+            peek: false,
+            refund: false,
+            reset: false,
+            multi_rule: false,
+            exact_reset: false,
+            resolution: Duration::from_nanos(1),
+        },
+        key_prefix: "conf".into(),
+    };
+    run(&subject).await;
+}
+
+#[cfg(feature = "redis")]
+mod redis_stores {
+    use super::*;
+    use crate::redis_support::{runtime, RedisCluster, RedisServer};
+    use tower_throttle::store::redis::{HashTag, RedisStore, RedisStoreBuilder, TimeSource};
+    use tower_throttle::CellStore;
+
+    /// Redis decides on the client clock in whole microseconds; TTLs are
+    /// padded so real time passing never expires what the test clock holds.
+    fn builder(clock: &ManualClock) -> RedisStoreBuilder {
+        RedisStore::builder()
+            .prefix("conformance")
+            .timeout(Duration::from_secs(5))
+            .time_source(TimeSource::client(clock.clone()))
+            .ttl_padding(Duration::from_secs(600))
+    }
+
+    const REDIS: Caps = Caps {
+        resolution: Duration::from_micros(1),
+        ..Caps::FULL
+    };
+
+    #[test]
+    fn redis_store() {
+        let server = RedisServer::start();
+        runtime().block_on(async {
+            for batching in [true, false] {
+                let clock = ManualClock::starting_at(START_NS);
+                let store = builder(&clock)
+                    .batching(batching)
+                    .connect(server.url())
+                    .await
+                    .unwrap();
+                let mut subject = manual_subject("RedisStore", store, &clock, REDIS);
+                subject.key_prefix = format!("batching-{batching}");
+                run(&subject).await;
+            }
+        });
+    }
+
+    #[test]
+    fn redis_cluster_store() {
+        let cluster = RedisCluster::start();
+        runtime().block_on(async {
+            let clock = ManualClock::starting_at(START_NS);
+            // One slot for all keys, so multi-rule checks combine any keys.
+            let store = builder(&clock)
+                .hash_tag(HashTag::Fixed("conformance".into()))
+                .connect_cluster(cluster.urls())
+                .await
+                .unwrap();
+            run(&manual_subject("RedisClusterStore", store, &clock, REDIS)).await;
+        });
+    }
+
+    #[test]
+    fn cell_store() {
+        let Ok(module) = std::env::var("REDIS_CELL_MODULE") else {
+            eprintln!(
+                "cell_store: skipped (set REDIS_CELL_MODULE=/path/to/libredis_cell.so to run \
+                 CellStore through the suite; redis-cell is not packaged for Debian)"
+            );
+            return;
+        };
+        let server = RedisServer::start_with_args(&["--loadmodule".into(), module]);
+        runtime().block_on(async {
+            let store = CellStore::connect(RedisStore::builder(), server.url())
+                .await
+                .unwrap();
+            // redis-cell runs on the server's own clock in whole seconds:
+            // the walk cannot drive it, so it runs the untimed parts only.
+            let clock = ManualClock::starting_at(START_NS);
+            let subject = Subject {
+                name: "CellStore",
+                store,
+                advance: Box::new(|_| {}),
+                now_ns: Box::new(move || clock.now_ns()),
+                caps: Caps {
+                    all_algorithms: false,
+                    peek: true,
+                    refund: false,
+                    reset: true,
+                    multi_rule: false,
+                    exact_reset: false,
+                    resolution: Duration::from_secs(1),
+                },
+                key_prefix: format!("cell-{}", std::process::id()),
+            };
+            conformance::untimed(&subject).await;
+        });
+    }
+}
