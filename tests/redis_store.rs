@@ -1099,3 +1099,53 @@ async fn deny_cache_never_admits_more_than_redis_and_is_bounded() {
         assert!(store.deny_cache_len() <= 4);
     }
 }
+
+/// redis-cell 0.5.0 computes `remaining` in whole microseconds: for
+/// `cell(100, 853, 3 s)` (T = 3,516,998 ns), a cost of 2 at t = 0 then a peek
+/// at t = T − 50 µs answers `[0, 101, 100, -1, 1]` from `CL.THROTTLE`, where
+/// exact nanoseconds would give 99. Every store answers as redis-cell does.
+#[test]
+fn cell_remaining_is_redis_cells_to_the_bit() {
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let clock = ManualClock::starting_at(1_700_000_000_000_000_000);
+        let redis = client_store(&server.url(), &clock).await;
+        let mem = memory(&clock);
+        let p = Policy::cell(100, 853, Duration::from_secs(3)).unwrap();
+        let funnel = Policy::token_bucket(101, 853.0 / 3.0).unwrap();
+        let stores: [&dyn DynCheck; 2] = [&mem, &redis];
+        for (i, store) in stores.into_iter().enumerate() {
+            let key = format!("c{i}");
+            let rule = Rule::new(key.as_bytes(), &p, 2);
+            assert_eq!(store.run(rule).await.to_cell_reply(), [0, 101, 99, -1, 1]);
+            clock.advance(Duration::from_nanos(3_516_998 - 50_000));
+            let peek = Rule::new(key.as_bytes(), &p, 0);
+            assert_eq!(store.run(peek).await.to_cell_reply(), [0, 101, 100, -1, 1]);
+            // The other GCRA constructors keep exact nanoseconds (T = 3,516,999).
+            clock.advance(Duration::from_secs(60));
+            let key = format!("f{i}");
+            assert_eq!(store.run(Rule::new(key.as_bytes(), &funnel, 2)).await.remaining, 99);
+            clock.advance(Duration::from_nanos(3_516_999 - 50_000));
+            let peek = Rule::new(key.as_bytes(), &funnel, 0);
+            assert_eq!(store.run(peek).await.remaining, 99);
+            clock.advance(Duration::from_secs(60));
+        }
+    });
+}
+
+/// Object-safe `check` for iterating over stores of different types.
+trait DynCheck {
+    fn run<'a>(
+        &'a self,
+        rule: Rule<'a>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Decision> + 'a>>;
+}
+
+impl<S: Store> DynCheck for S {
+    fn run<'a>(
+        &'a self,
+        rule: Rule<'a>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Decision> + 'a>> {
+        Box::pin(async move { self.check(rule).await.unwrap() })
+    }
+}
