@@ -234,9 +234,15 @@ mod tests {
             _ => unreachable!(),
         };
         let bucket = gcra(Policy::token_bucket(16, 0.5).unwrap());
-        assert!(matches!(cell_args(&bucket), Err(StoreError::Unsupported(_))));
+        assert!(matches!(
+            cell_args(&bucket),
+            Err(StoreError::Unsupported(_))
+        ));
         let sub_second = gcra(Policy::cell(1, 1, Duration::from_millis(1500)).unwrap());
-        assert!(matches!(cell_args(&sub_second), Err(StoreError::Unsupported(_))));
+        assert!(matches!(
+            cell_args(&sub_second),
+            Err(StoreError::Unsupported(_))
+        ));
         let reply = Value::Array([1, 16, 0, 2, 32].map(Value::Int).to_vec());
         let d = decision(&reply).unwrap();
         assert_eq!(d.to_cell_reply(), [1, 16, 0, 2, 32]);
