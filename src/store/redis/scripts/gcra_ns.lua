@@ -26,17 +26,17 @@ end
 -- no tat (see gcra_valid).
 local function ns_decode(v)
   if not v then
-    return 0, 0
+    return 0, 0, false
   end
   local x = gcra_valid(v)
   if not x then
     return nil
   end
   if x < NS_MARK then
-    return x, 0
+    return x, 0, false
   end
   local us, r = ns_split(v)
-  return us - NS_OFFSET_US, r
+  return us - NS_OFFSET_US, r, true
 end
 
 local function ns_encode(us, r)
@@ -49,14 +49,19 @@ end
 -- Per batch: the pair of each key read or admitted, the value it held in
 -- Redis (false: absent), and the keys to write back.
 local ns_us, ns_r, ns_stored, ns_dirty = {}, {}, {}, {}
+-- The stored pair, and whether it was stored in the ns encoding.
+local ns_s_us, ns_s_r, ns_s_enc = {}, {}, {}
+-- A batch's T·cost in ns, formatted once: the INCRBY of a busy key.
+local ns_inc_us, ns_inc_r, ns_inc_str = nil, nil, nil
 
 -- The tat of stored value `v`, or nil and the error of foreign data.
 local function ns_read(key, v)
-  local us, r = ns_decode(v)
+  local us, r, enc = ns_decode(v)
   if not us then
     return nil, gcra_foreign(key, 'a value that is no tat')
   end
   ns_us[key], ns_r[key], ns_stored[key] = us, r, v or false
+  ns_s_us[key], ns_s_r[key], ns_s_enc[key] = us, r, enc
   return us, r
 end
 
@@ -77,7 +82,7 @@ end
 local function ns_reply(key, us, r)
   local v = ns_stored[key]
   if v and not ns_dirty[key] then
-    return tonumber(v) < NS_MARK and us or v
+    return ns_s_enc[key] and v or us
   end
   return r == 0 and us or ns_encode(us, r)
 end
@@ -108,19 +113,21 @@ local function ns_write(key, us, r, now)
   local stored = ns_stored[key]
   local expiry = gcra_expiry(r > 0 and us + 1 or us)
   if stored then
-    local s_us, s_r = ns_decode(stored)
+    local s_us, s_r = ns_s_us[key], ns_s_r[key]
     local d = us - s_us
     -- INCRBY in place (keeps the TTL) when both use one encoding and the
     -- change in that encoding's unit is exact.
     local by = nil
-    if (r == 0) == (tonumber(stored) < NS_MARK) then
+    if (r > 0) == ns_s_enc[key] and (r > 0 or s_r == 0) then
       if r == 0 then
-        by = d
+        by = int(d)
+      elseif d == ns_inc_us and r - s_r == ns_inc_r then
+        by = ns_inc_str
       elseif d < 8e12 and d > -8e12 then
-        by = d * 1000 + r - s_r
+        by = int(d * 1000 + r - s_r)
       end
     end
-    if by and type(pcall_redis('INCRBY', key, int(by))) ~= 'table' then
+    if by and type(pcall_redis('INCRBY', key, by)) ~= 'table' then
       if expiry > gcra_expiry(s_r > 0 and s_us + 1 or s_us) then
         call_redis('PEXPIRE', key, ttl_ms(expiry - now))
       end

@@ -11,6 +11,9 @@ local out = { now }
 
 algo.n.prefetch(KEYS)
 local inc_us, inc_r = ns_times(t, cost)
+if inc_us < 8e12 then
+  ns_inc_us, ns_inc_r, ns_inc_str = inc_us, inc_r, int(inc_us * 1000 + inc_r)
+end
 for i = 1, #KEYS do
   local key = KEYS[i]
   local us, r = ns_tat(key)
