@@ -187,7 +187,10 @@ impl Policy {
     /// microseconds: for `cell(100, 853, 3 s)` (T = 3,516,998 ns), after a
     /// cost of 2 at t = 0, a peek at t = T − 50 µs reports `remaining` 100
     /// here and in redis-cell, where the nanosecond formula gives 99.
-    /// Admission itself is the same exact nanosecond GCRA for all three.
+    /// Admission itself is the same exact nanosecond GCRA for all three. One
+    /// deliberate departure: with T under one microsecond redis-cell divides
+    /// by zero and reports `remaining` = `i64::MAX`; this crate reports the
+    /// exact quotient, never above the limit.
     ///
     /// ```
     /// use std::time::Duration;

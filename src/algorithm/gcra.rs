@@ -90,10 +90,14 @@ fn remaining(p: &GcraParams, ttl: u64) -> u64 {
 /// redis-cell's `(next.whole_microseconds() as f64 /
 /// emission_interval.whole_microseconds() as f64) as i64` for `next ≥ 0`
 /// (a negative `next`, reachable only from another policy's state, gives 0
-/// or −1 there and 0 here). A T below one microsecond divides by zero as
-/// redis-cell does: `inf` saturates to `i64::MAX`, `NaN` gives 0.
+/// or −1 there and 0 here). A T below one microsecond is the one departure:
+/// redis-cell divides by zero there and answers `i64::MAX` (or 0); the
+/// exact nanosecond quotient is reported instead, never above the limit.
 #[cold]
 fn cell_remaining(next_ns: u64, t_ns: u64) -> u64 {
+    if t_ns < 1000 {
+        return next_ns / t_ns;
+    }
     let q = (next_ns / 1000) as f64 / (t_ns / 1000) as f64;
     u64::try_from(q as i64).unwrap_or(0)
 }
