@@ -222,6 +222,9 @@ fn main() {
     // 1000/s with a burst of a million: never denies within a run, and the
     // key's tat runs ahead of now, so the key persists (as a busy user's does).
     let open_gcra = Policy::cell(999_999, 1_000, Duration::from_secs(1)).unwrap();
+    // The same at T = 333,333⅓ → 333,333 ns, not a whole number of µs: the
+    // nanosecond-precision scripts (gcra_ns.lua), side by side.
+    let ns_gcra = Policy::cell(999_999, 3_000, Duration::from_secs(1)).unwrap();
     let hot_gcra = Policy::cell(0, 1, Duration::from_secs(3600)).unwrap();
     let check = |name: &str, store: &Arc<RedisStore>, policy: Policy| Row {
         name: name.into(),
@@ -246,6 +249,7 @@ fn main() {
     }
     rows.extend([
         check("gcra (batched)", &batched, open_gcra),
+        check("gcra, T not whole µs (batched)", &batched, ns_gcra),
         check("gcra (batching off)", &single, open_gcra),
         check(
             "fixed_window",

@@ -96,7 +96,8 @@ pub use layer::ThrottleLayer;
 pub use limiter::{Limiter, Permit};
 pub use mode::{FailMode, Mode, OnMissingKey, MAX_DELAY_ATTEMPTS};
 pub use policy::{
-    Algorithm, ConcurrencyParams, GcraParams, Policy, PolicyError, WindowParams, DEFAULT_LEASE,
+    Algorithm, CellArgs, ConcurrencyParams, GcraParams, Policy, PolicyError, WindowParams,
+    DEFAULT_LEASE,
 };
 pub use response::ResetFormat;
 pub use rule::Limit;

@@ -37,6 +37,23 @@ pub struct GcraParams {
     pub tolerance_ns: u64,
     /// Requests admitted at once from a fresh state (`max_burst + 1`).
     pub limit: u64,
+    /// The arguments given to [`Policy::cell`], `None` for the other GCRA
+    /// constructors. When set, `remaining` is computed as redis-cell 0.5.0
+    /// computes it (in whole microseconds, through `f64`), and
+    /// [`CellStore`](crate::CellStore) sends these arguments as they are.
+    pub cell: Option<CellArgs>,
+}
+
+/// The arguments of [`Policy::cell`], as the user gave them: redis-cell's
+/// `CL.THROTTLE key max_burst count period`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CellArgs {
+    /// `max_burst`: a fresh key admits `max_burst + 1` at once.
+    pub max_burst: u64,
+    /// `count` requests per `period`.
+    pub count: u64,
+    /// The period (redis-cell takes it in whole seconds).
+    pub period: Duration,
 }
 
 /// Parameters of the window algorithms.
@@ -121,7 +138,11 @@ fn nonzero(n: u64, what: &'static str) -> Result<u64, PolicyError> {
     }
 }
 
-fn gcra(emission_interval_ns: u64, limit: u64) -> Result<Policy, PolicyError> {
+fn gcra(
+    emission_interval_ns: u64,
+    limit: u64,
+    cell: Option<CellArgs>,
+) -> Result<Policy, PolicyError> {
     let tolerance_ns = emission_interval_ns
         .checked_mul(limit)
         .ok_or(PolicyError::Overflow("emission interval × limit"))?;
@@ -130,6 +151,7 @@ fn gcra(emission_interval_ns: u64, limit: u64) -> Result<Policy, PolicyError> {
             emission_interval_ns,
             tolerance_ns,
             limit,
+            cell,
         }),
     })
 }
@@ -152,7 +174,23 @@ impl Policy {
     /// redis-cell's `CL.THROTTLE key max_burst count period`: `count` requests
     /// per `period`, with bursts of up to `max_burst + 1` from a fresh state.
     ///
-    /// T = period / count (whole nanoseconds, as redis-cell divides), τ = T·(max_burst + 1).
+    /// T = period / count in whole nanoseconds, divided exactly as redis-cell
+    /// 0.5.0 divides (`(period_ns as f64 / count as f64) as i64`, which
+    /// differs from integer division only for periods above about 104 days),
+    /// and τ = T·(max_burst + 1).
+    ///
+    /// Replies are redis-cell's bit for bit on every store, `remaining`
+    /// included: redis-cell computes it from whole **microseconds**
+    /// (`trunc_µs(τ − ttl) / trunc_µs(T)` in `f64`), where
+    /// [`Policy::funnel`] and [`Policy::token_bucket`] divide exact
+    /// nanoseconds. The two can differ by one when T is not a whole number of
+    /// microseconds: for `cell(100, 853, 3 s)` (T = 3,516,998 ns), after a
+    /// cost of 2 at t = 0, a peek at t = T − 50 µs reports `remaining` 100
+    /// here and in redis-cell, where the nanosecond formula gives 99.
+    /// Admission itself is the same exact nanosecond GCRA for all three. One
+    /// deliberate departure: with T under one microsecond redis-cell divides
+    /// by zero and reports `remaining` = `i64::MAX`; this crate reports the
+    /// exact quotient, never above the limit.
     ///
     /// ```
     /// use std::time::Duration;
@@ -164,16 +202,23 @@ impl Policy {
     /// # Ok::<(), tower_throttle::PolicyError>(())
     /// ```
     pub fn cell(max_burst: u64, count: u64, period: Duration) -> Result<Policy, PolicyError> {
+        let args = CellArgs {
+            max_burst,
+            count,
+            period,
+        };
         let count = nonzero(count, "count")?;
         let period_ns = nanos(period, "period")?;
-        let emission_interval_ns = period_ns / count;
+        // redis-cell's `Rate::per_period`, to the bit: an f64 quotient
+        // truncated (`as` saturates; a u64 count and period never reach it).
+        let emission_interval_ns = ((period_ns as f64) / (count as f64)) as u64;
         if emission_interval_ns == 0 {
             return Err(PolicyError::IntervalTooShort { period, count });
         }
         let limit = max_burst
             .checked_add(1)
             .ok_or(PolicyError::Overflow("max_burst + 1"))?;
-        gcra(emission_interval_ns, limit)
+        gcra(emission_interval_ns, limit, Some(args))
     }
 
     /// A funnel (leaky bucket as a meter) holding `capacity` units that leaks
@@ -181,14 +226,14 @@ impl Policy {
     /// T = 1 s / rate (rounded to the nanosecond) and limit = capacity.
     pub fn funnel(capacity: u64, leak_per_sec: f64) -> Result<Policy, PolicyError> {
         let capacity = nonzero(capacity, "capacity")?;
-        gcra(interval_from_rate(leak_per_sec)?, capacity)
+        gcra(interval_from_rate(leak_per_sec)?, capacity, None)
     }
 
     /// A token bucket (Guava's `RateLimiter` without warm-up) of `capacity`
     /// tokens refilled at `refill_per_sec`. Same machine as [`Policy::funnel`].
     pub fn token_bucket(capacity: u64, refill_per_sec: f64) -> Result<Policy, PolicyError> {
         let capacity = nonzero(capacity, "capacity")?;
-        gcra(interval_from_rate(refill_per_sec)?, capacity)
+        gcra(interval_from_rate(refill_per_sec)?, capacity, None)
     }
 
     /// At most `max` units in any window of length `window`, exactly: a log of
@@ -238,6 +283,27 @@ impl Policy {
     /// The algorithm and its parameters.
     pub fn algorithm(&self) -> &Algorithm {
         &self.algorithm
+    }
+
+    /// The arguments given to [`Policy::cell`] (what
+    /// [`CellStore`](crate::CellStore) sends to `CL.THROTTLE`); `None` for
+    /// every other constructor, funnels and token buckets included.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_throttle::Policy;
+    ///
+    /// let p = Policy::cell(15, 30, Duration::from_secs(60))?;
+    /// let args = p.cell_args().unwrap();
+    /// assert_eq!((args.max_burst, args.count, args.period.as_secs()), (15, 30, 60));
+    /// assert!(Policy::token_bucket(16, 0.5)?.cell_args().is_none());
+    /// # Ok::<(), tower_throttle::PolicyError>(())
+    /// ```
+    pub fn cell_args(&self) -> Option<CellArgs> {
+        match self.algorithm {
+            Algorithm::Gcra(p) => p.cell,
+            _ => None,
+        }
     }
 
     /// Requests admitted at once from a fresh state.
@@ -306,8 +372,28 @@ mod tests {
                 emission_interval_ns: 2_000_000_000,
                 tolerance_ns: 32_000_000_000,
                 limit: 16,
+                cell: Some(CellArgs {
+                    max_burst: 15,
+                    count: 30,
+                    period: Duration::from_secs(60),
+                }),
             })
         );
+    }
+
+    #[test]
+    fn cell_divides_as_redis_cell_does() {
+        // An f64 quotient truncated, as redis-cell 0.5.0's Rate::per_period:
+        // one nanosecond above integer division for this period.
+        let p = Policy::cell(0, 168_012, Duration::from_secs(8_751_658_811)).unwrap();
+        let Algorithm::Gcra(g) = *p.algorithm() else {
+            unreachable!()
+        };
+        assert_eq!(g.emission_interval_ns, 52_089_486_530_724);
+        assert_eq!(8_751_658_811_000_000_000 / 168_012, 52_089_486_530_723_u64);
+        let args = p.cell_args().unwrap();
+        assert_eq!((args.max_burst, args.count), (0, 168_012));
+        assert_eq!(Policy::funnel(3, 3.0).unwrap().cell_args(), None);
     }
 
     #[test]

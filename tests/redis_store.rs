@@ -77,6 +77,30 @@ fn gcra() -> impl Strategy<Value = (Policy, Vec<Op>)> {
     })
 }
 
+const YEAR: u64 = 365 * 86_400;
+
+/// GCRA at intervals that are not whole microseconds: 3/s, 7/min, 7/day,
+/// redis-cell's arguments with counts up to 10^6 and periods up to a year,
+/// funnels at any rate.
+fn gcra_ns() -> impl Strategy<Value = (Policy, Vec<Op>)> {
+    let cell = (0u64..=5, 1u64..=1_000_000, 1u64..=YEAR)
+        .prop_map(|(b, n, s)| Policy::cell(b, n, Duration::from_secs(s)).unwrap());
+    let named = prop_oneof![
+        Just(Policy::token_bucket(10, 3.0).unwrap()),
+        Just(Policy::cell(15, 7, Duration::from_secs(60)).unwrap()),
+        Just(Policy::cell(3, 7, Duration::from_secs(86_400)).unwrap()),
+        Just(Policy::funnel(3, 3.0).unwrap()),
+        Just(Policy::cell(100, 853, Duration::from_secs(3)).unwrap()),
+    ];
+    let nanos = (0u64..=5, 1u64..=3_000_000_000)
+        .prop_map(|(b, t)| Policy::cell(b, 1, Duration::from_nanos(t)).unwrap());
+    let rate = (1u64..=6, 1e-3f64..1e7).prop_map(|(c, r)| Policy::funnel(c, r).unwrap());
+    prop_oneof![cell, named, nanos, rate].prop_flat_map(|p| {
+        let span = (p.window().as_micros() as u64).clamp(1, 1 << 40);
+        with_ops(p, span)
+    })
+}
+
 fn window(
     f: fn(u64, Duration) -> Result<Policy, tower_throttle::PolicyError>,
 ) -> impl Strategy<Value = (Policy, Vec<Op>)> {
@@ -180,6 +204,7 @@ macro_rules! model_test {
 }
 
 model_test!(gcra_matches_memory_store, gcra());
+model_test!(gcra_at_any_interval_matches_memory_store, gcra_ns());
 model_test!(
     sliding_log_matches_memory_store,
     window(Policy::sliding_log)
@@ -624,15 +649,33 @@ fn errors_are_typed() {
     runtime().block_on(async {
         let store = RedisStore::connect(server.url()).await.unwrap();
         for p in [
-            Policy::funnel(3, 3.0).unwrap(), // T = 333_333_333 ns
             Policy::fixed_window(1, Duration::from_nanos(1_500)).unwrap(),
             Policy::sliding_window(1 << 40, Duration::from_secs(3600)).unwrap(),
         ] {
             let err = store.check(Rule::new(b"k", &p, 1)).await.unwrap_err();
             assert!(matches!(err, StoreError::Unsupported(_)), "{err:?}");
         }
-        // A key of another type under our name: a script error, not a panic.
+        // A key of another type under a GCRA name: a typed error naming
+        // the key, which is repaired (deleted): the next check is fresh.
         let p = Policy::cell(1, 1, Duration::from_secs(1)).unwrap();
+        let key = store.redis_key(b"clobbered", &p);
+        let _: () = redis::cmd("LPUSH")
+            .arg(&key)
+            .arg("x")
+            .query(&mut server.conn())
+            .unwrap();
+        let err = store
+            .check(Rule::new(b"clobbered", &p, 1))
+            .await
+            .unwrap_err();
+        let StoreError::ForeignData { key: named, .. } = &err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(named.as_bytes(), &key[..]);
+        let d = store.check(Rule::new(b"clobbered", &p, 1)).await.unwrap();
+        assert_eq!(d.to_cell_reply(), [0, 2, 1, -1, 1]);
+        // Other algorithms: a script error, not a panic.
+        let p = Policy::fixed_window(1, Duration::from_secs(1)).unwrap();
         let key = store.redis_key(b"clobbered", &p);
         let _: () = redis::cmd("LPUSH")
             .arg(&key)
@@ -843,6 +886,7 @@ async fn a_clobbered_key_fails_alone_in_a_uniform_batch() {
             .query(&mut server.conn())
             .unwrap();
         let calls0 = evalsha_calls(&server);
+        let mut foreign = 0;
         for round in 0..4u64 {
             let tasks: Vec<_> = (0..64)
                 .map(|i| {
@@ -858,16 +902,25 @@ async fn a_clobbered_key_fails_alone_in_a_uniform_batch() {
             let mut admitted = [0u64; 16];
             for t in tasks {
                 match t.await.unwrap() {
-                    (7, r) => assert!(matches!(r, Err(StoreError::Script(_))), "{name}: {r:?}"),
+                    // GCRA repairs foreign data: one typed error, then a
+                    // fresh key like every other.
+                    (7, Err(StoreError::ForeignData { .. })) if name == "gcra" => {
+                        foreign += 1;
+                    }
+                    (7, r) if name != "gcra" => {
+                        assert!(matches!(r, Err(StoreError::Script(_))), "{name}: {r:?}")
+                    }
                     (u, r) => admitted[u as usize] += u64::from(r.unwrap().allowed),
                 }
             }
-            for (u, &n) in admitted.iter().enumerate().filter(|&(u, _)| u != 7) {
+            let others = |&(u, _): &(usize, &u64)| u != 7 || name == "gcra";
+            for (u, &n) in admitted.iter().enumerate().filter(others) {
                 // 3 in the first round, none after: no time passes.
                 let want = if round == 0 { 3 } else { 0 };
                 assert_eq!(n, want, "{name}: user {u}, round {round}");
             }
         }
+        assert_eq!(foreign, u64::from(name == "gcra"), "{name}");
         let calls = evalsha_calls(&server) - calls0;
         assert!(
             calls < 4 * 64,
@@ -1097,5 +1150,61 @@ async fn deny_cache_never_admits_more_than_redis_and_is_bounded() {
             store.check(Rule::new(&key, &p, 1)).await.unwrap();
         }
         assert!(store.deny_cache_len() <= 4);
+    }
+}
+
+/// redis-cell 0.5.0 computes `remaining` in whole microseconds: for
+/// `cell(100, 853, 3 s)` (T = 3,516,998 ns), a cost of 2 at t = 0 then a peek
+/// at t = T − 50 µs answers `[0, 101, 100, -1, 1]` from `CL.THROTTLE`, where
+/// exact nanoseconds would give 99. Every store answers as redis-cell does.
+#[test]
+fn cell_remaining_is_redis_cells_to_the_bit() {
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let clock = ManualClock::starting_at(1_700_000_000_000_000_000);
+        let redis = client_store(&server.url(), &clock).await;
+        let mem = memory(&clock);
+        let p = Policy::cell(100, 853, Duration::from_secs(3)).unwrap();
+        let funnel = Policy::token_bucket(101, 853.0 / 3.0).unwrap();
+        let stores: [&dyn DynCheck; 2] = [&mem, &redis];
+        for (i, store) in stores.into_iter().enumerate() {
+            let key = format!("c{i}");
+            let rule = Rule::new(key.as_bytes(), &p, 2);
+            assert_eq!(store.run(rule).await.to_cell_reply(), [0, 101, 99, -1, 1]);
+            clock.advance(Duration::from_nanos(3_516_998 - 50_000));
+            let peek = Rule::new(key.as_bytes(), &p, 0);
+            assert_eq!(store.run(peek).await.to_cell_reply(), [0, 101, 100, -1, 1]);
+            // The other GCRA constructors keep exact nanoseconds (T = 3,516,999).
+            clock.advance(Duration::from_secs(60));
+            let key = format!("f{i}");
+            assert_eq!(
+                store
+                    .run(Rule::new(key.as_bytes(), &funnel, 2))
+                    .await
+                    .remaining,
+                99
+            );
+            clock.advance(Duration::from_nanos(3_516_999 - 50_000));
+            let peek = Rule::new(key.as_bytes(), &funnel, 0);
+            assert_eq!(store.run(peek).await.remaining, 99);
+            clock.advance(Duration::from_secs(60));
+        }
+    });
+}
+
+/// Object-safe `check` for iterating over stores of different types.
+trait DynCheck {
+    fn run<'a>(
+        &'a self,
+        rule: Rule<'a>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Decision> + 'a>>;
+}
+
+impl<S: Store> DynCheck for S {
+    fn run<'a>(
+        &'a self,
+        rule: Rule<'a>,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Decision> + 'a>> {
+        Box::pin(async move { self.check(rule).await.unwrap() })
     }
 }

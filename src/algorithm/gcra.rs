@@ -37,7 +37,7 @@ pub fn check(p: &GcraParams, tat: u64, now: u64, cost: u64) -> Decision {
     };
     let allowed = new_tat <= horizon;
     let ttl = if allowed { new_tat - now } else { base - now };
-    let remaining = tau.saturating_sub(ttl) / t;
+    let remaining = remaining(p, ttl);
     Decision {
         allowed,
         limit: p.limit,
@@ -64,7 +64,7 @@ fn check_wide(p: &GcraParams, tat: u64, now: u64, cost: u64) -> Decision {
     } else {
         tat_w - now_w
     };
-    let remaining = sat(tau.saturating_sub(ttl) / t);
+    let remaining = remaining(p, sat(ttl));
     Decision {
         allowed,
         limit: p.limit,
@@ -89,13 +89,42 @@ pub fn quota_after(p: &GcraParams, ttl_ns: u64, remaining: u64) -> Duration {
     dur(need.saturating_sub(u128::from(p.tolerance_ns)).min(ttl))
 }
 
+/// Units left after a decision whose state lies `ttl` ns ahead of now:
+/// ⌊(τ − ttl) / T⌋ in exact nanoseconds, or, for
+/// [`Policy::cell`](crate::Policy::cell), redis-cell 0.5.0's own formula — both terms
+/// truncated to whole microseconds, divided in `f64` and truncated — so its
+/// replies match `CL.THROTTLE`'s to the bit.
+#[inline(always)]
+fn remaining(p: &GcraParams, ttl: u64) -> u64 {
+    let next = p.tolerance_ns.saturating_sub(ttl);
+    if p.cell.is_none() {
+        return next / p.emission_interval_ns;
+    }
+    cell_remaining(next, p.emission_interval_ns)
+}
+
+/// redis-cell's `(next.whole_microseconds() as f64 /
+/// emission_interval.whole_microseconds() as f64) as i64` for `next ≥ 0`
+/// (a negative `next`, reachable only from another policy's state, gives 0
+/// or −1 there and 0 here). A T below one microsecond is the one departure:
+/// redis-cell divides by zero there and answers `i64::MAX` (or 0); the
+/// exact nanosecond quotient is reported instead, never above the limit.
+#[cold]
+fn cell_remaining(next_ns: u64, t_ns: u64) -> u64 {
+    if t_ns < 1000 {
+        return next_ns / t_ns;
+    }
+    let q = (next_ns / 1000) as f64 / (t_ns / 1000) as f64;
+    u64::try_from(q as i64).unwrap_or(0)
+}
+
 /// Reads a decision made by a reservation — a check against the same policy
 /// with its tolerance stretched by `extra_ns` — in the real policy's terms:
 /// the decision the policy reports, and how long the admitted request must
 /// wait for its slot.
 pub fn rebase(p: &GcraParams, extra_ns: u64, d: Decision) -> (Decision, Duration) {
     let ttl = u64::try_from(d.reset_after.as_nanos()).unwrap_or(u64::MAX);
-    let remaining = p.tolerance_ns.saturating_sub(ttl) / p.emission_interval_ns;
+    let remaining = remaining(p, ttl);
     let d = Decision {
         quota_after: quota_after(p, ttl, remaining),
         ..d

@@ -39,6 +39,16 @@ pub enum StoreError {
     /// its configuration is unsafe for rate limiting. The message names the
     /// fix, and never holds a password.
     Config(String),
+    /// A Redis key of this store held data the store never writes (a hash,
+    /// a list, `"abc"`, `"-5"`, `"1e30"`: another program wrote there). The
+    /// check failed, the key was deleted, and the next check finds it fresh,
+    /// so no user stays locked out; a warning is logged with the key.
+    ForeignData {
+        /// The Redis key (lossy UTF-8).
+        key: String,
+        /// What was found there.
+        found: String,
+    },
 }
 
 impl fmt::Display for StoreError {
@@ -57,6 +67,11 @@ impl fmt::Display for StoreError {
                 write!(f, "unexpected reply from rate-limit store: {what}")
             }
             StoreError::Config(fix) => write!(f, "rate-limit store misconfigured: {fix}"),
+            StoreError::ForeignData { key, found } => write!(
+                f,
+                "rate-limit store found {found} at key {key:?} (another program's data): \
+                 deleted, the key starts fresh"
+            ),
         }
     }
 }

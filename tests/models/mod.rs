@@ -93,6 +93,16 @@ impl ModelKey {
 
     /// The largest k admissible now (linear search: limits in tests are small).
     fn remaining(&self, policy: &Policy, now: u64) -> u64 {
+        // Policy::cell reports redis-cell 0.5.0's `remaining` by its own
+        // definition: (τ − content) and T truncated to whole µs, divided in
+        // f64, truncated (T ≥ 1 µs; below, redis-cell divides by zero).
+        if let (Algorithm::Gcra(p), Some(_)) = (policy.algorithm(), policy.cell_args()) {
+            if p.emission_interval_ns >= 1000 {
+                let next = u128::from(p.tolerance_ns).saturating_sub(self.gcra_level(now));
+                let q = (next / 1000) as f64 / (p.emission_interval_ns / 1000) as f64;
+                return q as u64;
+            }
+        }
         let mut k = 0;
         while k < policy.limit() && self.admissible(policy, now, k + 1) {
             k += 1;

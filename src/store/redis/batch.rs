@@ -25,7 +25,7 @@ use super::abandoned;
 use super::error::timed;
 use super::params::Params;
 use super::reply::{self, Checked, RuleReply};
-use super::{check_script, keys, Config, GCRA_BATCH};
+use super::{check_script, keys, Config, GCRA_BATCH, GCRA_NS_BATCH};
 use crate::decision::PermitId;
 use crate::policy::Policy;
 use crate::store::StoreError;
@@ -83,6 +83,10 @@ pub(crate) fn replicate(e: &StoreError) -> StoreError {
         StoreError::Cluster(e) => StoreError::Cluster(boxed(e)),
         StoreError::Protocol(s) => StoreError::Protocol(s.clone()),
         StoreError::Config(s) => StoreError::Config(s.clone()),
+        StoreError::ForeignData { key, found } => StoreError::ForeignData {
+            key: key.clone(),
+            found: found.clone(),
+        },
     }
 }
 
@@ -116,7 +120,7 @@ where
     C: ConnectionLike + Clone + Send,
 {
     let uniform = uniform(checks);
-    if let Some(rule) = uniform.filter(|r| r.params.code == "g") {
+    if let Some(rule) = uniform.filter(|r| matches!(r.params.code, "g" | "n")) {
         return eval_uniform_gcra(conn, cfg, checks, rule, sent).await;
     }
     // Windows and logs have a single-rule fast path in the script too: a uniform
@@ -221,7 +225,11 @@ async fn eval_uniform_gcra<C>(
 where
     C: ConnectionLike + Clone + Send,
 {
-    let script: &Script = &GCRA_BATCH;
+    let script: &Script = if rule.params.code == "n" {
+        &GCRA_NS_BATCH
+    } else {
+        &GCRA_BATCH
+    };
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(script.get_hash()).arg(checks.len());
     for c in checks {

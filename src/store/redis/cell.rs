@@ -20,10 +20,11 @@ const NOT_LOADED: StoreError = StoreError::Unsupported(
 /// `CL.THROTTLE key max_burst count period quantity`, for deployments that
 /// already run it. Decisions are redis-cell's, in whole seconds.
 ///
-/// Only GCRA policies ([`Policy::cell`], funnel, token bucket) whose emission
-/// interval is `period / count` for a whole number of seconds `period`
-/// (redis-cell takes the period in seconds), one rule per check; anything
-/// else is [`StoreError::Unsupported`]. [`Store::refund`] is unsupported
+/// Only [`Policy::cell`] policies with a period of whole seconds, one rule
+/// per check: `CL.THROTTLE` receives exactly the `max_burst`, `count` and
+/// `period` given to [`Policy::cell`]. Anything else — other algorithms,
+/// funnels and token buckets, sub-second periods — is
+/// [`StoreError::Unsupported`]. [`Store::refund`] is unsupported
 /// (redis-cell has no refund); [`Store::reset`] deletes the key.
 /// [`CellStore::connect`] fails with a clear [`StoreError::Unsupported`] when
 /// the module is not loaded. Keys are `<prefix>:<key>`, encoded as in
@@ -44,26 +45,30 @@ impl std::fmt::Debug for CellStore {
     }
 }
 
-/// redis-cell's arguments for GCRA parameters: `(max_burst, count, period_s)`.
+/// The arguments the user gave [`Policy::cell`]: `(max_burst, count,
+/// period_s)`, sent as they are. Other GCRA policies (funnel, token bucket,
+/// a reservation's stretched tolerance) and periods that are not whole
+/// seconds have no `CL.THROTTLE` form with the same decisions.
 fn cell_args(p: &GcraParams) -> Result<(u64, u64, u64), StoreError> {
-    const SEC: u64 = 1_000_000_000;
-    let t = p.emission_interval_ns;
-    let g = gcd(t, SEC);
-    // The smallest whole-second period holding a whole count of intervals.
-    let (period, count) = (t / g, SEC / g);
-    if period > i64::MAX as u64 || p.tolerance_ns != t.saturating_mul(p.limit) {
+    let Some(a) = p.cell else {
         return Err(StoreError::Unsupported(
-            "GCRA parameters redis-cell cannot express",
+            "GCRA policies not built with Policy::cell on CellStore (redis-cell takes \
+             max_burst, count and period as given; use RedisStore)",
+        ));
+    };
+    let fits = |n: u64| i64::try_from(n).is_ok();
+    if a.period.subsec_nanos() != 0
+        || !fits(a.period.as_secs())
+        || !fits(a.max_burst)
+        || !fits(a.count)
+        || p.tolerance_ns != p.emission_interval_ns.saturating_mul(p.limit)
+    {
+        return Err(StoreError::Unsupported(
+            "Policy::cell arguments redis-cell cannot take (periods in whole seconds, \
+             values up to i64::MAX)",
         ));
     }
-    Ok((p.limit - 1, count, period))
-}
-
-fn gcd(mut a: u64, mut b: u64) -> u64 {
-    while b != 0 {
-        (a, b) = (b, a % b);
-    }
-    a
+    Ok((a.max_burst, a.count, a.period.as_secs()))
 }
 
 fn secs(n: i64) -> Duration {
@@ -235,8 +240,23 @@ mod tests {
             Algorithm::Gcra(p) => p,
             _ => unreachable!(),
         };
-        assert_eq!(cell_args(&p(15, 30, 60)).unwrap(), (15, 1, 2));
+        assert_eq!(cell_args(&p(15, 30, 60)).unwrap(), (15, 30, 60));
         assert_eq!(cell_args(&p(4, 10, 1)).unwrap(), (4, 10, 1));
+        assert_eq!(cell_args(&p(0, 3, 28354)).unwrap(), (0, 3, 28354));
+        let gcra = |p: Policy| match *p.algorithm() {
+            Algorithm::Gcra(p) => p,
+            _ => unreachable!(),
+        };
+        let bucket = gcra(Policy::token_bucket(16, 0.5).unwrap());
+        assert!(matches!(
+            cell_args(&bucket),
+            Err(StoreError::Unsupported(_))
+        ));
+        let sub_second = gcra(Policy::cell(1, 1, Duration::from_millis(1500)).unwrap());
+        assert!(matches!(
+            cell_args(&sub_second),
+            Err(StoreError::Unsupported(_))
+        ));
         let reply = Value::Array([1, 16, 0, 2, 32].map(Value::Int).to_vec());
         let d = decision(&reply).unwrap();
         assert_eq!(d.to_cell_reply(), [1, 16, 0, 2, 32]);

@@ -174,21 +174,25 @@ macro_rules! script {
 /// Every algorithm: for checks mixing algorithms.
 static CHECK: LazyLock<Script> = script!(
     "gcra.lua",
+    "gcra_ns.lua",
     "fixed_window.lua",
     "sliding_window.lua",
     "sliding_log.lua",
     "concurrency.lua",
     "check.lua"
 );
-static CHECK_G: LazyLock<Script> = script!("gcra.lua", "check.lua");
+static CHECK_G: LazyLock<Script> = script!("gcra.lua", "gcra_ns.lua", "check.lua");
 /// Single-rule GCRA checks under one policy and cost: see `gcra_batch.lua`.
 static GCRA_BATCH: LazyLock<Script> = script!("gcra.lua", "gcra_batch.lua");
+/// The same at nanosecond precision: see `gcra_ns_batch.lua`.
+static GCRA_NS_BATCH: LazyLock<Script> = script!("gcra.lua", "gcra_ns.lua", "gcra_ns_batch.lua");
 static CHECK_F: LazyLock<Script> = script!("fixed_window.lua", "check.lua");
 static CHECK_S: LazyLock<Script> = script!("sliding_window.lua", "check.lua");
 static CHECK_L: LazyLock<Script> = script!("sliding_log.lua", "check.lua");
 static CHECK_C: LazyLock<Script> = script!("concurrency.lua", "check.lua");
 static REFUND: LazyLock<Script> = script!(
     "gcra.lua",
+    "gcra_ns.lua",
     "fixed_window.lua",
     "sliding_window.lua",
     "sliding_log.lua",
@@ -338,6 +342,7 @@ where
             &CHECK,
             &CHECK_G,
             &GCRA_BATCH,
+            &GCRA_NS_BATCH,
             &CHECK_F,
             &CHECK_S,
             &CHECK_L,

@@ -14,6 +14,10 @@ pub(crate) const MAX_SPAN_US: u128 = 1 << 50;
 /// Bound on `now` accepted from a client clock (the scripts enforce it too).
 pub(crate) const MAX_NOW_US: u64 = 1 << 52;
 
+/// Bound on a nanosecond-precision GCRA's `limit + 2` (and on a refund's
+/// units): the script's ns limb of T·n, below 1000·n, stays exact.
+pub(crate) const MAX_NS_UNITS: u128 = 1 << 43;
+
 /// Largest sliding-log limit on Redis: the log holds one sorted-set member per
 /// admitted unit, and one check of cost `max` writes `max` members while the
 /// server runs nothing else. Larger limits belong to
@@ -44,20 +48,31 @@ impl Params {
             "policies whose limit × window reaches 2^50 µs on Redis (Lua numbers are doubles)",
         );
         let (p1, p2, limit) = match *policy.algorithm() {
-            Algorithm::Gcra(p) => {
-                let t = micros(
-                    p.emission_interval_ns,
-                    "GCRA emission intervals that are not whole microseconds on Redis",
-                )?;
-                let tau = micros(
-                    p.tolerance_ns,
-                    "GCRA tolerances that are not whole microseconds on Redis",
-                )?;
+            Algorithm::Gcra(p)
+                if p.emission_interval_ns % 1000 == 0 && p.tolerance_ns % 1000 == 0 =>
+            {
+                let (t, tau) = (p.emission_interval_ns / 1000, p.tolerance_ns / 1000);
                 // A check costs at most limit + 1 units in the script.
                 if u128::from(t) * (u128::from(p.limit) + 2) > MAX_SPAN_US {
                     return Err(too_big);
                 }
                 (t, tau, p.limit)
+            }
+            Algorithm::Gcra(p) => {
+                // Nanosecond precision (gcra_ns.lua): T and tau travel in ns
+                // and the script splits them into exact (µs, ns) pairs;
+                // T·cost's ns limb needs (limit + 2)·1000 below 2^53.
+                let t_us = u128::from(p.emission_interval_ns.div_ceil(1000));
+                let units = u128::from(p.limit) + 2;
+                if t_us * units > MAX_SPAN_US || units >= MAX_NS_UNITS {
+                    return Err(too_big);
+                }
+                return Ok(Params {
+                    code: "n",
+                    p1: p.emission_interval_ns,
+                    p2: p.tolerance_ns,
+                    limit: p.limit,
+                });
             }
             Algorithm::SlidingLog(p) if p.max > MAX_LOG_ENTRIES => {
                 return Err(StoreError::Unsupported(
@@ -117,6 +132,10 @@ impl Params {
         let cap = match self.code {
             // tat − T·amount: beyond 2^52 / T units tat is at `now` anyway.
             "g" => (MAX_NOW_US / self.p1.max(1)).saturating_add(2),
+            // The same bound for a T in ns, and the exact ns limb's.
+            "n" => (MAX_NOW_US / (self.p1 / 1000).max(1))
+                .saturating_add(2)
+                .min(MAX_NS_UNITS as u64 - 1),
             _ => MAX_NOW_US,
         };
         amount.min(cap)
@@ -133,10 +152,8 @@ mod tests {
         let ok = Policy::cell(15, 30, Duration::from_secs(60)).unwrap();
         assert_eq!(Params::of(&ok).unwrap().p1, 2_000_000);
         let thirds = Policy::funnel(3, 3.0).unwrap(); // T = 333_333_333 ns
-        assert!(matches!(
-            Params::of(&thirds),
-            Err(StoreError::Unsupported(_))
-        ));
+        let p = Params::of(&thirds).unwrap();
+        assert_eq!((p.code, p.p1, p.p2), ("n", 333_333_333, 999_999_999));
         let huge_log = Policy::sliding_log(MAX_LOG_ENTRIES + 1, Duration::from_secs(60)).unwrap();
         assert!(matches!(
             Params::of(&huge_log),
@@ -152,5 +169,31 @@ mod tests {
         assert!(Params::of(&fine).is_ok());
         let long = Policy::sliding_log(1, Duration::from_secs(3600 * 24 * 365 * 40)).unwrap();
         assert!(Params::of(&long).is_err());
+    }
+
+    #[test]
+    fn no_gcra_policy_within_the_bounds_is_refused() {
+        // count 1–10^6 × period 1 s – 1 year (sampled), bursts up to count,
+        // funnels at any rate: every one runs on Redis.
+        let mut refused = Vec::new();
+        let periods = (1..=365 * 86_400u64)
+            .step_by(7_919)
+            .chain([60, 86_400, 365 * 86_400]);
+        for period in periods {
+            for count in (1..=1000u64).chain((1_000..=1_000_000).step_by(99_991)) {
+                for burst in [0, count / 2, count] {
+                    let p = Policy::cell(burst, count, Duration::from_secs(period)).unwrap();
+                    if Params::of(&p).is_err() {
+                        refused.push((burst, count, period));
+                    }
+                }
+            }
+        }
+        for rate in [3.0, 7.0 / 60.0, 1e-3, 1e6, 2.9e8] {
+            if Params::of(&Policy::funnel(1000, rate).unwrap()).is_err() {
+                refused.push((1000, 0, rate as u64));
+            }
+        }
+        assert_eq!(refused, []);
     }
 }

@@ -125,7 +125,7 @@ pub(crate) fn decision(
     let mut state = None;
     let d = match *rule.policy.algorithm() {
         Algorithm::Gcra(p) => {
-            let tat = ns(uint(field(1)?)?)?;
+            let tat = gcra_tat(field(1)?)?;
             state = Some(RawState::Gcra(tat));
             gcra::check(&p, tat, now_ns, cost)
         }
@@ -191,6 +191,47 @@ impl std::fmt::Display for CheckFailed {
 
 impl std::error::Error for CheckFailed {}
 
+/// The error of a check that failed alone. Foreign data at a key (a value of
+/// another type, or a string that is no state of this crate) was deleted by
+/// the script, so the key starts fresh on the next check: the error names
+/// the key, and is logged here because a fail-open layer would otherwise
+/// swallow it.
+pub(crate) fn failed(msg: String) -> StoreError {
+    match msg.strip_prefix("FOREIGN ") {
+        Some(rest) => {
+            let (what, key) = rest.split_once(" at ").unwrap_or((rest, ""));
+            let err = StoreError::ForeignData {
+                key: key.to_owned(),
+                found: what.to_owned(),
+            };
+            tracing::warn!(%err, "rate-limit key repaired");
+            err
+        }
+        None => StoreError::Script(Box::new(CheckFailed(msg))),
+    }
+}
+
+/// Offset of a tat stored at nanosecond precision (`gcra_ns.lua`): stored
+/// values at or above it are `NS_OFFSET + tat_ns`, below it `tat_µs`.
+const NS_OFFSET: u64 = 2_400_000_000_000_000_000;
+
+/// A GCRA tat of a reply, in ns: a µs integer, or the ns encoding as a string.
+pub(crate) fn gcra_tat(v: &Value) -> Result<u64, StoreError> {
+    match v {
+        Value::BulkString(b) => {
+            let x: u64 = std::str::from_utf8(b)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| bad("a GCRA state that is not a number"))?;
+            match x.checked_sub(NS_OFFSET) {
+                Some(tat) => Ok(tat),
+                None => ns(x),
+            }
+        }
+        v => ns(uint(v)?),
+    }
+}
+
 /// One check's decisions, and the state of its first rule.
 pub(crate) type Checked = (Vec<Decision>, Option<RawState>);
 
@@ -222,7 +263,7 @@ pub(crate) fn check(
                 other => return Err(bad(format!("error message expected, got {other:?}"))),
             };
             *pos += 1;
-            return Ok(Err(StoreError::Script(Box::new(CheckFailed(msg)))));
+            return Ok(Err(failed(msg)));
         }
         n => return Err(bad(format!("check status {n}"))),
     }
@@ -269,20 +310,25 @@ pub(crate) fn uniform_gcra(
     item: &Value,
     now_ns: u64,
 ) -> Result<Result<Checked, StoreError>, StoreError> {
-    let (script_allowed, tat_us) = match item {
-        Value::Int(n) if *n >= 0 => (true, n.unsigned_abs()),
+    let (script_allowed, tat) = match item {
+        Value::Int(n) if *n >= 0 => (true, ns(n.unsigned_abs())?),
         // −tat − 1 as an i64: −n − 1 ≥ 0 never overflows.
-        Value::Int(n) => (false, (-(n + 1)).unsigned_abs()),
+        Value::Int(n) => (false, ns((-(n + 1)).unsigned_abs())?),
+        // The ns encoding: the tat, or '-' and the tat when denied.
+        Value::BulkString(b) if b.first().is_some_and(u8::is_ascii_digit) => {
+            (true, gcra_tat(item)?)
+        }
+        Value::BulkString(b) if b.first() == Some(&b'-') => {
+            (false, gcra_tat(&Value::BulkString(b[1..].to_vec()))?)
+        }
         Value::BulkString(b) => {
-            let msg = String::from_utf8_lossy(b).into_owned();
-            return Ok(Err(StoreError::Script(Box::new(CheckFailed(msg)))));
+            return Ok(Err(failed(String::from_utf8_lossy(b).into_owned())));
         }
         other => return Err(bad(format!("expected a GCRA state, got {other:?}"))),
     };
     let Algorithm::Gcra(p) = policy.algorithm() else {
         return Err(bad("a GCRA reply for another algorithm"));
     };
-    let tat = ns(tat_us)?;
     let d = gcra::check(p, tat, now_ns, cost);
     if d.allowed != script_allowed {
         return Err(bad(format!(

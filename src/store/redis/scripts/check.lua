@@ -24,7 +24,9 @@ for i = 1, n_pol do
     error({ err = 'ERR tower-throttle: unknown algorithm' })
   end
   pol_a[i], pol_c[i] = a, ARGV[b] == 'c'
-  pol_1[i], pol_2[i] = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2])
+  -- Parameters are numbers, or what the algorithm's `param` makes of them.
+  local param = a.param or tonumber
+  pol_1[i], pol_2[i] = param(ARGV[b + 1]), param(ARGV[b + 2])
 end
 
 -- Rule i of a check: its key, policy index and cost, permit.

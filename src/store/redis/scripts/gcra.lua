@@ -29,22 +29,76 @@ local function gcra_expiry(tat)
 end
 
 local gcra_tats = {}
--- The tat each key held in Redis when the batch began (absent: nil).
+-- The tat each key held in Redis when the batch began (absent: nil), when
+-- an INCRBY of the change can update it in place.
 local gcra_stored = {}
 local gcra_dirty = {}
 
+-- Stored tats are µs integers below 2^52 + 2^50, or (gcra_ns.lua) 2.4·10^18
+-- plus a tat in ns, below 8.1·10^18. Anything else — "abc", "-5", "1e30", a
+-- fraction — was written by another program: gcra_valid gives nil.
+local function gcra_valid(v)
+  local x = tonumber(v)
+  if x and x >= 0 and x % 1 == 0 and (x < 5.7e15 or (x >= 2.4e18 and x < 8.1e18)) then
+    return x
+  end
+  return nil
+end
+
+-- Data this crate never writes at one of its keys: the key is deleted (so
+-- the next check finds it fresh: nobody stays locked out) and the check
+-- fails alone with an error naming the key, which Rust reports as
+-- StoreError::ForeignData and logs.
+local function gcra_foreign(key, what)
+  redis.call('DEL', key)
+  return 'FOREIGN ' .. what .. ' at ' .. key
+end
+
+local function gcra_type_error(key, err)
+  if string.find(err, 'WRONGTYPE', 1, true) then
+    return gcra_foreign(key, 'a value of another type')
+  end
+  return err
+end
+
+-- The tat of a stored value `v` (nil: absent) for the µs path, or nil and
+-- the error of foreign data.
 local function gcra_read(key, v)
-  local tat = tonumber(v)
-  gcra_stored[key] = tat
-  tat = tat or 0
+  if not v then
+    gcra_stored[key] = nil
+    gcra_tats[key] = 0
+    return 0
+  end
+  local tat = gcra_valid(v)
+  if not tat then
+    return nil, gcra_foreign(key, 'a value that is no tat')
+  end
+  if tat >= 2.4e18 then
+    -- Written at ns precision by a policy whose interval is not whole µs:
+    -- read exactly, rounded up to the µs (never earlier), and written back
+    -- whole.
+    local n = #v
+    tat = tonumber(string.sub(v, 1, n - 3)) - 2400000000000000
+    if tonumber(string.sub(v, n - 2)) > 0 then
+      tat = tat + 1
+    end
+    gcra_stored[key] = nil
+  else
+    gcra_stored[key] = tat
+  end
   gcra_tats[key] = tat
   return tat
 end
 
+-- The tat of `key`, or nil and an error (another type, foreign data).
 local function gcra_tat(key)
   local tat = gcra_tats[key]
   if tat == nil then
-    tat = gcra_read(key, redis.call('GET', key))
+    local v = redis.pcall('GET', key)
+    if type(v) == 'table' and v.err then
+      return nil, gcra_type_error(key, v.err)
+    end
+    return gcra_read(key, v)
   end
   return tat
 end
@@ -82,12 +136,14 @@ flush[#flush + 1] = function(now)
 end
 
 -- Reads the tats of `keys` with one MGET. A nil (fresh key, or a key of
--- another type) is left for gcra_tat's GET, which raises WRONGTYPE.
+-- another type) is left for gcra_tat's GET, which reports WRONGTYPE; a
+-- foreign value is left for it too (gcra_valid: nil), to fail its check.
 local function gcra_prefetch(keys)
   local vals = redis.call('MGET', unpack(keys))
   for i = 1, #keys do
-    if vals[i] then
-      gcra_read(keys[i], vals[i])
+    local v = vals[i]
+    if v and gcra_valid(v) then
+      gcra_read(keys[i], v)
     end
   end
 end
@@ -98,13 +154,12 @@ algo.g = {
   -- A single-rule check, straight into the batch reply `out` after index
   -- `n`; returns the new length, or nil and an error.
   single = function(key, t, tau, cost, now, out, n)
-    local tat = gcra_tats[key]
+    local tat, err = gcra_tats[key], nil
     if tat == nil then
-      local v = redis.pcall('GET', key)
-      if type(v) == 'table' and v.err then
-        return nil, v.err
+      tat, err = gcra_tat(key)
+      if not tat then
+        return nil, err
       end
-      tat = gcra_read(key, v)
     end
     local new_tat = math.max(tat, now) + t * cost
     local allowed = 0
@@ -123,7 +178,10 @@ algo.g = {
   end,
 
   check = function(key, t, tau, cost, _, now)
-    local tat = gcra_tat(key)
+    local tat, err = gcra_tat(key)
+    if not tat then
+      error({ err = err })
+    end
     local new_tat = math.max(tat, now) + t * cost
     local allowed = new_tat <= now + tau
     local commit = nil
@@ -138,7 +196,10 @@ algo.g = {
   end,
 
   refund = function(key, t, _, amount, now)
-    local tat = gcra_tat(key)
+    local tat, err = gcra_tat(key)
+    if not tat then
+      error({ err = err })
+    end
     local back = math.max(tat - t * amount, now)
     if back <= now then
       redis.call('DEL', key)

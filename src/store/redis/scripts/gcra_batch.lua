@@ -18,15 +18,9 @@ local inc = t * cost
 gcra_step = inc
 for i = 1, #KEYS do
   local key = KEYS[i]
-  local tat = gcra_tats[key]
-  local failed = nil
+  local tat, failed = gcra_tats[key], nil
   if tat == nil then
-    local v = redis.pcall('GET', key)
-    if type(v) == 'table' and v.err then
-      failed = v.err
-    else
-      tat = gcra_read(key, v)
-    end
+    tat, failed = gcra_tat(key)
   end
   if failed then
     out[i + 1] = failed

@@ -6,5 +6,6 @@ local a = algo[ARGV[3]]
 if not a then
   return redis.error_reply('ERR tower-throttle: unknown algorithm')
 end
-a.refund(KEYS[1], tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), now)
+local param = a.param or tonumber
+a.refund(KEYS[1], param(ARGV[4]), param(ARGV[5]), tonumber(ARGV[6]), now)
 return now
