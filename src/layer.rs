@@ -60,7 +60,8 @@ pub struct ThrottleLayer<St> {
     key: Arc<dyn KeyExtractor>,
     cost: Cost,
     prefix: Option<Arc<str>>,
-    settings: Settings,
+    // Crate-visible for the builder methods in `grpc::layer`.
+    pub(crate) settings: Settings,
 }
 
 impl<St> Clone for ThrottleLayer<St> {

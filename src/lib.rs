@@ -77,6 +77,7 @@ mod check;
 pub mod clock;
 mod decision;
 pub mod future;
+pub mod grpc;
 mod info;
 pub mod key;
 mod layer;
@@ -90,6 +91,7 @@ pub mod store;
 
 pub use body::ThrottleBody;
 pub use decision::{Decision, PermitId};
+pub use grpc::ResponseProtocol;
 pub use info::RateLimitInfo;
 pub use layer::ThrottleLayer;
 pub use limiter::{Limiter, Permit};

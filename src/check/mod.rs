@@ -10,7 +10,8 @@ use http::Response;
 use crate::info::{Entry, Meta, RateLimitInfo};
 use crate::key::{bound_key_part, KeyWriter, RequestHead, MAX_KEY_PART};
 use crate::mode::{FailMode, Mode, OnMissingKey, MAX_DELAY_ATTEMPTS};
-use crate::response::{rejection_response, BodyFormat, Rejection};
+use crate::grpc::{respond, Reply, ResponseProtocol};
+use crate::response::{BodyFormat, Rejection};
 use crate::rule::RuleCfg;
 
 mod later;
@@ -39,6 +40,7 @@ pub(crate) struct Settings {
     pub(crate) request_info: bool,
     pub(crate) ietf_headers: bool,
     pub(crate) legacy_headers: bool,
+    pub(crate) protocol: ResponseProtocol,
 }
 
 impl Default for Settings {
@@ -53,6 +55,7 @@ impl Default for Settings {
             request_info: false,
             ietf_headers: true,
             legacy_headers: false,
+            protocol: ResponseProtocol::default(),
         }
     }
 }
@@ -101,6 +104,8 @@ enum ActiveRules {
 pub(crate) struct Plan {
     keys: Vec<u8>,
     rules: ActiveRules,
+    /// The protocol a rejection is answered in.
+    reply: Reply,
 }
 
 thread_local! {
@@ -166,7 +171,14 @@ pub(crate) fn plan<St>(shared: &Shared<St>, req: &RequestHead<'_>) -> Planned {
                         reason: missing.reason(),
                         status,
                     };
-                    return Planned::Reject(rejection_response(&shared.settings.body, &rejection));
+                    let reply = shared.settings.protocol.reply(req.headers());
+                    let misconfigured = missing.is_misconfiguration();
+                    return Planned::Reject(respond(
+                        &shared.settings,
+                        reply,
+                        &rejection,
+                        misconfigured,
+                    ));
                 }
             }
         }
@@ -189,7 +201,8 @@ pub(crate) fn plan<St>(shared: &Shared<St>, req: &RequestHead<'_>) -> Planned {
         (None, 1) => ActiveRules::One(actives[0]),
         (None, _) => ActiveRules::Many(actives),
     };
-    Planned::Check(Plan { keys, rules })
+    let reply = shared.settings.protocol.reply(req.headers());
+    Planned::Check(Plan { keys, rules, reply })
 }
 
 /// What to do with the request.
@@ -219,7 +232,7 @@ fn settle<St: Store>(
 ) -> Step<St> {
     let info = match answer {
         Ok(info) => info,
-        Err(error) => return Step::Done(store_failed(shared, error)),
+        Err(error) => return Step::Done(store_failed(shared, plan.reply, error)),
     };
     log_decisions(shared, plan, &info);
     if info.allowed() {
@@ -250,9 +263,11 @@ fn settle<St: Store>(
         Mode::Reject => {}
     }
     count("limited");
-    Step::Done(Outcome::Reject(rejection_response(
-        &shared.settings.body,
+    Step::Done(Outcome::Reject(respond(
+        &shared.settings,
+        plan.reply,
         &Rejection::Limited(&info),
+        false,
     )))
 }
 
@@ -362,7 +377,7 @@ fn many<St>(
     Ok(RateLimitInfo::many(shared.meta.clone(), entries))
 }
 
-fn store_failed<St: Store>(shared: &Shared<St>, error: StoreError) -> Outcome<St> {
+fn store_failed<St: Store>(shared: &Shared<St>, reply: Reply, error: StoreError) -> Outcome<St> {
     count("store_error");
     let fail = shared.settings.fail;
     tracing::warn!(target: "tower_throttle", %error, fail_mode = ?fail, "rate-limit store failed");
@@ -371,9 +386,11 @@ fn store_failed<St: Store>(shared: &Shared<St>, error: StoreError) -> Outcome<St
             info: None,
             permits: None,
         },
-        FailMode::Closed => Outcome::Reject(rejection_response(
-            &shared.settings.body,
+        FailMode::Closed => Outcome::Reject(respond(
+            &shared.settings,
+            reply,
             &Rejection::Unavailable(&error),
+            false,
         )),
     }
 }

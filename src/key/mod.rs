@@ -16,6 +16,7 @@
 //! | [`BearerToken`] | the digest of `Authorization: Bearer …`, never the token |
 //! | [`FromExtension`], [`FromExtensionWith`] | a typed value an auth layer put in the request extensions |
 //! | [`UriPath`], `MatchedPathKey` (feature `axum`) | the path, a path prefix, or axum's route template |
+//! | [`GrpcMethod`] | a gRPC call's `/package.Service/Method` (or service) |
 //! | [`key_fn`] | any closure |
 //! | `(A, B)` … `(A, B, C, D)` | several parts joined by `|` |
 //! | [`KeyExtractor::or`] | a fallback when the first finds nothing |
@@ -41,6 +42,7 @@ mod route;
 
 pub use combinator::{key_fn, KeyFn, Or};
 pub use extension::{FromExtension, FromExtensionWith};
+pub use crate::grpc::GrpcMethod;
 pub use header::{BearerToken, HeaderKey};
 pub use ip::{Cidr, CidrError, ClientAddr, ClientIp, ForwardedHeader, PeerIp, DEFAULT_IPV6_PREFIX};
 #[cfg(feature = "axum")]
@@ -114,13 +116,31 @@ impl<'a> RequestHead<'a> {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MissingKey {
     reason: &'static str,
+    misconfiguration: bool,
 }
 
 impl MissingKey {
     /// A missing key, with a reason shown in the rejection body (keep it free
     /// of secrets).
     pub const fn new(reason: &'static str) -> Self {
-        MissingKey { reason }
+        MissingKey {
+            reason,
+            misconfiguration: false,
+        }
+    }
+
+    /// A key the server, not the client, failed to provide (no peer address
+    /// recorded): gRPC calls are then answered `INTERNAL`, not `UNAUTHENTICATED`.
+    pub const fn misconfiguration(reason: &'static str) -> Self {
+        MissingKey {
+            reason,
+            misconfiguration: true,
+        }
+    }
+
+    /// Whether the server is to blame (see [`MissingKey::misconfiguration`]).
+    pub fn is_misconfiguration(&self) -> bool {
+        self.misconfiguration
     }
 
     /// Why no key was found.
