@@ -30,7 +30,11 @@ async fn listener() -> (TcpListenerStream, SocketAddr) {
 async fn bare() -> SocketAddr {
     let (incoming, addr) = listener().await;
     let (_reporter, health) = tonic_health::server::health_reporter();
-    tokio::spawn(Server::builder().add_service(health).serve_with_incoming(incoming));
+    tokio::spawn(
+        Server::builder()
+            .add_service(health)
+            .serve_with_incoming(incoming),
+    );
     addr
 }
 
@@ -47,7 +51,12 @@ async fn throttled(layer: ThrottleLayer<MemoryStore>) -> SocketAddr {
 }
 
 async fn connect(addr: SocketAddr) -> HealthClient<Channel> {
-    HealthClient::connect(format!("http://{addr}")).await.unwrap()
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    HealthClient::new(channel)
 }
 
 /// Sends `batches` × [`IN_FLIGHT`] calls, each batch at once; every call

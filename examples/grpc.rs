@@ -46,7 +46,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
     println!("listening on {addr}");
-    println!("try: grpcurl -plaintext {addr} grpc.health.v1.Health/Check  (4 times within a minute)");
+    println!(
+        "try: grpcurl -plaintext {addr} grpc.health.v1.Health/Check  (4 times within a minute)"
+    );
     Server::builder()
         .layer(layer)
         .add_service(health)

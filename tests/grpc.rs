@@ -51,12 +51,22 @@ fn check(service: &str) -> HealthCheckRequest {
 /// Asserts a limited call's status, and returns its retry delay.
 fn assert_exhausted(status: &Status) -> Duration {
     assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
-    assert!(status.message().starts_with("Too many requests"), "{status:?}");
+    assert!(
+        status.message().starts_with("Too many requests"),
+        "{status:?}"
+    );
     let delay = status
         .get_details_retry_info()
         .and_then(|info| info.retry_delay)
         .expect("RetryInfo with a delay");
-    let retry_after: u64 = status.metadata().get("retry-after").unwrap().to_str().unwrap().parse().unwrap();
+    let retry_after: u64 = status
+        .metadata()
+        .get("retry-after")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     // The metadata is the same delay in whole seconds, rounded up.
     assert_eq!(
         retry_after,
@@ -87,7 +97,10 @@ where
 #[tokio::test]
 async fn a_limited_unary_call_is_resource_exhausted_with_retry_info() {
     // The default key, PeerIp, reads tonic's TcpConnectInfo: no call is refused for want of it.
-    let layer = ThrottleLayer::new(MemoryStore::new(), Policy::fixed_window(2, Duration::from_secs(60)).unwrap());
+    let layer = ThrottleLayer::new(
+        MemoryStore::new(),
+        Policy::fixed_window(2, Duration::from_secs(60)).unwrap(),
+    );
     let (addr, _reporter) = serve(layer).await;
     let mut client = connect(addr, None).await;
     for _ in 0..2 {
@@ -96,12 +109,18 @@ async fn a_limited_unary_call_is_resource_exhausted_with_retry_info() {
     }
     let status = client.check(check("")).await.unwrap_err();
     let delay = assert_exhausted(&status);
-    assert!(delay >= Duration::from_secs(1) && delay <= Duration::from_secs(60), "{delay:?}");
+    assert!(
+        delay >= Duration::from_secs(1) && delay <= Duration::from_secs(60),
+        "{delay:?}"
+    );
 }
 
 #[tokio::test]
 async fn peer_ip_keys_each_tonic_client_by_its_address() {
-    let layer = ThrottleLayer::new(MemoryStore::new(), Policy::fixed_window(1, Duration::from_secs(60)).unwrap());
+    let layer = ThrottleLayer::new(
+        MemoryStore::new(),
+        Policy::fixed_window(1, Duration::from_secs(60)).unwrap(),
+    );
     let (addr, _reporter) = serve(layer).await;
     // The whole of 127.0.0.0/8 is loopback: two clients, two addresses.
     let mut one = connect(addr, Some("127.0.0.1".parse().unwrap())).await;
@@ -115,13 +134,16 @@ async fn peer_ip_keys_each_tonic_client_by_its_address() {
 #[tokio::test]
 async fn metadata_and_method_keys() {
     let policy = Policy::fixed_window(1, Duration::from_secs(60)).unwrap();
-    let layer = ThrottleLayer::new(MemoryStore::new(), policy)
-        .key((GrpcMethod::full(), HeaderKey::new(HeaderName::from_static("x-user-id"))));
+    let layer = ThrottleLayer::new(MemoryStore::new(), policy).key((
+        GrpcMethod::full(),
+        HeaderKey::new(HeaderName::from_static("x-user-id")),
+    ));
     let (addr, _reporter) = serve(layer).await;
     let mut client = connect(addr, None).await;
     let as_user = |user: &str| {
         let mut req = tonic::Request::new(check(""));
-        req.metadata_mut().insert("x-user-id", user.parse().unwrap());
+        req.metadata_mut()
+            .insert("x-user-id", user.parse().unwrap());
         req
     };
     client.check(as_user("ada")).await.unwrap();
@@ -136,7 +158,8 @@ async fn metadata_and_method_keys() {
     let mut client = connect(addr, None).await;
     let with_token = |token: &str| {
         let mut req = tonic::Request::new(check(""));
-        req.metadata_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
+        req.metadata_mut()
+            .insert("authorization", format!("Bearer {token}").parse().unwrap());
         req
     };
     client.check(with_token("t1")).await.unwrap();
@@ -152,7 +175,9 @@ fn one_at_a_time() -> ThrottleLayer<MemoryStore> {
 #[tokio::test]
 async fn a_streaming_call_holds_its_permit_until_the_stream_ends() {
     let (addr, mut reporter) = serve(one_at_a_time()).await;
-    reporter.set_service_status("demo", tonic_health::ServingStatus::Serving).await;
+    reporter
+        .set_service_status("demo", tonic_health::ServingStatus::Serving)
+        .await;
     let mut client = connect(addr, None).await;
     // Unary calls take and return the permit.
     client.check(check("")).await.unwrap();
@@ -197,7 +222,10 @@ async fn a_cancelled_streaming_call_gives_its_permit_back() {
     // And only one at a time still.
     let mut watch = client.watch(check("")).await.unwrap().into_inner();
     watch.message().await.unwrap().unwrap();
-    assert_eq!(client.check(check("")).await.unwrap_err().code(), Code::ResourceExhausted);
+    assert_eq!(
+        client.check(check("")).await.unwrap_err().code(),
+        Code::ResourceExhausted
+    );
 }
 
 #[tokio::test]
@@ -208,7 +236,10 @@ async fn one_layer_answers_http_and_grpc_each_in_its_own_protocol() {
     use hyper_util::rt::TokioExecutor;
 
     let (_reporter, health) = tonic_health::server::health_reporter();
-    let layer = ThrottleLayer::new(MemoryStore::new(), Policy::fixed_window(1, Duration::from_secs(60)).unwrap());
+    let layer = ThrottleLayer::new(
+        MemoryStore::new(),
+        Policy::fixed_window(1, Duration::from_secs(60)).unwrap(),
+    );
     let app = tonic::service::Routes::new(health)
         .into_axum_router()
         .route("/hello", get(|| async { "hello" }))
@@ -216,7 +247,11 @@ async fn one_layer_answers_http_and_grpc_each_in_its_own_protocol() {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
-        axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .await
     });
 
     let http = Client::builder(TokioExecutor::new()).build_http::<Empty<bytes::Bytes>>();

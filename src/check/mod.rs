@@ -7,10 +7,10 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Response;
 
+use crate::grpc::{respond, Reply, ResponseProtocol};
 use crate::info::{Entry, Meta, RateLimitInfo};
 use crate::key::{bound_key_part, KeyWriter, RequestHead, MAX_KEY_PART};
 use crate::mode::{FailMode, Mode, OnMissingKey, MAX_DELAY_ATTEMPTS};
-use crate::grpc::{respond, Reply, ResponseProtocol};
 use crate::response::{BodyFormat, Rejection};
 use crate::rule::RuleCfg;
 

@@ -46,7 +46,8 @@ impl Default for GrpcMethod {
     }
 }
 
-const NOT_GRPC: MissingKey = MissingKey::new("the path is not a gRPC method (/package.Service/Method)");
+const NOT_GRPC: MissingKey =
+    MissingKey::new("the path is not a gRPC method (/package.Service/Method)");
 
 impl KeyExtractor for GrpcMethod {
     fn extract(&self, req: &RequestHead<'_>, key: &mut KeyWriter<'_>) -> Result<(), MissingKey> {
@@ -63,7 +64,7 @@ impl KeyExtractor for GrpcMethod {
         } else {
             1 + service.len()
         };
-        key.push(path[..end].as_bytes());
+        key.push(&path.as_bytes()[..end]);
         Ok(())
     }
 }
@@ -73,7 +74,9 @@ impl KeyExtractor for GrpcMethod {
 #[cfg(feature = "grpc")]
 pub(crate) fn tonic_peer_ip(ext: &http::Extensions) -> Option<std::net::IpAddr> {
     use tonic::transport::server::TcpConnectInfo;
-    let addr = ext.get::<TcpConnectInfo>().and_then(TcpConnectInfo::remote_addr);
+    let addr = ext
+        .get::<TcpConnectInfo>()
+        .and_then(TcpConnectInfo::remote_addr);
     #[cfg(feature = "grpc-tls")]
     let addr = addr.or_else(|| {
         ext.get::<tonic::transport::server::TlsConnectInfo<TcpConnectInfo>>()
@@ -97,7 +100,10 @@ mod tests {
     fn methods_and_services() {
         let m = "/grpc.health.v1.Health/Watch";
         assert_eq!(key(GrpcMethod::full(), m).unwrap(), m);
-        assert_eq!(key(GrpcMethod::service(), m).unwrap(), "/grpc.health.v1.Health");
+        assert_eq!(
+            key(GrpcMethod::service(), m).unwrap(),
+            "/grpc.health.v1.Health"
+        );
         for bad in ["/", "/a", "/a/", "//b", "/a/b/c"] {
             assert_eq!(key(GrpcMethod::full(), bad), Err(NOT_GRPC), "{bad}");
         }
@@ -112,6 +118,9 @@ mod tests {
             local_addr: None,
             remote_addr: Some("[::ffff:198.51.100.7]:50051".parse().unwrap()),
         });
-        assert_eq!(tonic_peer_ip(&ext), Some("::ffff:198.51.100.7".parse().unwrap()));
+        assert_eq!(
+            tonic_peer_ip(&ext),
+            Some("::ffff:198.51.100.7".parse().unwrap())
+        );
     }
 }

@@ -24,7 +24,7 @@
 //!
 //! With the `grpc` feature, [`PeerIp`](crate::key::PeerIp) reads tonic's
 //! `TcpConnectInfo` (and, with `grpc-tls`, `TlsConnectInfo<TcpConnectInfo>`),
-//! and [`GrpcMethod`](crate::key::GrpcMethod) keys a call by its method.
+//! and [`GrpcMethod`] keys a call by its method.
 //!
 //! ```
 //! use std::time::Duration;
@@ -51,9 +51,9 @@ mod key;
 mod layer;
 mod status;
 
-pub use key::GrpcMethod;
 #[cfg(feature = "grpc")]
 pub(crate) use key::tonic_peer_ip;
+pub use key::GrpcMethod;
 
 /// `grpc-status`.
 pub const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");

@@ -92,7 +92,10 @@ async fn a_limited_grpc_call_is_resource_exhausted_with_retry_info() {
     let delay = Duration::new(delay.seconds as u64, delay.nanos as u32);
     assert!(delay > Duration::ZERO && delay <= Duration::from_secs(60));
     // Retry-After is the same delay in whole seconds, rounded up.
-    assert_eq!(retry_after, delay.as_secs() + u64::from(delay.subsec_nanos() > 0));
+    assert_eq!(
+        retry_after,
+        delay.as_secs() + u64::from(delay.subsec_nanos() > 0)
+    );
 }
 
 #[tokio::test]
@@ -108,7 +111,10 @@ async fn auto_answers_http_requests_as_before() {
     assert_eq!(lookalike.status(), StatusCode::TOO_MANY_REQUESTS);
     let web = call(&layer, "application/grpc-web-text+proto").await;
     assert_eq!(header(&web, "grpc-status"), Some("8"));
-    assert_eq!(header(&web, "content-type"), Some("application/grpc-web-text"));
+    assert_eq!(
+        header(&web, "content-type"),
+        Some("application/grpc-web-text")
+    );
 }
 
 #[tokio::test]
@@ -137,7 +143,9 @@ async fn missing_keys_are_unauthenticated_or_internal() {
         .key(HeaderKey::new(HeaderName::from_static("x-user-id")));
     let r = call(&user, "application/grpc").await;
     assert_eq!(header(&r, "grpc-status"), Some("16"));
-    assert!(header(&r, "grpc-message").unwrap().contains("header is missing"));
+    assert!(header(&r, "grpc-message")
+        .unwrap()
+        .contains("header is missing"));
 
     let forbidden = user
         .clone()

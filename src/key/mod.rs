@@ -40,9 +40,9 @@ mod header;
 mod ip;
 mod route;
 
+pub use crate::grpc::GrpcMethod;
 pub use combinator::{key_fn, KeyFn, Or};
 pub use extension::{FromExtension, FromExtensionWith};
-pub use crate::grpc::GrpcMethod;
 pub use header::{BearerToken, HeaderKey};
 pub use ip::{Cidr, CidrError, ClientAddr, ClientIp, ForwardedHeader, PeerIp, DEFAULT_IPV6_PREFIX};
 #[cfg(feature = "axum")]
