@@ -201,8 +201,13 @@ pub(crate) fn plan<St>(shared: &Shared<St>, req: &RequestHead<'_>) -> Planned {
         (None, 1) => ActiveRules::One(actives[0]),
         (None, _) => ActiveRules::Many(actives),
     };
-    let reply = shared.settings.protocol.reply(req.headers());
-    Planned::Check(Plan { keys, rules, reply })
+    Planned::Check(Plan {
+        keys,
+        rules,
+        // Set off the admitted fast path (see `evaluate_now`), which never
+        // answers itself and so need not read the `content-type`.
+        reply: Reply::Http,
+    })
 }
 
 /// What to do with the request.
@@ -290,7 +295,7 @@ pub(crate) enum Now<St: Store> {
 #[inline]
 pub(crate) fn decide_now<St: Store>(shared: &Shared<St>, req: &RequestHead<'_>) -> Now<St> {
     match plan(shared, req) {
-        Planned::Check(plan) => evaluate_now(shared, plan),
+        Planned::Check(plan) => evaluate_now(shared, plan, req),
         Planned::Skip => Now::Skip,
         Planned::Reject(response) => Now::Reject(response),
     }
@@ -299,15 +304,19 @@ pub(crate) fn decide_now<St: Store>(shared: &Shared<St>, req: &RequestHead<'_>) 
 /// Decides without a future when the store answers in process and no wait
 /// is needed; otherwise hands the plan on.
 #[inline]
-fn evaluate_now<St: Store>(shared: &Shared<St>, plan: Plan) -> Now<St> {
+fn evaluate_now<St: Store>(shared: &Shared<St>, mut plan: Plan, req: &RequestHead<'_>) -> Now<St> {
+    // In which protocol a rejection is answered: read only when one may follow.
+    let reply = || shared.settings.protocol.reply(req.headers());
     if matches!(shared.settings.mode, Mode::Delay { .. }) {
         // Delay mode reserves slots and may sleep: the asynchronous path.
+        plan.reply = reply();
         return Now::Later(plan);
     }
     let answer = match &plan.rules {
         ActiveRules::One(a) => {
             let rule = Rule::new(plan.key(a), &shared.rules[a.rule].policy, a.cost);
             let Some(decision) = shared.store.check_now(rule) else {
+                plan.reply = reply();
                 return Now::Later(plan);
             };
             if let Ok(d) = &decision {
@@ -340,11 +349,13 @@ fn evaluate_now<St: Store>(shared: &Shared<St>, plan: Plan) -> Now<St> {
                 .collect();
             let Some(decisions) = shared.store.check_all_now(&rules) else {
                 drop(rules);
+                plan.reply = reply();
                 return Now::Later(plan);
             };
             decisions.and_then(|decisions| many(shared, actives, decisions))
         }
     };
+    plan.reply = reply();
     match settle(shared, &plan, answer, Duration::ZERO, 0) {
         Step::Done(outcome) => {
             plan.recycle();

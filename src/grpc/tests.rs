@@ -195,3 +195,18 @@ async fn a_failed_store_is_unavailable_with_pushback() {
     assert_eq!(header(&r, "grpc-retry-pushback-ms"), Some("1000"));
     assert!(header(&r, "grpc-message").unwrap().contains("unavailable"));
 }
+
+#[tokio::test]
+async fn delay_mode_rejects_in_the_request_protocol_too() {
+    // The asynchronous path: the wait (a minute) exceeds the budget.
+    let policy = Policy::fixed_window(1, Duration::from_secs(60)).unwrap();
+    let layer = ThrottleLayer::new(MemoryStore::new(), policy)
+        .key(Global)
+        .delay_up_to(Duration::from_millis(1));
+    call(&layer, "application/grpc").await;
+    let r = call(&layer, "application/grpc").await;
+    assert_eq!(header(&r, "grpc-status"), Some("8"));
+    assert!(details(&r).details.len() == 1);
+    let r = call(&layer, "text/plain").await;
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+}
