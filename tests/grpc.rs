@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use http::HeaderName;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
+use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Channel, Endpoint, Server};
 use tonic::{Code, Status};
 use tonic_health::pb::health_client::HealthClient;
@@ -27,7 +27,7 @@ async fn serve<St: Store>(layer: ThrottleLayer<St>) -> (SocketAddr, HealthReport
         Server::builder()
             .layer(layer)
             .add_service(health)
-            .serve_with_incoming(TcpListenerStream::new(listener)),
+            .serve_with_incoming(TcpIncoming::from(listener).with_nodelay(Some(true))),
     );
     (addr, reporter)
 }

@@ -22,6 +22,13 @@
 //! front of a server mixing axum routes and tonic services is right for
 //! both; HTTP requests get exactly the responses they got before.
 //!
+//! A rejected call is answered before its request body is read, so the
+//! client's request `DATA` can race the answer; h2 then resets the stream.
+//! A client denied tens of thousands of times on one connection may trip
+//! h2's reset-flood guards (hyper's `max_pending_accept_reset_streams`,
+//! `max_local_error_reset_streams`), which close the connection: its
+//! in-flight calls fail with a transport error and the client reconnects.
+//!
 //! With the `grpc` feature, [`PeerIp`](crate::key::PeerIp) reads tonic's
 //! `TcpConnectInfo` (and, with `grpc-tls`, `TlsConnectInfo<TcpConnectInfo>`),
 //! and [`GrpcMethod`] keys a call by its method.
