@@ -66,7 +66,8 @@ pub struct ThrottleLayer<St> {
     key: Arc<dyn KeyExtractor>,
     cost: Cost,
     prefix: Option<Arc<str>>,
-    settings: Settings,
+    // Crate-visible for the builder methods in `grpc::layer`.
+    pub(crate) settings: Settings,
     /// Identifies this layer (and its clones) in the store's namespaces.
     owner: Arc<()>,
     /// Shares counters with other layers on purpose.

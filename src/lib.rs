@@ -30,10 +30,12 @@
 //! # Over HTTP
 //!
 //! [`ThrottleLayer`] is tower middleware for any `Service<http::Request<B>>`
-//! (axum, hyper, tonic-style stacks). Each [`Limit`] pairs a policy with a
+//! (axum, hyper, tonic). Each [`Limit`] pairs a policy with a
 //! [`key`] extractor and a cost; a denied request gets a `429` with
 //! `Retry-After` and the IETF `RateLimit-Policy` / `RateLimit` fields, and
-//! never reaches the inner service. See [`Mode`] for delaying or dry-running
+//! never reaches the inner service. A denied gRPC call gets the gRPC answer
+//! instead, `RESOURCE_EXHAUSTED` with a `google.rpc.RetryInfo` delay: see
+//! [`grpc`] (feature `grpc` for tonic's peer address). See [`Mode`] for delaying or dry-running
 //! instead, [`FailMode`] for store failures, and [`RateLimitInfo`] for what
 //! handlers can read.
 //!
@@ -77,6 +79,7 @@ mod check;
 pub mod clock;
 mod decision;
 pub mod future;
+pub mod grpc;
 mod info;
 pub mod key;
 mod layer;
@@ -91,6 +94,7 @@ mod upgrade;
 
 pub use body::ThrottleBody;
 pub use decision::{Decision, PermitId};
+pub use grpc::ResponseProtocol;
 pub use info::RateLimitInfo;
 pub use layer::ThrottleLayer;
 pub use limiter::{Limiter, Permit};

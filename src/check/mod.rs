@@ -7,10 +7,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Response;
 
+use crate::grpc::{respond, Reply, ResponseProtocol};
 use crate::info::{Entry, Meta, RateLimitInfo};
 use crate::key::{bound_key_part, KeyWriter, RequestHead, MAX_KEY_PART};
 use crate::mode::{FailMode, Mode, OnMissingKey, MAX_DELAY_ATTEMPTS};
-use crate::response::{rejection_response, BodyFormat, Rejection};
+use crate::response::{BodyFormat, Rejection};
 use crate::rule::RuleCfg;
 
 mod hold;
@@ -51,6 +52,7 @@ pub(crate) struct Settings {
     pub(crate) ietf_headers: bool,
     pub(crate) legacy_headers: bool,
     pub(crate) legacy_reset: crate::response::ResetFormat,
+    pub(crate) protocol: ResponseProtocol,
 }
 
 impl Default for Settings {
@@ -66,6 +68,7 @@ impl Default for Settings {
             ietf_headers: true,
             legacy_headers: false,
             legacy_reset: Default::default(),
+            protocol: ResponseProtocol::default(),
         }
     }
 }
@@ -114,6 +117,8 @@ enum ActiveRules {
 pub(crate) struct Plan {
     keys: Vec<u8>,
     rules: ActiveRules,
+    /// The protocol a rejection is answered in.
+    reply: Reply,
 }
 
 thread_local! {
@@ -168,7 +173,8 @@ pub(crate) fn plan<St>(shared: &Shared<St>, req: &RequestHead<'_>) -> Planned {
             let name = &*shared.meta.rules[i].name;
             tracing::debug!(target: "tower_throttle", rule = name, reason = missing.reason(), "no rate-limit key");
             if missing.is_misconfiguration() {
-                return Planned::Reject(misconfigured(shared, i, name, missing.reason()));
+                let reply = shared.settings.protocol.reply(req.headers());
+                return Planned::Reject(misconfigured(shared, reply, i, name, missing.reason()));
             }
             match shared.settings.on_missing {
                 OnMissingKey::Skip => {
@@ -182,7 +188,8 @@ pub(crate) fn plan<St>(shared: &Shared<St>, req: &RequestHead<'_>) -> Planned {
                         reason: missing.reason(),
                         status,
                     };
-                    return Planned::Reject(rejection_response(&shared.settings.body, &rejection));
+                    let reply = shared.settings.protocol.reply(req.headers());
+                    return Planned::Reject(respond(&shared.settings, reply, &rejection, false));
                 }
             }
         }
@@ -205,7 +212,13 @@ pub(crate) fn plan<St>(shared: &Shared<St>, req: &RequestHead<'_>) -> Planned {
         (None, 1) => ActiveRules::One(actives[0]),
         (None, _) => ActiveRules::Many(actives),
     };
-    Planned::Check(Plan { keys, rules })
+    Planned::Check(Plan {
+        keys,
+        rules,
+        // Set off the admitted fast path (see `evaluate_now`), which never
+        // answers itself and so need not read the `content-type`.
+        reply: Reply::Http,
+    })
 }
 
 /// What to do with the request.
@@ -239,7 +252,7 @@ fn settle<St: Store>(
 ) -> Step<St> {
     let mut info = match answer {
         Ok(info) => info,
-        Err(error) => return Step::Done(store_failed(shared, error)),
+        Err(error) => return Step::Done(store_failed(shared, plan.reply, error)),
     };
     if !info.allowed() {
         // The store's retry for a concurrency denial is the lease ceiling.
@@ -289,9 +302,11 @@ fn settle<St: Store>(
         Mode::Reject => {}
     }
     count(shared, "limited", Some(info.binding().rule));
-    Step::Done(Outcome::Reject(rejection_response(
-        &shared.settings.body,
+    Step::Done(Outcome::Reject(respond(
+        &shared.settings,
+        plan.reply,
         &Rejection::Limited(&info),
+        false,
     )))
 }
 
@@ -322,7 +337,7 @@ pub(crate) enum Now<St: Store> {
 #[inline]
 pub(crate) fn decide_now<St: Store>(shared: &Shared<St>, req: &RequestHead<'_>) -> Now<St> {
     match plan(shared, req) {
-        Planned::Check(plan) => evaluate_now(shared, plan),
+        Planned::Check(plan) => evaluate_now(shared, plan, req),
         Planned::Skip => Now::Skip,
         Planned::Reject(response) => Now::Reject(response),
     }
@@ -331,15 +346,19 @@ pub(crate) fn decide_now<St: Store>(shared: &Shared<St>, req: &RequestHead<'_>) 
 /// Decides without a future when the store answers in process and no wait
 /// is needed; otherwise hands the plan on.
 #[inline]
-fn evaluate_now<St: Store>(shared: &Shared<St>, plan: Plan) -> Now<St> {
+fn evaluate_now<St: Store>(shared: &Shared<St>, mut plan: Plan, req: &RequestHead<'_>) -> Now<St> {
+    // In which protocol a rejection is answered: read only when one may follow.
+    let reply = || shared.settings.protocol.reply(req.headers());
     if matches!(shared.settings.mode, Mode::Delay { .. }) {
         // Delay mode reserves slots and may sleep: the asynchronous path.
+        plan.reply = reply();
         return Now::Later(plan);
     }
     let answer = match &plan.rules {
         ActiveRules::One(a) => {
             let rule = Rule::new(plan.key(a), &shared.rules[a.rule].policy, a.cost);
             let Some(decision) = shared.store.check_now(rule) else {
+                plan.reply = reply();
                 return Now::Later(plan);
             };
             if let Ok(d) = &decision {
@@ -372,11 +391,13 @@ fn evaluate_now<St: Store>(shared: &Shared<St>, plan: Plan) -> Now<St> {
                 .collect();
             let Some(decisions) = shared.store.check_all_now(&rules) else {
                 drop(rules);
+                plan.reply = reply();
                 return Now::Later(plan);
             };
             decisions.and_then(|decisions| many(shared, actives, decisions))
         }
     };
+    plan.reply = reply();
     match settle(shared, &plan, answer, Duration::ZERO, 0) {
         Step::Done(outcome) => {
             plan.recycle();
@@ -409,19 +430,25 @@ fn many<St>(
     Ok(RateLimitInfo::many(shared.meta.clone(), entries))
 }
 
-/// The 500 of a key the server cannot build; the fix is logged once per
-/// process, not per request (every request would repeat it).
+/// The 500 (gRPC: INTERNAL) of a key the server cannot build; the fix is
+/// logged once per process, not per request (every request would repeat it).
 #[cold]
-fn misconfigured<St>(shared: &Shared<St>, i: usize, rule: &str, fix: &str) -> Box<Response<Bytes>> {
+fn misconfigured<St>(
+    shared: &Shared<St>,
+    reply: Reply,
+    i: usize,
+    rule: &str,
+    fix: &str,
+) -> Box<Response<Bytes>> {
     static LOGGED: std::sync::Once = std::sync::Once::new();
     LOGGED.call_once(|| {
         tracing::error!(target: "tower_throttle", rule, fix, "rate limiting is misconfigured: every request of this rule is answered 500");
     });
     count(shared, "misconfigured", Some(i));
-    rejection_response(&shared.settings.body, &Rejection::Misconfigured { rule })
+    respond(&shared.settings, reply, &Rejection::Misconfigured { rule }, true)
 }
 
-fn store_failed<St: Store>(shared: &Shared<St>, error: StoreError) -> Outcome<St> {
+fn store_failed<St: Store>(shared: &Shared<St>, reply: Reply, error: StoreError) -> Outcome<St> {
     count(shared, "store_error", None);
     let fail = shared.settings.fail;
     tracing::warn!(target: "tower_throttle", %error, fail_mode = ?fail, "rate-limit store failed");
@@ -430,9 +457,11 @@ fn store_failed<St: Store>(shared: &Shared<St>, error: StoreError) -> Outcome<St
             info: None,
             permits: None,
         },
-        FailMode::Closed => Outcome::Reject(rejection_response(
-            &shared.settings.body,
+        FailMode::Closed => Outcome::Reject(respond(
+            &shared.settings,
+            reply,
             &Rejection::Unavailable(&error),
+            false,
         )),
     }
 }

@@ -33,7 +33,8 @@ const NO_PEER: MissingKey = MissingKey::misconfigured(
 );
 
 /// The TCP peer's address, from axum's `ConnectInfo<SocketAddr>` (feature
-/// `axum`) or a `SocketAddr` / `IpAddr` request extension.
+/// `axum`), tonic's `TcpConnectInfo` (feature `grpc`; `TlsConnectInfo` with
+/// `grpc-tls`), or a `SocketAddr` / `IpAddr` request extension.
 ///
 /// IPv6 addresses that embed an IPv4 client count as that IPv4 address:
 /// IPv4-mapped `::ffff:a.b.c.d`, IPv4-compatible `::a.b.c.d` (not `::` nor
@@ -95,6 +96,10 @@ pub(crate) fn peer_ip(ext: &Extensions) -> Option<IpAddr> {
     #[cfg(feature = "axum")]
     if let Some(info) = ext.get::<axum::extract::ConnectInfo<SocketAddr>>() {
         return Some(info.0.ip());
+    }
+    #[cfg(feature = "grpc")]
+    if let Some(ip) = crate::grpc::tonic_peer_ip(ext) {
+        return Some(ip);
     }
     ext.get::<SocketAddr>()
         .map(SocketAddr::ip)

@@ -16,6 +16,7 @@
 //! | [`BearerToken`] | the digest of `Authorization: Bearer …`, never the token |
 //! | [`FromExtension`], [`FromExtensionWith`] | a typed value an auth layer put in the request extensions |
 //! | [`UriPath`], `MatchedPathKey` (feature `axum`) | the path, a path prefix, or axum's route template |
+//! | [`GrpcMethod`] | a gRPC call's `/package.Service/Method` (or service) |
 //! | [`key_fn`] | any closure |
 //! | `(A, B)` … `(A, B, C, D)` | several parts joined by `|` |
 //! | [`KeyExtractor::or`] | a fallback when the first finds nothing |
@@ -39,6 +40,7 @@ mod header;
 mod ip;
 mod route;
 
+pub use crate::grpc::GrpcMethod;
 pub use combinator::{key_fn, KeyFn, Or};
 pub use extension::{FromExtension, FromExtensionWith};
 pub use header::{BearerToken, HeaderKey};
