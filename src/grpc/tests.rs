@@ -159,9 +159,9 @@ async fn missing_keys_are_unauthenticated_or_internal() {
     let peer = ThrottleLayer::new(MemoryStore::new(), policy);
     let r = call(&peer, "application/grpc").await;
     assert_eq!(header(&r, "grpc-status"), Some("13"));
-    // The HTTP answer is unchanged.
+    // Over HTTP the same misconfiguration is a 500.
     let r = call(&peer, "text/plain").await;
-    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(r.status(), StatusCode::INTERNAL_SERVER_ERROR);
 }
 
 /// A store that always fails.
