@@ -97,11 +97,11 @@ pub use mode::{FailMode, Mode, OnMissingKey, MAX_DELAY_ATTEMPTS};
 pub use policy::{
     Algorithm, ConcurrencyParams, GcraParams, Policy, PolicyError, WindowParams, DEFAULT_LEASE,
 };
-pub use rule::Limit;
+pub use rule::{Limit, RuleError};
 pub use service::Throttle;
 #[cfg(feature = "redis")]
 pub use store::{CellStore, RedisClusterStore, RedisStore};
-pub use store::{MemoryStore, Rule, Store, StoreError};
+pub use store::{MemoryStore, Rule, RuleSpec, Store, StoreError};
 
 /// The README's examples, compiled as doctests (they use every feature).
 #[cfg(all(doctest, feature = "redis", feature = "axum"))]

@@ -124,6 +124,7 @@ mod keys;
 mod params;
 mod preflight;
 mod reply;
+mod validate;
 
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
@@ -147,7 +148,7 @@ use self::error::timed;
 use self::params::Params;
 use crate::decision::{Decision, PermitId};
 use crate::policy::{Algorithm, Policy};
-use crate::store::{Rule, Store, StoreError};
+use crate::store::{Rule, RuleSpec, Store, StoreError};
 
 /// Default key prefix.
 pub const DEFAULT_PREFIX: &str = "throttle";
@@ -432,6 +433,14 @@ impl<C> Store for RedisStore<C>
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
+    /// Refuses policies the scripts cannot evaluate exactly (sub-microsecond
+    /// times, products reaching 2^50 µs, sliding logs above 10,000) and, on a
+    /// cluster, rules whose keys cannot share a hash slot under the store's
+    /// [`HashTag`].
+    fn validate(&self, rules: &[RuleSpec<'_>]) -> Result<(), StoreError> {
+        validate::rules(rules, &self.cfg.tag, self.cfg.cluster)
+    }
+
     async fn check(&self, rule: Rule<'_>) -> Result<Decision, StoreError> {
         let mut d = self.check_all(&[rule]).await?;
         d.pop()
