@@ -99,6 +99,8 @@ pub struct RedisStoreBuilder {
     pub(crate) batch: BatchConfig,
     pub(crate) deny_cache: usize,
     pub(crate) require_safe_eviction: bool,
+    #[cfg(feature = "tls")]
+    pub(crate) tls: super::tls::Tls,
 }
 
 impl RedisStoreBuilder {
@@ -285,13 +287,24 @@ impl RedisStoreBuilder {
         Ok((conn, cfg))
     }
 
+    /// A client for `info`: with the TLS settings when `rediss://`.
+    pub(crate) fn client(
+        &self,
+        info: impl IntoConnectionInfo,
+    ) -> redis::RedisResult<redis::Client> {
+        #[cfg(feature = "tls")]
+        return self.tls.client(info);
+        #[cfg(not(feature = "tls"))]
+        return redis::Client::open(info).map_err(no_tls);
+    }
+
     async fn open(
         self,
         info: impl IntoConnectionInfo,
     ) -> Result<(ConnectionManager, Config), StoreError> {
         let t = self.timeout;
+        let client = self.client(info).map_err(|e| error::map(e, t))?;
         let cfg = self.config(false)?;
-        let client = redis::Client::open(info).map_err(|e| error::map(e, t))?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(t))
             .set_response_timeout(Some(t))
@@ -311,13 +324,17 @@ impl RedisStoreBuilder {
         nodes: impl IntoIterator<Item = T>,
     ) -> Result<RedisClusterStore, StoreError> {
         let t = self.timeout;
-        let cfg = self.config(true)?;
         let client = redis::cluster::ClusterClientBuilder::new(nodes)
             .connection_timeout(t)
             .response_timeout(t)
-            .retries(2)
-            .build()
-            .map_err(|e| error::map(e, t))?;
+            .retries(2);
+        #[cfg(feature = "tls")]
+        let client = self.tls.cluster(client);
+        let client = client.build();
+        #[cfg(not(feature = "tls"))]
+        let client = client.map_err(no_tls);
+        let client = client.map_err(|e| error::map(e, t))?;
+        let cfg = self.config(true)?;
         let conn = timed(t, client.get_async_connection()).await?;
         let mut cfg = cfg;
         cfg.eviction_policy = preflight::run(&conn, &cfg, preflight::Needs::Scripts)
@@ -337,4 +354,16 @@ impl RedisStoreBuilder {
     {
         Ok(RedisStore::with_config(conn, self.config(cluster)?))
     }
+}
+
+/// Names the missing feature when a `rediss://` URL is given without it.
+#[cfg(not(feature = "tls"))]
+fn no_tls(e: redis::RedisError) -> redis::RedisError {
+    if e.to_string().contains("TLS") {
+        return redis::RedisError::from((
+            redis::ErrorKind::InvalidClientConfig,
+            "rediss:// (TLS) needs the `tls` feature of tower-throttle",
+        ));
+    }
+    e
 }

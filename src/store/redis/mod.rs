@@ -124,6 +124,8 @@ mod keys;
 mod params;
 mod preflight;
 mod reply;
+#[cfg(feature = "tls")]
+mod tls;
 mod validate;
 
 use std::fmt;
@@ -296,6 +298,8 @@ impl RedisStore {
             },
             deny_cache: DEFAULT_DENY_CACHE,
             require_safe_eviction: false,
+            #[cfg(feature = "tls")]
+            tls: Default::default(),
         }
     }
 
