@@ -88,6 +88,17 @@ impl Config {
     }
 }
 
+/// Connection and response timeouts of `t` and few reconnection retries,
+/// so calls fail fast while Redis is down instead of queueing.
+pub(crate) fn manager_config(t: Duration) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(t))
+        .set_response_timeout(Some(t))
+        .set_number_of_retries(2)
+        .set_min_delay(Duration::from_millis(10))
+        .set_max_delay(t.max(Duration::from_millis(100)))
+}
+
 /// Configures a [`RedisStore`] or [`RedisClusterStore`].
 #[derive(Debug)]
 pub struct RedisStoreBuilder {
@@ -101,6 +112,19 @@ pub struct RedisStoreBuilder {
     pub(crate) require_safe_eviction: bool,
     #[cfg(feature = "tls")]
     pub(crate) tls: super::tls::Tls,
+    /// The master's credentials behind Sentinel.
+    pub(crate) sentinel_auth: Option<MasterAuth>,
+    pub(crate) sentinel_poll: Duration,
+}
+
+/// A username and password, never printed.
+#[derive(Clone)]
+pub(crate) struct MasterAuth(pub(crate) Option<String>, pub(crate) String);
+
+impl fmt::Debug for MasterAuth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("MasterAuth(<redacted>)")
+    }
 }
 
 impl RedisStoreBuilder {
@@ -197,7 +221,7 @@ impl RedisStoreBuilder {
         self
     }
 
-    fn config(self, cluster: bool) -> Result<Config, StoreError> {
+    pub(crate) fn config(self, cluster: bool) -> Result<Config, StoreError> {
         if self.prefix.contains(['{', '}']) {
             return Err(StoreError::InvalidRequest(
                 "the Redis key prefix may not contain `{` or `}`",
@@ -305,13 +329,11 @@ impl RedisStoreBuilder {
         let t = self.timeout;
         let client = self.client(info).map_err(|e| error::map(e, t))?;
         let cfg = self.config(false)?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(t))
-            .set_response_timeout(Some(t))
-            .set_number_of_retries(2)
-            .set_min_delay(Duration::from_millis(10))
-            .set_max_delay(t.max(Duration::from_millis(100)));
-        let conn = timed(t, ConnectionManager::new_with_config(client, config)).await?;
+        let conn = timed(
+            t,
+            ConnectionManager::new_with_config(client, manager_config(t)),
+        )
+        .await?;
         Ok((conn, cfg))
     }
 

@@ -124,6 +124,7 @@ mod keys;
 mod params;
 mod preflight;
 mod reply;
+mod sentinel;
 #[cfg(feature = "tls")]
 mod tls;
 mod validate;
@@ -142,6 +143,7 @@ use tokio::sync::{mpsc, oneshot};
 pub use builder::{RedisStoreBuilder, TimeSource};
 pub use cell::CellStore;
 pub use keys::{HashTag, MAX_RAW_KEY};
+pub use sentinel::{RedisSentinelStore, SentinelConnection};
 
 use self::batch::{Job, JobRule, Outcome};
 use self::builder::{BatchConfig, Config};
@@ -300,6 +302,8 @@ impl RedisStore {
             require_safe_eviction: false,
             #[cfg(feature = "tls")]
             tls: Default::default(),
+            sentinel_auth: None,
+            sentinel_poll: Duration::from_secs(1),
         }
     }
 
