@@ -215,6 +215,9 @@ impl RedisStoreBuilder {
             .map(IntoConnectionInfo::into_connection_info)
             .collect::<RedisResult<Vec<_>>>()
             .map_err(|e| error::map(e, t))?;
+        // redis-rs takes a `String` here without its TLS feature, `impl
+        // AsRef<str>` with it.
+        #[allow(clippy::unnecessary_to_owned)]
         let mut client = SentinelClient::build(
             sentinels,
             master_name.to_owned(),
