@@ -11,9 +11,11 @@ use std::time::Duration;
 
 use redis_support::{current_thread_runtime as runtime, free_port, RedisServer};
 use tower_throttle::store::redis::{RedisStore, RedisStoreBuilder};
-use tower_throttle::{CellStore, Limiter, Policy, StoreError};
+use tower_throttle::{CellStore, Limiter, Policy, Store, StoreError};
 
 /// A CA, a server certificate for 127.0.0.1 and a client certificate, PEM.
+/// The server's is a client certificate too: cluster nodes present it to
+/// each other on the bus, which always verifies it.
 struct Pki {
     dir: PathBuf,
 }
@@ -62,7 +64,7 @@ impl Pki {
         for (name, ext) in [
             (
                 "server",
-                "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n",
+                "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n",
             ),
             ("client", "extendedKeyUsage=clientAuth\n"),
         ] {
@@ -217,5 +219,112 @@ fn cell_store_connects_over_tls() {
             .await
             .unwrap_err();
         assert!(matches!(err, StoreError::Connection(_)), "{err:?}");
+    });
+}
+
+/// A three-master cluster speaking TLS to clients and on its bus
+/// (`--tls-cluster yes`): the cluster store discovers the nodes' TLS ports
+/// and verifies each against the test CA.
+#[test]
+fn rediss_cluster() {
+    let pki = Pki::new();
+    let mut nodes = Vec::new();
+    let mut tls_ports = Vec::new();
+    for i in 0..3 {
+        // Nodes meet on their TLS port + 10000: the bus listens there.
+        let (port, tls_port) = (free_port(false), free_port(true));
+        let mut args = pki.server_args(tls_port, false);
+        let bus = (tls_port + 10_000).to_string();
+        args.extend(
+            [
+                "--cluster-port",
+                &bus,
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                &pki.path(&format!("nodes-{i}.conf")),
+                "--tls-cluster",
+                "yes",
+                "--tls-replication",
+                "yes",
+            ]
+            .map(String::from),
+        );
+        nodes.push(RedisServer::start_on(port, &args));
+        tls_ports.push(tls_port);
+    }
+    let addrs: Vec<String> = tls_ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    // `--cluster create` waits for the nodes to join: bounded here, since a
+    // bus that cannot handshake would make it wait forever.
+    let mut create = Command::new("redis-cli")
+        .args([
+            "--tls",
+            "--cacert",
+            &pki.path("ca.crt"),
+            "--cluster",
+            "create",
+        ])
+        .args(&addrs)
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-cli");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = create.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = create.kill();
+            panic!("redis-cli --cluster create over TLS did not finish in 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "redis-cli --cluster create: {status}");
+    while !nodes.iter().all(|n| {
+        redis::cmd("CLUSTER")
+            .arg("INFO")
+            .query::<String>(&mut n.conn())
+            .is_ok_and(|s| s.contains("cluster_state:ok"))
+    }) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "TLS cluster not ok in 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let urls: Vec<String> = addrs.iter().map(|a| format!("rediss://{a}/")).collect();
+    runtime().block_on(async {
+        let store = builder()
+            .tls_root_cert(pki.read("ca.crt"))
+            .connect_cluster(urls.iter().map(String::as_str))
+            .await
+            .unwrap();
+        // Keys spread over the three masters: every one decided over TLS.
+        let p = policy();
+        for k in 0..30u32 {
+            let key = format!("user-{k}");
+            for _ in 0..5 {
+                let d = store
+                    .check(tower_throttle::Rule::new(key.as_bytes(), &p, 1))
+                    .await
+                    .unwrap();
+                assert!(d.allowed, "{key}");
+            }
+            let d = store
+                .check(tower_throttle::Rule::new(key.as_bytes(), &p, 1))
+                .await
+                .unwrap();
+            assert!(!d.allowed, "{key}");
+        }
+        let keys_on =
+            |n: &RedisServer| -> u64 { redis::cmd("DBSIZE").query(&mut n.conn()).unwrap() };
+        assert!(nodes.iter().all(|n| keys_on(n) > 0), "keys on every master");
+        let err = builder()
+            .connect_cluster(urls.iter().map(String::as_str))
+            .await
+            .unwrap_err();
+        println!("TLS cluster without the CA: {err}");
     });
 }

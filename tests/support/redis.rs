@@ -80,6 +80,11 @@ impl RedisServer {
         Self::start_with(free_port(false), temp_dir("redis"), args.to_vec())
     }
 
+    /// Starts a server on `port` (from [`free_port`]) with extra arguments.
+    pub fn start_on(port: u16, args: &[String]) -> RedisServer {
+        Self::start_with(port, temp_dir("redis"), args.to_vec())
+    }
+
     /// Starts a standalone server whose default user needs `password`
     /// (`--requirepass`), with extra arguments. [`RedisServer::url`] stays
     /// without credentials; [`RedisServer::conn`] and the harness use them.
