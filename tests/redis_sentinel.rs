@@ -172,6 +172,21 @@ fn finds_the_master_by_name() {
         let key = store.redis_key(b"k", &p);
         assert_eq!(window_count(&group.master, &key), 3);
         assert_eq!(store.connection().generation(), 0);
+        // The connect-time checks run on the master the sentinels name.
+        assert_eq!(store.server_eviction_policy(), Some("noeviction"));
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory-policy")
+            .arg("allkeys-lru")
+            .query(&mut group.master.conn())
+            .unwrap();
+        let err = RedisStore::builder()
+            .require_safe_eviction(true)
+            .connect_sentinel(group.urls(), MASTER)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Config(_)), "{err:?}");
+        assert!(err.to_string().contains("allkeys-lru"), "{err}");
         // A wrong master name is a connect error, not a hang.
         let err = RedisStore::builder()
             .timeout(Duration::from_millis(500))

@@ -165,6 +165,8 @@ fn rediss_verified_against_the_test_ca() {
             .connect(url.as_str())
             .await
             .unwrap();
+        // The connect-time checks ran over TLS.
+        assert_eq!(store.server_eviction_policy(), Some("noeviction"));
         five_then_denied(store).await;
         // The system's roots do not know the test CA: verification is real.
         let err = builder().connect(url.as_str()).await.unwrap_err();

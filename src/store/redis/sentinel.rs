@@ -279,3 +279,21 @@ impl RedisStoreBuilder {
         self
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Connecting can be spawned.
+    #[test]
+    fn connect_future_is_send() {
+        fn send<T: Send>(_: T) {}
+        send(RedisStore::builder().connect_sentinel(["redis://127.0.0.1:1/"], "m"));
+    }
+
+    #[test]
+    fn master_credentials_are_never_printed() {
+        let b = RedisStore::builder().sentinel_master_auth(Some("app"), "hunter2");
+        assert!(!format!("{b:?}").contains("hunter2"));
+    }
+}
