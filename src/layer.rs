@@ -14,9 +14,9 @@ use crate::key::{KeyExtractor, PeerIp, RequestHead};
 use crate::mode::{FailMode, Mode, OnMissingKey};
 use crate::policy::Policy;
 use crate::response::{BodyFormat, Rejection, ResetFormat};
-use crate::rule::{valid_name, Cost, Limit, RuleCfg};
+use crate::rule::{valid_name, Cost, Limit, RuleCfg, RuleError};
 use crate::service::Throttle;
-use crate::store::Store;
+use crate::store::{RuleSpec, Store};
 
 /// Rate-limits HTTP requests: applies one or more [`Limit`]s through a
 /// [`Store`], answering `429 Too Many Requests` (or waiting, or only logging;
@@ -303,18 +303,58 @@ impl<St: Store> ThrottleLayer<St> {
         &self.store
     }
 
+    /// Asks the store whether it can run this layer's rules
+    /// ([`Store::validate`]): each rule alone, then all of them as the one
+    /// all-or-nothing check a request makes. [`Layer::layer`] panics with
+    /// this error, so a store that cannot run a rule (a sliding log above
+    /// Redis's cap, a policy outside a store's exact range, rules that cannot
+    /// share a cluster slot) stops the service from starting instead of
+    /// failing every request. Call it first to handle the error yourself.
+    pub fn validate(&self) -> Result<(), RuleError> {
+        let heads: Vec<Vec<u8>> = self.limits.iter().map(|l| self.key_head(l)).collect();
+        let specs: Vec<RuleSpec<'_>> = self
+            .limits
+            .iter()
+            .zip(&heads)
+            .map(|(l, h)| RuleSpec::new(&l.policy, h))
+            .collect();
+        for (limit, spec) in self.limits.iter().zip(&specs) {
+            self.store
+                .validate(std::slice::from_ref(spec))
+                .map_err(|error| RuleError {
+                    rules: vec![limit.name.clone()],
+                    policy: Some(limit.policy),
+                    error,
+                })?;
+        }
+        if specs.len() > 1 {
+            self.store.validate(&specs).map_err(|error| RuleError {
+                rules: self.limits.iter().map(|l| l.name.clone()).collect(),
+                policy: None,
+                error,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// `prefix:rule-name:`, the start of every key of `limit`.
+    fn key_head(&self, limit: &Limit) -> Vec<u8> {
+        let mut key_head = Vec::new();
+        if let Some(prefix) = &self.prefix {
+            key_head.extend_from_slice(prefix.as_bytes());
+            key_head.push(b':');
+        }
+        key_head.extend_from_slice(limit.name.as_bytes());
+        key_head.push(b':');
+        key_head
+    }
+
     fn shared(&self) -> Arc<Shared<St>> {
         let rules = self
             .limits
             .iter()
             .map(|limit| {
-                let mut key_head = Vec::new();
-                if let Some(prefix) = &self.prefix {
-                    key_head.extend_from_slice(prefix.as_bytes());
-                    key_head.push(b':');
-                }
-                key_head.extend_from_slice(limit.name.as_bytes());
-                key_head.push(b':');
+                let key_head = self.key_head(limit);
                 self.claim(&key_head);
                 RuleCfg {
                     key_head: key_head.into(),
@@ -384,7 +424,15 @@ impl<St: Store> ThrottleLayer<St> {
 impl<S, St: Store> Layer<S> for ThrottleLayer<St> {
     type Service = Throttle<S, St>;
 
+    /// # Panics
+    ///
+    /// When the store cannot run the rules ([`ThrottleLayer::validate`]): a
+    /// configuration error, reported when the service is built rather than
+    /// as a 503 on every request.
     fn layer(&self, inner: S) -> Self::Service {
+        if let Err(e) = self.validate() {
+            panic!("{e}");
+        }
         Throttle::new(inner, self.shared())
     }
 }

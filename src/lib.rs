@@ -104,11 +104,11 @@ pub use policy::{
     DEFAULT_LEASE,
 };
 pub use response::ResetFormat;
-pub use rule::Limit;
+pub use rule::{Limit, RuleError};
 pub use service::Throttle;
 #[cfg(feature = "redis")]
 pub use store::{CellStore, RedisClusterStore, RedisStore};
-pub use store::{MemoryStore, Rule, Store, StoreError};
+pub use store::{MemoryStore, Rule, RuleSpec, Store, StoreError};
 pub use upgrade::{HeldPermit, UpgradePermit};
 
 /// The README's examples, compiled as doctests (they use every feature).

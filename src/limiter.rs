@@ -7,7 +7,7 @@ use std::task::{Context, Waker};
 
 use crate::decision::{Decision, PermitId};
 use crate::policy::Policy;
-use crate::store::{MemoryStore, Rule, Store, StoreError};
+use crate::store::{MemoryStore, Rule, RuleSpec, Store, StoreError};
 
 /// One policy over a store, checked by key: the seeds' `is_action_allowed`.
 ///
@@ -46,17 +46,45 @@ impl<S> Clone for Limiter<S> {
 
 impl<S: Store> Limiter<S> {
     /// A limiter applying `policy` to keys in `store`.
+    ///
+    /// # Panics
+    ///
+    /// When the store cannot run `policy` ([`Store::validate`]; for example
+    /// a sliding log above 10,000 on Redis): a configuration error, reported
+    /// here rather than by every check. [`Limiter::try_new`] returns it.
     pub fn new(store: S, policy: Policy) -> Self {
         Self::from_shared(Arc::new(store), policy)
     }
 
+    /// [`Limiter::new`], returning the store's refusal of `policy` instead
+    /// of panicking (for policies read from configuration).
+    pub fn try_new(store: S, policy: Policy) -> Result<Self, StoreError> {
+        Self::try_from_shared(Arc::new(store), policy)
+    }
+
     /// A limiter over a store shared with other limiters.
+    ///
+    /// # Panics
+    ///
+    /// As [`Limiter::new`].
     pub fn from_shared(store: Arc<S>, policy: Policy) -> Self {
-        Limiter {
+        match Self::try_from_shared(store, policy) {
+            Ok(l) => l,
+            Err(e) => panic!(
+                "rate-limit policy {:?} cannot run on this store: {e}",
+                policy.algorithm()
+            ),
+        }
+    }
+
+    /// [`Limiter::from_shared`], returning the store's refusal of `policy`.
+    pub fn try_from_shared(store: Arc<S>, policy: Policy) -> Result<Self, StoreError> {
+        store.validate(&[RuleSpec::new(&policy, b"")])?;
+        Ok(Limiter {
             store,
             policy,
             prefix: None,
-        }
+        })
     }
 
     /// Prepends `prefix:` to every key, so several limiters can share a store

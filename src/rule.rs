@@ -120,3 +120,56 @@ pub(crate) struct RuleCfg {
     pub(crate) key: Arc<dyn KeyExtractor>,
     pub(crate) cost: Cost,
 }
+
+/// A rule the store refused before any traffic: see
+/// [`ThrottleLayer::validate`](crate::ThrottleLayer::validate).
+#[derive(Debug)]
+pub struct RuleError {
+    pub(crate) rules: Vec<Arc<str>>,
+    pub(crate) policy: Option<Policy>,
+    pub(crate) error: crate::store::StoreError,
+}
+
+impl RuleError {
+    /// The names of the rules refused: one, or all of a layer's rules when
+    /// they cannot run together (one all-or-nothing check).
+    pub fn rules(&self) -> impl Iterator<Item = &str> {
+        self.rules.iter().map(|r| &**r)
+    }
+
+    /// The policy refused, when one rule was.
+    pub fn policy(&self) -> Option<&Policy> {
+        self.policy.as_ref()
+    }
+
+    /// The store's reason.
+    pub fn store_error(&self) -> &crate::store::StoreError {
+        &self.error
+    }
+}
+
+impl fmt::Display for RuleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (&self.rules[..], &self.policy) {
+            ([rule], Some(p)) => write!(
+                f,
+                "rate-limit rule `{rule}` ({:?}) cannot run on this store: {}",
+                p.algorithm(),
+                self.error
+            ),
+            (rules, _) => {
+                f.write_str("rate-limit rules ")?;
+                for (i, r) in rules.iter().enumerate() {
+                    write!(f, "{}`{r}`", if i == 0 { "" } else { ", " })?;
+                }
+                write!(f, " cannot run together on this store: {}", self.error)
+            }
+        }
+    }
+}
+
+impl std::error::Error for RuleError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
+}

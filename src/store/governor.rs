@@ -28,7 +28,7 @@ use governor::middleware::StateInformationMiddleware;
 use governor::state::keyed::DefaultKeyedStateStore;
 use governor::{Quota, RateLimiter};
 
-use super::{Rule, Store, StoreError};
+use super::{Rule, RuleSpec, Store, StoreError};
 use crate::algorithm::gcra;
 use crate::decision::{Decision, PermitId};
 use crate::policy::{Algorithm, GcraParams, Policy};
@@ -174,6 +174,23 @@ where
     C: GovClock + Clone + Send + Sync + 'static,
     C::Instant: Reference + Send + Sync,
 {
+    /// Refuses non-GCRA policies, GCRA limits above `u32::MAX` and more than
+    /// one rule per check.
+    fn validate(&self, rules: &[RuleSpec<'_>]) -> Result<(), StoreError> {
+        if rules.len() > 1 {
+            return Err(StoreError::Unsupported("all-or-nothing rules on governor"));
+        }
+        for rule in rules {
+            let Algorithm::Gcra(p) = rule.policy.algorithm() else {
+                return Err(StoreError::Unsupported("non-GCRA policies on governor"));
+            };
+            if u32::try_from(p.limit).is_err() {
+                return Err(StoreError::Unsupported("a GCRA limit above u32::MAX"));
+            }
+        }
+        Ok(())
+    }
+
     async fn check(&self, rule: Rule<'_>) -> Result<Decision, StoreError> {
         self.check_sync(rule)
     }

@@ -43,6 +43,26 @@ impl<'a> Rule<'a> {
     }
 }
 
+/// One rule of a layer or limiter as a store sees it before any traffic:
+/// see [`Store::validate`].
+#[derive(Clone, Copy, Debug)]
+#[non_exhaustive]
+pub struct RuleSpec<'a> {
+    /// The limit the rule applies.
+    pub policy: &'a Policy,
+    /// The bytes every key of the rule starts with (the layer's
+    /// `prefix:rule-name:`, a limiter's `prefix:`), before the part taken
+    /// from the request.
+    pub key_head: &'a [u8],
+}
+
+impl<'a> RuleSpec<'a> {
+    /// A rule applying `policy` to keys starting with `key_head`.
+    pub fn new(policy: &'a Policy, key_head: &'a [u8]) -> Self {
+        RuleSpec { policy, key_head }
+    }
+}
+
 /// A place that keeps rate-limit state and decides atomically.
 ///
 /// Every implementation follows the definitions in [`crate::algorithm`]; the
@@ -83,6 +103,20 @@ pub trait Store: Send + Sync + 'static {
         policy: &Policy,
         permit: PermitId,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Whether this store can run `rules`, checked together in one
+    /// all-or-nothing call, before any traffic: [`ThrottleLayer`] calls it
+    /// when it builds its service (and panics with the rule, the policy and
+    /// this error) and [`Limiter::try_new`] returns its error. A store
+    /// refuses here what it would otherwise refuse on every request, such as
+    /// a policy it cannot evaluate exactly. The default accepts everything.
+    ///
+    /// [`ThrottleLayer`]: crate::ThrottleLayer
+    /// [`Limiter::try_new`]: crate::Limiter::try_new
+    fn validate(&self, rules: &[RuleSpec<'_>]) -> Result<(), StoreError> {
+        let _ = rules;
+        Ok(())
+    }
 
     /// Decides at once, without I/O, when this store can (the memory store
     /// can): the same answer [`Store::check_all`] would give. `None` (the
@@ -152,6 +186,10 @@ impl<S: Store> Store for std::sync::Arc<S> {
         permit: PermitId,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
         (**self).release(key, policy, permit)
+    }
+
+    fn validate(&self, rules: &[RuleSpec<'_>]) -> Result<(), StoreError> {
+        (**self).validate(rules)
     }
 
     fn check_all_now(&self, rules: &[Rule<'_>]) -> Option<Result<Vec<Decision>, StoreError>> {

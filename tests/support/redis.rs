@@ -27,7 +27,7 @@ fn temp_dir(tag: &str) -> PathBuf {
 }
 
 /// A free loopback port (and, for cluster nodes, its bus port + 10000).
-fn free_port(with_bus: bool) -> u16 {
+pub fn free_port(with_bus: bool) -> u16 {
     for _ in 0..200 {
         let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
         let port = l.local_addr().unwrap().port();
@@ -78,6 +78,11 @@ impl RedisServer {
     /// example `--loadmodule <path>`).
     pub fn start_with_args(args: &[String]) -> RedisServer {
         Self::start_with(free_port(false), temp_dir("redis"), args.to_vec())
+    }
+
+    /// Starts a server on `port` (from [`free_port`]) with extra arguments.
+    pub fn start_on(port: u16, args: &[String]) -> RedisServer {
+        Self::start_with(port, temp_dir("redis"), args.to_vec())
     }
 
     /// Starts a standalone server whose default user needs `password`

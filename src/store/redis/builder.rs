@@ -88,6 +88,17 @@ impl Config {
     }
 }
 
+/// Connection and response timeouts of `t` and few reconnection retries,
+/// so calls fail fast while Redis is down instead of queueing.
+pub(crate) fn manager_config(t: Duration) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(t))
+        .set_response_timeout(Some(t))
+        .set_number_of_retries(2)
+        .set_min_delay(Duration::from_millis(10))
+        .set_max_delay(t.max(Duration::from_millis(100)))
+}
+
 /// Configures a [`RedisStore`] or [`RedisClusterStore`].
 #[derive(Debug)]
 pub struct RedisStoreBuilder {
@@ -99,6 +110,21 @@ pub struct RedisStoreBuilder {
     pub(crate) batch: BatchConfig,
     pub(crate) deny_cache: usize,
     pub(crate) require_safe_eviction: bool,
+    #[cfg(feature = "tls")]
+    pub(crate) tls: super::tls::Tls,
+    /// The master's credentials behind Sentinel.
+    pub(crate) sentinel_auth: Option<MasterAuth>,
+    pub(crate) sentinel_poll: Duration,
+}
+
+/// A username and password, never printed.
+#[derive(Clone)]
+pub(crate) struct MasterAuth(pub(crate) Option<String>, pub(crate) String);
+
+impl fmt::Debug for MasterAuth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("MasterAuth(<redacted>)")
+    }
 }
 
 impl RedisStoreBuilder {
@@ -195,7 +221,7 @@ impl RedisStoreBuilder {
         self
     }
 
-    fn config(self, cluster: bool) -> Result<Config, StoreError> {
+    pub(crate) fn config(self, cluster: bool) -> Result<Config, StoreError> {
         if self.prefix.contains(['{', '}']) {
             return Err(StoreError::InvalidRequest(
                 "the Redis key prefix may not contain `{` or `}`",
@@ -285,20 +311,29 @@ impl RedisStoreBuilder {
         Ok((conn, cfg))
     }
 
+    /// A client for `info`: with the TLS settings when `rediss://`.
+    pub(crate) fn client(
+        &self,
+        info: impl IntoConnectionInfo,
+    ) -> redis::RedisResult<redis::Client> {
+        #[cfg(feature = "tls")]
+        return self.tls.client(info);
+        #[cfg(not(feature = "tls"))]
+        return redis::Client::open(info).map_err(no_tls);
+    }
+
     async fn open(
         self,
         info: impl IntoConnectionInfo,
     ) -> Result<(ConnectionManager, Config), StoreError> {
         let t = self.timeout;
+        let client = self.client(info).map_err(|e| error::map(e, t))?;
         let cfg = self.config(false)?;
-        let client = redis::Client::open(info).map_err(|e| error::map(e, t))?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(t))
-            .set_response_timeout(Some(t))
-            .set_number_of_retries(2)
-            .set_min_delay(Duration::from_millis(10))
-            .set_max_delay(t.max(Duration::from_millis(100)));
-        let conn = timed(t, ConnectionManager::new_with_config(client, config)).await?;
+        let conn = timed(
+            t,
+            ConnectionManager::new_with_config(client, manager_config(t)),
+        )
+        .await?;
         Ok((conn, cfg))
     }
 
@@ -311,13 +346,17 @@ impl RedisStoreBuilder {
         nodes: impl IntoIterator<Item = T>,
     ) -> Result<RedisClusterStore, StoreError> {
         let t = self.timeout;
-        let cfg = self.config(true)?;
         let client = redis::cluster::ClusterClientBuilder::new(nodes)
             .connection_timeout(t)
             .response_timeout(t)
-            .retries(2)
-            .build()
-            .map_err(|e| error::map(e, t))?;
+            .retries(2);
+        #[cfg(feature = "tls")]
+        let client = self.tls.cluster(client);
+        let client = client.build();
+        #[cfg(not(feature = "tls"))]
+        let client = client.map_err(no_tls);
+        let client = client.map_err(|e| error::map(e, t))?;
+        let cfg = self.config(true)?;
         let conn = timed(t, client.get_async_connection()).await?;
         let mut cfg = cfg;
         cfg.eviction_policy = preflight::run(&conn, &cfg, preflight::Needs::Scripts)
@@ -337,4 +376,16 @@ impl RedisStoreBuilder {
     {
         Ok(RedisStore::with_config(conn, self.config(cluster)?))
     }
+}
+
+/// Names the missing feature when a `rediss://` URL is given without it.
+#[cfg(not(feature = "tls"))]
+fn no_tls(e: redis::RedisError) -> redis::RedisError {
+    if e.to_string().contains("TLS") {
+        return redis::RedisError::from((
+            redis::ErrorKind::InvalidClientConfig,
+            "rediss:// (TLS) needs the `tls` feature of tower-throttle",
+        ));
+    }
+    e
 }

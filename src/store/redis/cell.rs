@@ -9,7 +9,7 @@ use super::error::timed;
 use super::{keys, reply, RedisStoreBuilder};
 use crate::decision::{Decision, PermitId};
 use crate::policy::{Algorithm, GcraParams, Policy};
-use crate::store::{Rule, Store, StoreError};
+use crate::store::{Rule, RuleSpec, Store, StoreError};
 
 const NOT_LOADED: StoreError = StoreError::Unsupported(
     "CL.THROTTLE: the redis-cell module is not loaded on this Redis server \
@@ -181,6 +181,11 @@ impl CellStore {
 }
 
 impl Store for CellStore {
+    /// Refuses policies other than GCRA, and more than one rule per check.
+    fn validate(&self, rules: &[RuleSpec<'_>]) -> Result<(), StoreError> {
+        super::validate::cell(rules)
+    }
+
     async fn check(&self, rule: Rule<'_>) -> Result<Decision, StoreError> {
         let params = Self::gcra(rule.policy)?;
         let (burst, count, period) = cell_args(&params)?;

@@ -124,6 +124,10 @@ mod keys;
 mod params;
 mod preflight;
 mod reply;
+mod sentinel;
+#[cfg(feature = "tls")]
+mod tls;
+mod validate;
 
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
@@ -139,6 +143,7 @@ use tokio::sync::{mpsc, oneshot};
 pub use builder::{RedisStoreBuilder, TimeSource};
 pub use cell::CellStore;
 pub use keys::{HashTag, MAX_RAW_KEY};
+pub use sentinel::{RedisSentinelStore, SentinelConnection};
 
 use self::batch::{Job, JobRule, Outcome};
 use self::builder::{BatchConfig, Config};
@@ -147,7 +152,7 @@ use self::error::timed;
 use self::params::Params;
 use crate::decision::{Decision, PermitId};
 use crate::policy::{Algorithm, Policy};
-use crate::store::{Rule, Store, StoreError};
+use crate::store::{Rule, RuleSpec, Store, StoreError};
 
 /// Default key prefix.
 pub const DEFAULT_PREFIX: &str = "throttle";
@@ -301,6 +306,10 @@ impl RedisStore {
             },
             deny_cache: DEFAULT_DENY_CACHE,
             require_safe_eviction: false,
+            #[cfg(feature = "tls")]
+            tls: Default::default(),
+            sentinel_auth: None,
+            sentinel_poll: Duration::from_secs(1),
         }
     }
 
@@ -442,6 +451,14 @@ where
 {
     fn namespaces(&self) -> Option<&crate::store::Namespaces> {
         Some(&self.namespaces)
+    }
+
+    /// Refuses policies the scripts cannot evaluate exactly (sub-microsecond
+    /// times, products reaching 2^50 µs, sliding logs above 10,000) and, on a
+    /// cluster, rules whose keys cannot share a hash slot under the store's
+    /// [`HashTag`].
+    fn validate(&self, rules: &[RuleSpec<'_>]) -> Result<(), StoreError> {
+        validate::rules(rules, &self.cfg.tag, self.cfg.cluster)
     }
 
     async fn check(&self, rule: Rule<'_>) -> Result<Decision, StoreError> {
