@@ -323,15 +323,15 @@ impl<St: Store> ThrottleLayer<St> {
                 .validate(std::slice::from_ref(spec))
                 .map_err(|error| RuleError {
                     rules: vec![limit.name.clone()],
-                    policy: Some(limit.policy),
-                    error,
+                    policy: Some(Box::new(limit.policy)),
+                    error: Box::new(error),
                 })?;
         }
         if specs.len() > 1 {
             self.store.validate(&specs).map_err(|error| RuleError {
                 rules: self.limits.iter().map(|l| l.name.clone()).collect(),
                 policy: None,
-                error,
+                error: Box::new(error),
             })?;
         }
         Ok(())

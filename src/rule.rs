@@ -126,8 +126,9 @@ pub(crate) struct RuleCfg {
 #[derive(Debug)]
 pub struct RuleError {
     pub(crate) rules: Vec<Arc<str>>,
-    pub(crate) policy: Option<Policy>,
-    pub(crate) error: crate::store::StoreError,
+    // Boxed: the error travels in a `Result` of every build path.
+    pub(crate) policy: Option<Box<Policy>>,
+    pub(crate) error: Box<crate::store::StoreError>,
 }
 
 impl RuleError {
@@ -139,7 +140,7 @@ impl RuleError {
 
     /// The policy refused, when one rule was.
     pub fn policy(&self) -> Option<&Policy> {
-        self.policy.as_ref()
+        self.policy.as_deref()
     }
 
     /// The store's reason.
@@ -170,6 +171,6 @@ impl fmt::Display for RuleError {
 
 impl std::error::Error for RuleError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.error)
+        Some(&*self.error)
     }
 }
