@@ -90,7 +90,7 @@ pub mod store;
 mod upgrade;
 
 pub use body::ThrottleBody;
-pub use decision::{Decision, PermitId};
+pub use decision::{DecidedBy, Decision, PermitId};
 pub use info::RateLimitInfo;
 pub use layer::ThrottleLayer;
 pub use limiter::{Limiter, Permit};

@@ -85,6 +85,7 @@ pub fn check(
         .chain((allowed && cost > 0).then(|| now.saturating_add(p.lease_ns)))
         .min();
     Decision {
+        decided_by: Default::default(),
         allowed,
         limit: p.max_in_flight,
         remaining,

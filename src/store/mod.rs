@@ -4,6 +4,7 @@
 //! double-counted request. [`MemoryStore`] is the default; the Redis stores
 //! share one set of limits between app instances.
 
+mod boxed;
 mod error;
 #[cfg(feature = "governor")]
 pub mod governor;
@@ -18,6 +19,7 @@ use std::future::Future;
 pub use self::governor::GovernorStore;
 #[cfg(feature = "redis")]
 pub use self::redis::{CellStore, RedisClusterStore, RedisStore};
+pub use boxed::BoxStore;
 pub use error::{BoxError, StoreError};
 pub use memory::{MemoryStore, MemoryStoreBuilder};
 pub use namespaces::Namespaces;
