@@ -4,8 +4,9 @@
 //! double-counted request. [`MemoryStore`] is the default; the Redis stores
 //! share one set of limits between app instances.
 
-mod boxed;
+pub mod boxed;
 mod error;
+pub mod fallback;
 #[cfg(feature = "governor")]
 pub mod governor;
 pub mod memory;
@@ -21,6 +22,7 @@ pub use self::governor::GovernorStore;
 pub use self::redis::{CellStore, RedisClusterStore, RedisStore};
 pub use boxed::BoxStore;
 pub use error::{BoxError, StoreError};
+pub use fallback::{FallbackStore, DEFAULT_PROBE_INTERVAL};
 pub use memory::{MemoryStore, MemoryStoreBuilder};
 pub use namespaces::Namespaces;
 
