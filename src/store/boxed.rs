@@ -157,56 +157,33 @@ impl fmt::Debug for BoxStore {
 }
 
 impl Store for BoxStore {
-    fn check(&self, rule: Rule<'_>) -> impl Future<Output = Result<Decision, StoreError>> + Send {
-        // An async block, so the future's type names the borrows of `self`
-        // and of the arguments apart (a bare boxed future would need one
-        // lifetime shorter than both, which `impl Future` cannot name).
-        async move { self.inner.check(rule).await }
+    // `async fn`, not the boxed future itself: the future's type then names
+    // the borrows of `self` and of the arguments apart (a bare boxed future
+    // would need one lifetime shorter than both, which `impl Future` cannot
+    // name).
+    async fn check(&self, rule: Rule<'_>) -> Result<Decision, StoreError> {
+        self.inner.check(rule).await
     }
 
-    fn check_all(
-        &self,
-        rules: &[Rule<'_>],
-    ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
-        // An async block, so the future's type names the borrows of `self`
-        // and of the arguments apart (a bare boxed future would need one
-        // lifetime shorter than both, which `impl Future` cannot name).
-        async move { self.inner.check_all(rules).await }
+    async fn check_all(&self, rules: &[Rule<'_>]) -> Result<Vec<Decision>, StoreError> {
+        self.inner.check_all(rules).await
     }
 
-    fn refund(
-        &self,
-        key: &[u8],
-        policy: &Policy,
-        amount: u64,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        // An async block, so the future's type names the borrows of `self`
-        // and of the arguments apart (a bare boxed future would need one
-        // lifetime shorter than both, which `impl Future` cannot name).
-        async move { self.inner.refund(key, policy, amount).await }
+    async fn refund(&self, key: &[u8], policy: &Policy, amount: u64) -> Result<(), StoreError> {
+        self.inner.refund(key, policy, amount).await
     }
 
-    fn reset(
-        &self,
-        key: &[u8],
-        policy: &Policy,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        // An async block, so the future's type names the borrows of `self`
-        // and of the arguments apart (a bare boxed future would need one
-        // lifetime shorter than both, which `impl Future` cannot name).
-        async move { self.inner.reset(key, policy).await }
+    async fn reset(&self, key: &[u8], policy: &Policy) -> Result<(), StoreError> {
+        self.inner.reset(key, policy).await
     }
 
-    fn release(
+    async fn release(
         &self,
         key: &[u8],
         policy: &Policy,
         permit: PermitId,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        // An async block, so the future's type names the borrows of `self`
-        // and of the arguments apart (a bare boxed future would need one
-        // lifetime shorter than both, which `impl Future` cannot name).
-        async move { self.inner.release(key, policy, permit).await }
+    ) -> Result<(), StoreError> {
+        self.inner.release(key, policy, permit).await
     }
 
     #[inline]
