@@ -81,6 +81,7 @@ mod info;
 pub mod key;
 mod layer;
 mod limiter;
+pub mod lockout;
 mod mode;
 mod policy;
 pub mod response;
