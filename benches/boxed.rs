@@ -15,6 +15,8 @@ use tower_throttle::key::HeaderKey;
 use tower_throttle::store::BoxStore;
 use tower_throttle::{MemoryStore, Policy, Rule, Store, ThrottleLayer};
 
+// The shared module also holds a key extractor this bench does not use.
+#[allow(dead_code)]
 #[path = "common/user_header.rs"]
 mod user_header;
 use user_header::USER;

@@ -24,18 +24,18 @@
 //!
 //! # What the fallback admits
 //!
-//! The fallback has its own state: a key starts fresh on it when the
-//! primary goes down, and its primary state is where it was when the
-//! primary comes back (a Redis restarted without persistence starts fresh
-//! too). With `N` app instances each holding its own in-memory fallback
-//! with the same policy, a key can be admitted up to `N ×` the limit while
-//! the primary is down (each instance admits the full limit), plus what the
-//! primary had already admitted in the current window. It is never
-//! unlimited. To keep the total near the limit, give the fallback a share:
-//! build the rules the fallback sees with `limit / N` (for instance a
-//! fallback [`FallbackStore`] per instance in front of a layer configured
-//! with the share, or accept the `N ×` bound, which is what most
-//! deployments prefer to a 503).
+//! The fallback has its own state and applies the rules' own policies: a
+//! key starts fresh on it when the primary goes down, and finds its primary
+//! state where it was when the primary comes back (a Redis restarted
+//! without persistence starts fresh too). So while the primary is down,
+//! each app instance admits at most each limit on its own: with `N`
+//! instances, a key gets at most `N ×` its limit during the outage, plus
+//! what the primary had admitted before it in the same window. Never
+//! unlimited, never a 503. A per-instance share (`limit / N` on the
+//! fallback only) is not built in, since a rule carries one policy for both
+//! stores; where `N ×` is too generous for a rule (a login guard), keep
+//! that rule on the primary alone, with a fail mode
+//! ([`FailMode::Closed`](crate::FailMode::Closed)) instead of a fallback.
 //!
 //! # Permits, refunds and resets
 //!
