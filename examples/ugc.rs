@@ -24,6 +24,7 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
 use tower_throttle::key::{FromExtension, PeerIp};
+use tower_throttle::store::BoxStore;
 use tower_throttle::{
     Limit, MemoryStore, OnMissingKey, Policy, RateLimitInfo, Store, ThrottleLayer,
 };
@@ -160,16 +161,35 @@ async fn serve(router: Router) -> Result<(), Box<dyn std::error::Error>> {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    // ---- Store selection: Redis when REDIS_URL is set (feature `redis`) ----
+    // ---- Store selection at run time: a BoxStore, so `app` is not generic
+    // over it. With REDIS_URL (feature `redis`), Redis decides and an
+    // in-process store answers while Redis is down. ----
     #[cfg(feature = "redis")]
     if let Ok(url) = std::env::var("REDIS_URL") {
-        let store = tower_throttle::RedisStore::connect(url.as_str()).await?;
-        println!("limits in Redis at {url}");
+        use tower_throttle::store::FallbackStore;
+        let redis = tower_throttle::RedisStore::builder()
+            .timeout(Duration::from_millis(100))
+            .connect(url.as_str())
+            .await;
+        let store = match redis {
+            Ok(redis) => {
+                println!(
+                    "limits in Redis at {url}; while it is down, each instance limits in \
+                     process (up to instances × each limit)"
+                );
+                BoxStore::new(FallbackStore::new(redis, MemoryStore::new()))
+            }
+            Err(e) if e.is_unavailable() => {
+                eprintln!("Redis at {url} is unreachable ({e}): limits in process only");
+                BoxStore::new(MemoryStore::new())
+            }
+            Err(e) => return Err(e.into()),
+        };
         return serve(app(Arc::new(store))?).await;
     }
     #[cfg(not(feature = "redis"))]
     if std::env::var_os("REDIS_URL").is_some() {
         eprintln!("REDIS_URL is ignored: build with `--features axum,redis` to use Redis");
     }
-    serve(app(Arc::new(MemoryStore::new()))?).await
+    serve(app(Arc::new(BoxStore::new(MemoryStore::new())))?).await
 }

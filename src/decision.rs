@@ -36,6 +36,22 @@ pub struct Decision {
     pub quota_after: Duration,
     /// Admitted concurrency checks only: the permit to release when done.
     pub permit: Option<PermitId>,
+    /// Which store decided: always [`DecidedBy::Primary`] except for the
+    /// answers a [`FallbackStore`](crate::store::FallbackStore) gives while
+    /// its primary store is unavailable.
+    pub decided_by: DecidedBy,
+}
+
+/// Which store of a [`FallbackStore`](crate::store::FallbackStore) decided.
+///
+/// Stores without a fallback always answer [`DecidedBy::Primary`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum DecidedBy {
+    /// The store asked (the primary store of a fallback pair).
+    #[default]
+    Primary,
+    /// The fallback store, because the primary was unavailable.
+    Fallback,
 }
 
 impl Decision {
@@ -62,6 +78,7 @@ impl Decision {
     ///     reset_after: Duration::from_secs(32),
     ///     quota_after: Duration::from_millis(1999),
     ///     permit: None,
+    ///     decided_by: Default::default(),
     /// };
     /// assert_eq!(d.to_cell_reply(), [1, 16, 0, 2, 32]);
     /// ```
@@ -117,6 +134,7 @@ mod tests {
             reset_after: reset,
             quota_after: retry.unwrap_or_default(),
             permit: None,
+            decided_by: DecidedBy::Primary,
         }
     }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderValue};
 
-use crate::decision::Decision;
+use crate::decision::{DecidedBy, Decision};
 use crate::policy::Policy;
 
 /// What every rule of a layer decided for one request.
@@ -146,6 +146,22 @@ impl RateLimitInfo {
                 .min_by_key(|e| e.decision.remaining)
                 .expect("at least one rule was checked")
         })
+    }
+
+    /// Which store decided: [`DecidedBy::Fallback`] when any rule was
+    /// decided by the fallback of a
+    /// [`FallbackStore`](crate::store::FallbackStore) (its primary was
+    /// unavailable), else [`DecidedBy::Primary`].
+    pub fn decided_by(&self) -> DecidedBy {
+        if self
+            .entries()
+            .iter()
+            .any(|e| e.decision.decided_by == DecidedBy::Fallback)
+        {
+            DecidedBy::Fallback
+        } else {
+            DecidedBy::Primary
+        }
     }
 
     /// How long until the request would be admitted: the longest wait of the

@@ -84,6 +84,7 @@ mod info;
 pub mod key;
 mod layer;
 mod limiter;
+pub mod lockout;
 mod mode;
 mod policy;
 pub mod response;
@@ -93,7 +94,7 @@ pub mod store;
 mod upgrade;
 
 pub use body::ThrottleBody;
-pub use decision::{Decision, PermitId};
+pub use decision::{DecidedBy, Decision, PermitId};
 pub use grpc::ResponseProtocol;
 pub use info::RateLimitInfo;
 pub use layer::ThrottleLayer;

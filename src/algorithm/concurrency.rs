@@ -86,6 +86,7 @@ pub fn check(
         .chain(reset_at.filter(|_| allowed && cost > 0))
         .min();
     Decision {
+        decided_by: Default::default(),
         allowed,
         limit: p.max_in_flight,
         remaining,

@@ -33,6 +33,7 @@ pub fn check(p: &WindowParams, s: &FixedWindowState, now: u64, cost: u64) -> Dec
     let after = if allowed { count + cost } else { count };
     let remaining = p.max.saturating_sub(after);
     Decision {
+        decided_by: Default::default(),
         allowed,
         limit: p.max,
         remaining,

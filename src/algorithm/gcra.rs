@@ -39,6 +39,7 @@ pub fn check(p: &GcraParams, tat: u64, now: u64, cost: u64) -> Decision {
     let ttl = if allowed { new_tat - now } else { base - now };
     let remaining = remaining(p, ttl);
     Decision {
+        decided_by: Default::default(),
         allowed,
         limit: p.limit,
         remaining,
@@ -66,6 +67,7 @@ fn check_wide(p: &GcraParams, tat: u64, now: u64, cost: u64) -> Decision {
     };
     let remaining = remaining(p, sat(ttl));
     Decision {
+        decided_by: Default::default(),
         allowed,
         limit: p.limit,
         remaining,

@@ -83,6 +83,7 @@ pub fn check(p: &WindowParams, s: &SlidingLogState, now: u64, cost: u64) -> Deci
         oldest
     };
     Decision {
+        decided_by: Default::default(),
         allowed,
         limit: p.max,
         remaining,

@@ -40,6 +40,7 @@ fn rules() -> Box<[RuleMeta]> {
 
 fn decision(allowed: bool, remaining: u64, retry_ms: Option<u64>, reset_ms: u64) -> Decision {
     Decision {
+        decided_by: Default::default(),
         allowed,
         limit: 5,
         remaining,

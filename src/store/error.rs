@@ -51,6 +51,22 @@ pub enum StoreError {
     },
 }
 
+impl StoreError {
+    /// True when the store could not be reached or did not answer in time
+    /// ([`StoreError::Timeout`], [`StoreError::Connection`],
+    /// [`StoreError::Cluster`]): a condition that passes, where another
+    /// store may answer instead (see
+    /// [`FallbackStore`](crate::store::FallbackStore)). False for errors a
+    /// retry elsewhere would hide (a malformed request, an unsupported
+    /// policy, a misconfigured server, a failing script).
+    pub fn is_unavailable(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Timeout(_) | StoreError::Connection(_) | StoreError::Cluster(_)
+        )
+    }
+}
+
 impl fmt::Display for StoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

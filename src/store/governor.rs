@@ -117,6 +117,7 @@ where
             return Err(StoreError::Unsupported("non-GCRA policies on governor"));
         };
         let never = Decision {
+            decided_by: Default::default(),
             allowed: false,
             limit: p.limit,
             remaining: 0,
@@ -139,6 +140,7 @@ where
                 let remaining = u64::from(snapshot.remaining_burst_capacity());
                 let reset_after = tau.saturating_sub(t * u32::try_from(remaining).unwrap_or(0));
                 Ok(Decision {
+                    decided_by: Default::default(),
                     allowed: true,
                     limit: p.limit,
                     remaining,
@@ -156,6 +158,7 @@ where
                 let remaining = tau.saturating_sub(ttl).as_nanos() / t.as_nanos();
                 let remaining = u64::try_from(remaining).unwrap_or(0);
                 Ok(Decision {
+                    decided_by: Default::default(),
                     allowed: false,
                     limit: p.limit,
                     remaining,

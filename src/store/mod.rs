@@ -4,7 +4,9 @@
 //! double-counted request. [`MemoryStore`] is the default; the Redis stores
 //! share one set of limits between app instances.
 
+pub mod boxed;
 mod error;
+pub mod fallback;
 #[cfg(feature = "governor")]
 pub mod governor;
 pub mod memory;
@@ -18,7 +20,9 @@ use std::future::Future;
 pub use self::governor::GovernorStore;
 #[cfg(feature = "redis")]
 pub use self::redis::{CellStore, RedisClusterStore, RedisStore};
+pub use boxed::BoxStore;
 pub use error::{BoxError, StoreError};
+pub use fallback::{FallbackStore, DEFAULT_PROBE_INTERVAL};
 pub use memory::{MemoryStore, MemoryStoreBuilder};
 pub use namespaces::Namespaces;
 

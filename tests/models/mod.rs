@@ -221,6 +221,7 @@ impl Model {
             state.admit(policy, now, cost, permit);
         }
         Decision {
+            decided_by: Default::default(),
             allowed,
             limit: policy.limit(),
             remaining: state.remaining(policy, now),

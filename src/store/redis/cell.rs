@@ -115,6 +115,7 @@ fn decision(v: &Value) -> Result<Decision, StoreError> {
     };
     let retry = int(retry)?;
     Ok(Decision {
+        decided_by: Default::default(),
         allowed,
         limit: nonneg(int(limit)?)?,
         remaining: nonneg(int(remaining)?)?,

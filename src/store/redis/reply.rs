@@ -147,6 +147,7 @@ pub(crate) fn decision(
             sliding_window::check(&p, &s, now_ns, cost)
         }
         Algorithm::SlidingLog(p) => Decision {
+            decided_by: Default::default(),
             allowed: script_allowed,
             limit: p.max,
             remaining: uint(field(1)?)?,
@@ -156,6 +157,7 @@ pub(crate) fn decision(
             permit: None,
         },
         Algorithm::Concurrency(p) => Decision {
+            decided_by: Default::default(),
             allowed: script_allowed,
             limit: p.max_in_flight,
             remaining: uint(field(1)?)?,

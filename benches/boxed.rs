@@ -1,0 +1,128 @@
+//! What `BoxStore` costs over the store it wraps: a memory-store check
+//! (synchronous fast path and asynchronous `check`), and one request
+//! through `ThrottleLayer` with each store, 10,000 users round robin, every check admitted.
+//! `cargo bench --bench boxed`.
+
+use std::convert::Infallible;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use http::{HeaderValue, Request, Response};
+use tower::{Layer, Service, ServiceExt};
+use tower_throttle::key::HeaderKey;
+use tower_throttle::store::BoxStore;
+use tower_throttle::{MemoryStore, Policy, Rule, Store, ThrottleLayer};
+
+// The shared module also holds a key extractor this bench does not use.
+#[allow(dead_code)]
+#[path = "common/user_header.rs"]
+mod user_header;
+use user_header::USER;
+
+const USERS: usize = 10_000;
+
+fn policy() -> Policy {
+    Policy::cell(999_999, 1_000_000_000, Duration::from_secs(1)).unwrap()
+}
+
+fn keys() -> Vec<Vec<u8>> {
+    (0..USERS)
+        .map(|i| format!("user:{i:08}:reply").into_bytes())
+        .collect()
+}
+
+fn check_now<S: Store>(store: &S, keys: &[Vec<u8>], iters: u64) -> Duration {
+    let p = policy();
+    let start = Instant::now();
+    for i in 0..iters as usize {
+        let rule = Rule::new(&keys[i % USERS], &p, 1);
+        black_box(store.check_now(rule).unwrap().unwrap());
+    }
+    start.elapsed()
+}
+
+fn check_async<S: Store>(store: &S, keys: &[Vec<u8>], iters: u64) -> Duration {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let p = policy();
+    rt.block_on(async {
+        let start = Instant::now();
+        for i in 0..iters as usize {
+            let rule = Rule::new(&keys[i % USERS], &p, 1);
+            black_box(store.check(rule).await.unwrap());
+        }
+        start.elapsed()
+    })
+}
+
+fn store_check(c: &mut Criterion) {
+    let keys = keys();
+    let mut g = c.benchmark_group("store_check");
+    g.throughput(Throughput::Elements(1));
+    let plain = MemoryStore::new();
+    let boxed = BoxStore::new(MemoryStore::new());
+    g.bench_function("memory/check_now", |b| {
+        b.iter_custom(|n| check_now(&plain, &keys, n))
+    });
+    g.bench_function("boxed/check_now", |b| {
+        b.iter_custom(|n| check_now(&boxed, &keys, n))
+    });
+    g.bench_function("memory/check", |b| {
+        b.iter_custom(|n| check_async(&plain, &keys, n))
+    });
+    g.bench_function("boxed/check", |b| {
+        b.iter_custom(|n| check_async(&boxed, &keys, n))
+    });
+    g.finish();
+}
+
+fn inner() -> impl Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone {
+    tower::service_fn(|_req: Request<Body>| async { Ok(Response::new(Body::from("ok"))) })
+}
+
+fn drive<S, B>(svc: &S, users: &[HeaderValue], iters: u64) -> Duration
+where
+    S: Service<Request<Body>, Response = Response<B>> + Clone,
+    S::Error: std::fmt::Debug,
+{
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let mut svc = svc.clone();
+    rt.block_on(async {
+        let start = Instant::now();
+        for i in 0..iters as usize {
+            let req = Request::builder()
+                .uri("/reply")
+                .header(USER, users[i % users.len()].clone())
+                .body(Body::empty())
+                .unwrap();
+            let ready = svc.ready().await.unwrap();
+            black_box(ready.call(req).await.unwrap().status());
+        }
+        start.elapsed()
+    })
+}
+
+fn layer(c: &mut Criterion) {
+    let users: Vec<HeaderValue> = (0..USERS)
+        .map(|i| HeaderValue::from_str(&format!("user-{i}")).unwrap())
+        .collect();
+    let mut g = c.benchmark_group("layer_allowed");
+    g.throughput(Throughput::Elements(1));
+    let plain = ThrottleLayer::new(MemoryStore::new(), policy())
+        .key(HeaderKey::new(USER))
+        .layer(inner());
+    let boxed = ThrottleLayer::new(BoxStore::new(MemoryStore::new()), policy())
+        .key(HeaderKey::new(USER))
+        .layer(inner());
+    g.bench_function("memory", |b| b.iter_custom(|n| drive(&plain, &users, n)));
+    g.bench_function("boxed", |b| b.iter_custom(|n| drive(&boxed, &users, n)));
+    g.finish();
+}
+
+criterion_group!(benches, store_check, layer);
+criterion_main!(benches);

@@ -1,0 +1,329 @@
+//! Lock-outs: after repeated denials, refuse a key for a while.
+//!
+//! A [`Penalty`] counts the denials of a key (its *strikes*) and, when a key
+//! collects `strikes` denials within `within`, locks it for `lock`: every
+//! check of the key is then refused, without being charged, with
+//! `retry_after` = the time left on the lock (the `Retry-After` of a 429).
+//! When the lock ends the key starts over with no strikes and whatever quota
+//! its rule holds by then. The classic use is a login form: 5 refused
+//! attempts within 15 minutes lock the account (or the client) for an hour.
+//!
+//! It is built on plain store calls, so it works the same on every
+//! [`Store`] (memory, Redis, Redis Cluster, a
+//! [`FallbackStore`](crate::store::FallbackStore)), and the lock is shared
+//! by every instance sharing the store:
+//!
+//! * the strikes are a sliding log of `strikes` per `within` on the key
+//!   `<penalty prefix>:strikes:<key>`, charged once per denial;
+//! * the lock is a GCRA key `<penalty prefix>:lock:<key>` of one unit per
+//!   `lock`: charging it sets its state to *now + lock*, and a peek (cost 0)
+//!   reads how much of the lock is left.
+//!
+//! A check of a key that is not locked costs one peek more than the check
+//! itself (in process: a hash lookup of a key that usually does not exist;
+//! on Redis: one more round trip, batched with the others); a denial costs
+//! one charge of the strikes key, and the denial that locks two more calls.
+//!
+//! [`LockoutLimiter`] is the direct API. A layer or any other caller uses
+//! the hooks [`Penalty::check_locked`] (before the check) and
+//! [`Penalty::record_denial`] (after a denial) the same way.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::decision::Decision;
+use crate::policy::{Policy, PolicyError};
+use crate::store::{MemoryStore, Rule, Store, StoreError};
+
+/// Locks a key out for `lock` after `strikes` denials within `within`.
+/// See the [module docs](self).
+#[derive(Clone, Debug)]
+pub struct Penalty {
+    strikes: Policy,
+    lock: Policy,
+    lock_for: Duration,
+    prefix: Box<[u8]>,
+}
+
+impl Penalty {
+    /// Locks a key for `lock` once it is denied `strikes` times within
+    /// `within`. Errors when a count or a duration is zero.
+    pub fn new(strikes: u64, within: Duration, lock: Duration) -> Result<Self, PolicyError> {
+        Ok(Penalty {
+            strikes: Policy::sliding_log(strikes, within)?,
+            // One unit per `lock`, no burst: charging it once makes the key
+            // refuse everything for exactly `lock`.
+            lock: Policy::cell(0, 1, lock)?,
+            lock_for: lock,
+            prefix: b"penalty:".to_vec().into_boxed_slice(),
+        })
+    }
+
+    /// Puts the penalty's keys under `prefix:` (default `penalty`), so that
+    /// two penalties on one store keep apart. Give it a prefix no limiter of
+    /// the store uses.
+    pub fn with_prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
+        let mut p = prefix.as_ref().to_vec();
+        p.push(b':');
+        self.prefix = p.into_boxed_slice();
+        self
+    }
+
+    /// How long a key stays locked.
+    pub fn lock_duration(&self) -> Duration {
+        self.lock_for
+    }
+
+    /// The policy counting strikes (a sliding log of `strikes` per `within`).
+    pub fn strikes_policy(&self) -> &Policy {
+        &self.strikes
+    }
+
+    fn derived(&self, kind: &[u8], key: &[u8]) -> Vec<u8> {
+        [&self.prefix[..], kind, key].concat()
+    }
+
+    /// The time left on `key`'s lock, `None` when it is not locked. Changes
+    /// nothing: call it before checking the key's rule, and refuse the
+    /// request (with [`Penalty::locked`]) while it is `Some`.
+    pub async fn check_locked<S: Store>(
+        &self,
+        store: &S,
+        key: &[u8],
+    ) -> Result<Option<Duration>, StoreError> {
+        let lock_key = self.derived(b"lock:", key);
+        let peek = store.check(Rule::new(&lock_key, &self.lock, 0)).await?;
+        Ok(left(&peek))
+    }
+
+    /// [`Penalty::check_locked`] without a future, for stores that decide
+    /// in process ([`Store::check_now`]); `None` sends the caller to
+    /// [`Penalty::check_locked`].
+    pub fn check_locked_now<S: Store>(
+        &self,
+        store: &S,
+        key: &[u8],
+    ) -> Option<Result<Option<Duration>, StoreError>> {
+        let lock_key = self.derived(b"lock:", key);
+        let peek = store.check_now(Rule::new(&lock_key, &self.lock, 0))?;
+        Some(peek.map(|d| left(&d)))
+    }
+
+    /// Counts a denial of `key`. `Some(lock)` when it was the strike that
+    /// locks the key (or the key was locked meanwhile): the time the key
+    /// now stays locked, to answer this request with [`Penalty::locked`].
+    pub async fn record_denial<S: Store>(
+        &self,
+        store: &S,
+        key: &[u8],
+    ) -> Result<Option<Duration>, StoreError> {
+        let strikes_key = self.derived(b"strikes:", key);
+        let strike = store
+            .check(Rule::new(&strikes_key, &self.strikes, 1))
+            .await?;
+        // Admitted with units left: below the bound. Admitted with none left
+        // is the `strikes`-th denial; denied means concurrent denials
+        // already took the last strike: lock in both cases.
+        if strike.allowed && strike.remaining > 0 {
+            return Ok(None);
+        }
+        let lock_key = self.derived(b"lock:", key);
+        let lock = store.check(Rule::new(&lock_key, &self.lock, 1)).await?;
+        // After the lock the key starts over with no strikes.
+        store.reset(&strikes_key, &self.strikes).await?;
+        Ok(Some(if lock.allowed {
+            self.lock_for
+        } else {
+            // Already locked by a concurrent denial: what is left of it.
+            lock.retry_after.unwrap_or(self.lock_for)
+        }))
+    }
+
+    /// Lifts `key`'s lock and forgets its strikes.
+    pub async fn unlock<S: Store>(&self, store: &S, key: &[u8]) -> Result<(), StoreError> {
+        let lock_key = self.derived(b"lock:", key);
+        let strikes_key = self.derived(b"strikes:", key);
+        store.reset(&lock_key, &self.lock).await?;
+        store.reset(&strikes_key, &self.strikes).await
+    }
+
+    /// The denial answering a check of a key locked for `left` more, for a
+    /// rule of `policy`: nothing remaining, `retry_after` = `left`.
+    pub fn locked(&self, policy: &Policy, left: Duration) -> Decision {
+        Decision {
+            allowed: false,
+            limit: policy.limit(),
+            remaining: 0,
+            retry_after: Some(left),
+            reset_after: left,
+            quota_after: left,
+            permit: None,
+            decided_by: Default::default(),
+        }
+    }
+}
+
+/// The time left on a lock from a peek of its key: GCRA of one unit and no
+/// burst has nothing remaining exactly while locked, and returns to a fresh
+/// state (`reset_after`) when the lock ends.
+fn left(peek: &Decision) -> Option<Duration> {
+    (peek.remaining == 0 && !peek.reset_after.is_zero()).then_some(peek.reset_after)
+}
+
+/// A [`Limiter`](crate::Limiter) whose keys are locked out by a [`Penalty`].
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_throttle::lockout::{LockoutLimiter, Penalty};
+/// use tower_throttle::{MemoryStore, Policy};
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// // 3 attempts a minute; 2 refusals within 15 minutes lock the key for an hour.
+/// let logins = LockoutLimiter::new(
+///     MemoryStore::new(),
+///     Policy::sliding_log(3, Duration::from_secs(60))?,
+///     Penalty::new(2, Duration::from_secs(900), Duration::from_secs(3600))?,
+/// )
+/// .with_prefix("login");
+/// for _ in 0..3 {
+///     assert!(logins.check("laoqian").await?.allowed);
+/// }
+/// assert!(!logins.check("laoqian").await?.allowed); // strike 1
+/// let locked = logins.check("laoqian").await?; // strike 2: locked
+/// assert_eq!(locked.retry_after, Some(Duration::from_secs(3600)));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # }).unwrap();
+/// ```
+///
+/// Clones share the store.
+#[derive(Debug)]
+pub struct LockoutLimiter<S = MemoryStore> {
+    store: Arc<S>,
+    policy: Policy,
+    penalty: Penalty,
+    prefix: Option<Box<[u8]>>,
+}
+
+impl<S> Clone for LockoutLimiter<S> {
+    fn clone(&self) -> Self {
+        LockoutLimiter {
+            store: self.store.clone(),
+            policy: self.policy,
+            penalty: self.penalty.clone(),
+            prefix: self.prefix.clone(),
+        }
+    }
+}
+
+impl<S: Store> LockoutLimiter<S> {
+    /// Applies `policy` to keys in `store`, locking them out per `penalty`.
+    pub fn new(store: S, policy: Policy, penalty: Penalty) -> Self {
+        Self::from_shared(Arc::new(store), policy, penalty)
+    }
+
+    /// [`LockoutLimiter::new`] over a store shared with other limiters.
+    pub fn from_shared(store: Arc<S>, policy: Policy, penalty: Penalty) -> Self {
+        LockoutLimiter {
+            store,
+            policy,
+            penalty,
+            prefix: None,
+        }
+    }
+
+    /// Prepends `prefix:` to every key (the penalty's keys include it too).
+    pub fn with_prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
+        let mut p = prefix.as_ref().to_vec();
+        p.push(b':');
+        self.prefix = Some(p.into_boxed_slice());
+        self
+    }
+
+    /// The policy applied.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The penalty applied.
+    pub fn penalty(&self) -> &Penalty {
+        &self.penalty
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<S> {
+        &self.store
+    }
+
+    fn full_key<'k>(&self, key: &'k [u8]) -> Cow<'k, [u8]> {
+        match &self.prefix {
+            None => Cow::Borrowed(key),
+            Some(p) => Cow::Owned([&p[..], key].concat()),
+        }
+    }
+
+    /// Charges one unit to `key`, unless it is locked.
+    pub async fn check(&self, key: impl AsRef<[u8]>) -> Result<Decision, StoreError> {
+        self.check_n(key, 1).await
+    }
+
+    /// Charges `cost` units to `key`. Refused without charging while the
+    /// key is locked; a denial counts a strike, and the strike that locks
+    /// the key answers with the lock's `retry_after`.
+    pub async fn check_n(&self, key: impl AsRef<[u8]>, cost: u64) -> Result<Decision, StoreError> {
+        let key = self.full_key(key.as_ref());
+        let store = &*self.store;
+        if let Some(left) = self.penalty.check_locked(store, &key).await? {
+            return Ok(self.penalty.locked(&self.policy, left));
+        }
+        let d = store.check(Rule::new(&key, &self.policy, cost)).await?;
+        if d.allowed {
+            return Ok(d);
+        }
+        Ok(match self.penalty.record_denial(store, &key).await? {
+            Some(left) => Decision {
+                decided_by: d.decided_by,
+                ..self.penalty.locked(&self.policy, left)
+            },
+            None => d,
+        })
+    }
+
+    /// The time left on `key`'s lock; `None` when it is not locked.
+    pub async fn locked_for(&self, key: impl AsRef<[u8]>) -> Result<Option<Duration>, StoreError> {
+        let key = self.full_key(key.as_ref());
+        self.penalty.check_locked(&*self.store, &key).await
+    }
+
+    /// Lifts `key`'s lock and forgets its strikes (its quota is untouched).
+    pub async fn unlock(&self, key: impl AsRef<[u8]>) -> Result<(), StoreError> {
+        let key = self.full_key(key.as_ref());
+        self.penalty.unlock(&*self.store, &key).await
+    }
+
+    /// Forgets everything about `key`: quota, strikes and lock.
+    pub async fn reset(&self, key: impl AsRef<[u8]>) -> Result<(), StoreError> {
+        let key = self.full_key(key.as_ref());
+        self.store.reset(&key, &self.policy).await?;
+        self.penalty.unlock(&*self.store, &key).await
+    }
+
+    /// Releases a concurrency permit returned in [`Decision::permit`].
+    pub async fn release(
+        &self,
+        key: impl AsRef<[u8]>,
+        permit: crate::PermitId,
+    ) -> Result<(), StoreError> {
+        let key = self.full_key(key.as_ref());
+        self.store.release(&key, &self.policy, permit).await
+    }
+
+    /// Gives `amount` units back to `key` (strikes already counted stay).
+    pub async fn refund(&self, key: impl AsRef<[u8]>, amount: u64) -> Result<(), StoreError> {
+        let key = self.full_key(key.as_ref());
+        self.store.refund(&key, &self.policy, amount).await
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,281 @@
+//! A store chosen at run time: [`BoxStore`].
+//!
+//! [`Store`] returns `impl Future` from its methods, so `dyn Store` does not
+//! exist (E0038). [`BoxStore`] erases the type instead: it holds any store
+//! behind an `Arc` of a dyn-compatible twin of the trait whose methods return
+//! boxed futures, and implements [`Store`] itself, so it goes wherever a store
+//! does ([`ThrottleLayer`](crate::ThrottleLayer), [`Limiter`](crate::Limiter)).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use tower_throttle::store::BoxStore;
+//! use tower_throttle::{Limiter, MemoryStore, Policy};
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let store = match std::env::var("REDIS_URL") {
+//! #   #[cfg(feature = "redis")]
+//!     Ok(url) => BoxStore::new(
+//!         tower_throttle::RedisStore::builder().connect(url.as_str()).await?,
+//!     ),
+//! #   #[cfg(not(feature = "redis"))]
+//! #   Ok(_) => unreachable!(),
+//!     Err(_) => BoxStore::new(MemoryStore::new()),
+//! };
+//! let replies = Limiter::new(store, Policy::sliding_log(5, Duration::from_secs(60))?);
+//! # let _ = replies;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Cost
+//!
+//! The asynchronous methods allocate one boxed future per call (about the
+//! price of one small allocation, negligible next to a network round trip).
+//! The synchronous fast paths [`Store::check_now`] and
+//! [`Store::check_all_now`] are forwarded through the vtable without boxing,
+//! so an in-process store (the memory store) decides through a `BoxStore`
+//! at the price of one indirect call.
+
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use super::{Namespaces, Rule, Store, StoreError};
+use crate::decision::{Decision, PermitId};
+use crate::policy::Policy;
+
+type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// [`Store`] with boxed futures: dyn-compatible. Implemented for every store.
+trait DynStore: Send + Sync + 'static {
+    fn check<'a>(&'a self, rule: Rule<'a>) -> BoxFuture<'a, Result<Decision, StoreError>>;
+    fn check_all<'a>(
+        &'a self,
+        rules: &'a [Rule<'a>],
+    ) -> BoxFuture<'a, Result<Vec<Decision>, StoreError>>;
+    fn refund<'a>(
+        &'a self,
+        key: &'a [u8],
+        policy: &'a Policy,
+        amount: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    fn reset<'a>(
+        &'a self,
+        key: &'a [u8],
+        policy: &'a Policy,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    fn release<'a>(
+        &'a self,
+        key: &'a [u8],
+        policy: &'a Policy,
+        permit: PermitId,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+    fn check_all_now(&self, rules: &[Rule<'_>]) -> Option<Result<Vec<Decision>, StoreError>>;
+    fn check_now(&self, rule: Rule<'_>) -> Option<Result<Decision, StoreError>>;
+    fn namespaces(&self) -> Option<&Namespaces>;
+}
+
+impl<S: Store> DynStore for S {
+    fn check<'a>(&'a self, rule: Rule<'a>) -> BoxFuture<'a, Result<Decision, StoreError>> {
+        Box::pin(Store::check(self, rule))
+    }
+
+    fn check_all<'a>(
+        &'a self,
+        rules: &'a [Rule<'a>],
+    ) -> BoxFuture<'a, Result<Vec<Decision>, StoreError>> {
+        Box::pin(Store::check_all(self, rules))
+    }
+
+    fn refund<'a>(
+        &'a self,
+        key: &'a [u8],
+        policy: &'a Policy,
+        amount: u64,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(Store::refund(self, key, policy, amount))
+    }
+
+    fn reset<'a>(
+        &'a self,
+        key: &'a [u8],
+        policy: &'a Policy,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(Store::reset(self, key, policy))
+    }
+
+    fn release<'a>(
+        &'a self,
+        key: &'a [u8],
+        policy: &'a Policy,
+        permit: PermitId,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(Store::release(self, key, policy, permit))
+    }
+
+    fn check_all_now(&self, rules: &[Rule<'_>]) -> Option<Result<Vec<Decision>, StoreError>> {
+        Store::check_all_now(self, rules)
+    }
+
+    fn check_now(&self, rule: Rule<'_>) -> Option<Result<Decision, StoreError>> {
+        Store::check_now(self, rule)
+    }
+
+    fn namespaces(&self) -> Option<&Namespaces> {
+        Store::namespaces(self)
+    }
+}
+
+/// Any [`Store`], its type erased: pick memory or Redis at startup without
+/// making the rest of the program generic. See the [module docs](self).
+///
+/// Clones share the store.
+#[derive(Clone)]
+pub struct BoxStore {
+    inner: Arc<dyn DynStore>,
+}
+
+impl BoxStore {
+    /// Erases `store`'s type.
+    pub fn new<S: Store>(store: S) -> Self {
+        BoxStore {
+            inner: Arc::new(store),
+        }
+    }
+
+    /// Erases the type of a store already shared, without another `Arc`.
+    pub fn from_arc<S: Store>(store: Arc<S>) -> Self {
+        BoxStore { inner: store }
+    }
+}
+
+impl fmt::Debug for BoxStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BoxStore").finish_non_exhaustive()
+    }
+}
+
+impl Store for BoxStore {
+    // `async fn`, not the boxed future itself: the future's type then names
+    // the borrows of `self` and of the arguments apart (a bare boxed future
+    // would need one lifetime shorter than both, which `impl Future` cannot
+    // name).
+    async fn check(&self, rule: Rule<'_>) -> Result<Decision, StoreError> {
+        self.inner.check(rule).await
+    }
+
+    async fn check_all(&self, rules: &[Rule<'_>]) -> Result<Vec<Decision>, StoreError> {
+        self.inner.check_all(rules).await
+    }
+
+    async fn refund(&self, key: &[u8], policy: &Policy, amount: u64) -> Result<(), StoreError> {
+        self.inner.refund(key, policy, amount).await
+    }
+
+    async fn reset(&self, key: &[u8], policy: &Policy) -> Result<(), StoreError> {
+        self.inner.reset(key, policy).await
+    }
+
+    async fn release(
+        &self,
+        key: &[u8],
+        policy: &Policy,
+        permit: PermitId,
+    ) -> Result<(), StoreError> {
+        self.inner.release(key, policy, permit).await
+    }
+
+    #[inline]
+    fn check_all_now(&self, rules: &[Rule<'_>]) -> Option<Result<Vec<Decision>, StoreError>> {
+        self.inner.check_all_now(rules)
+    }
+
+    #[inline]
+    fn check_now(&self, rule: Rule<'_>) -> Option<Result<Decision, StoreError>> {
+        self.inner.check_now(rule)
+    }
+
+    fn namespaces(&self) -> Option<&Namespaces> {
+        self.inner.namespaces()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::time::Duration;
+
+    // Not `super::*`: the private twin trait would make every call ambiguous.
+    use super::BoxStore;
+    use crate::clock::ManualClock;
+    use crate::policy::Policy;
+    use crate::store::MemoryStore;
+    use crate::store::{Rule, Store};
+
+    fn block_on<F: Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
+    #[test]
+    fn boxed_memory_store_decides_like_the_store_itself() {
+        let clock = ManualClock::new();
+        let plain = MemoryStore::builder().clock(clock.clone()).build();
+        let boxed = BoxStore::new(MemoryStore::builder().clock(clock.clone()).build());
+        let p = Policy::cell(2, 1, Duration::from_secs(1)).unwrap();
+        block_on(async {
+            for i in 0..6 {
+                let rule = Rule::new(b"k", &p, 1);
+                let a = Store::check(&plain, rule).await.unwrap();
+                let b = Store::check(&boxed, rule).await.unwrap();
+                assert_eq!(a, b, "check {i}");
+                assert_eq!(
+                    plain.check_now(rule).is_some(),
+                    Store::check_now(&boxed, rule).is_some()
+                );
+            }
+            clock.advance(Duration::from_secs(1));
+            Store::refund(&boxed, b"k", &p, 1).await.unwrap();
+            plain.refund(b"k", &p, 1).await.unwrap();
+            let rules = [Rule::new(b"k", &p, 1), Rule::new(b"j", &p, 3)];
+            assert_eq!(
+                plain.check_all(&rules).await.unwrap(),
+                Store::check_all(&boxed, &rules).await.unwrap()
+            );
+            Store::reset(&boxed, b"k", &p).await.unwrap();
+            assert_eq!(
+                Store::check(&boxed, Rule::new(b"k", &p, 0))
+                    .await
+                    .unwrap()
+                    .remaining,
+                3
+            );
+        });
+    }
+
+    #[test]
+    fn the_fast_path_and_namespaces_are_forwarded() {
+        let boxed = BoxStore::new(MemoryStore::new());
+        let p = Policy::concurrency(1).unwrap();
+        let d = boxed
+            .check_now(Rule::new(b"c", &p, 1))
+            .expect("memory decides at once")
+            .unwrap();
+        assert!(d.allowed);
+        let again = Store::check_all_now(&boxed, &[Rule::new(b"c", &p, 1)])
+            .unwrap()
+            .unwrap();
+        assert!(!again[0].allowed, "the permit is held");
+        block_on(Store::release(&boxed, b"c", &p, d.permit.unwrap())).unwrap();
+        assert!(
+            Store::check_now(&boxed, Rule::new(b"c", &p, 1))
+                .unwrap()
+                .unwrap()
+                .allowed
+        );
+        assert!(Store::namespaces(&boxed).is_some());
+    }
+}

@@ -1,0 +1,270 @@
+use std::future::Future;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use super::*;
+use crate::clock::ManualClock;
+
+const DOWN: u8 = 1;
+const HANG: u8 = 2;
+
+/// A memory store that can be taken down (connection refused) or made to
+/// hang, counting the calls that reach it. Never decides synchronously, as
+/// a remote store.
+#[derive(Clone)]
+struct Flaky {
+    inner: MemoryStore<ManualClock>,
+    state: Arc<AtomicU8>,
+    calls: Arc<AtomicUsize>,
+}
+
+impl Flaky {
+    fn new(clock: &ManualClock) -> Self {
+        Flaky {
+            inner: MemoryStore::builder().clock(clock.clone()).build(),
+            state: Arc::default(),
+            calls: Arc::default(),
+        }
+    }
+
+    fn set(&self, state: u8) {
+        self.state.store(state, Ordering::SeqCst);
+    }
+
+    fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+
+    async fn gate(&self) -> Result<(), StoreError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        match self.state.load(Ordering::SeqCst) {
+            DOWN => Err(StoreError::Connection("connection refused".into())),
+            HANG => std::future::pending().await,
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Store for Flaky {
+    async fn check(&self, rule: Rule<'_>) -> Result<Decision, StoreError> {
+        self.gate().await?;
+        self.inner.check(rule).await
+    }
+    async fn check_all(&self, rules: &[Rule<'_>]) -> Result<Vec<Decision>, StoreError> {
+        self.gate().await?;
+        self.inner.check_all(rules).await
+    }
+    async fn refund(&self, key: &[u8], policy: &Policy, amount: u64) -> Result<(), StoreError> {
+        self.gate().await?;
+        self.inner.refund(key, policy, amount).await
+    }
+    async fn reset(&self, key: &[u8], policy: &Policy) -> Result<(), StoreError> {
+        self.gate().await?;
+        self.inner.reset(key, policy).await
+    }
+    async fn release(&self, key: &[u8], policy: &Policy, p: PermitId) -> Result<(), StoreError> {
+        self.gate().await?;
+        self.inner.release(key, policy, p).await
+    }
+}
+
+fn block_on<F: Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+fn setup() -> (
+    ManualClock,
+    Flaky,
+    FallbackStore<Flaky, MemoryStore<ManualClock>>,
+) {
+    let clock = ManualClock::new();
+    let primary = Flaky::new(&clock);
+    let fallback = MemoryStore::builder().clock(clock.clone()).build();
+    let store = FallbackStore::new(primary.clone(), fallback).clock(clock.clone());
+    (clock, primary, store)
+}
+
+fn window(n: u64) -> Policy {
+    Policy::fixed_window(n, Duration::from_secs(3600)).unwrap()
+}
+
+#[test]
+fn the_fallback_decides_while_the_primary_is_down_then_hands_back() {
+    let (clock, primary, store) = setup();
+    let p = window(3);
+    let rule = Rule::new(b"k", &p, 1);
+    block_on(async {
+        let d = store.check(rule).await.unwrap();
+        assert_eq!(
+            (d.allowed, d.remaining, d.decided_by),
+            (true, 2, DecidedBy::Primary)
+        );
+        primary.set(DOWN);
+        // The fallback's own state: a fresh key, the same limit, never unlimited.
+        let answers: Vec<_> = futures(&store, rule, 4).await;
+        assert!(answers.iter().all(|d| d.decided_by == DecidedBy::Fallback));
+        let allowed: Vec<bool> = answers.iter().map(|d| d.allowed).collect();
+        assert_eq!(allowed, [true, true, true, false]);
+        assert!(store.is_on_fallback());
+        // Within the probe interval the primary is not asked at all.
+        assert_eq!(primary.calls(), 2, "one success, one failure");
+        // Back up: nothing changes until the interval ends...
+        primary.set(0);
+        assert_eq!(
+            store.check(rule).await.unwrap().decided_by,
+            DecidedBy::Fallback
+        );
+        assert_eq!(primary.calls(), 2);
+        // ...then the next call probes, and the primary's state is where it was.
+        clock.advance(DEFAULT_PROBE_INTERVAL);
+        let d = store.check(rule).await.unwrap();
+        assert_eq!(
+            (d.allowed, d.remaining, d.decided_by),
+            (true, 1, DecidedBy::Primary)
+        );
+        assert!(!store.is_on_fallback());
+    });
+}
+
+async fn futures<S: Store>(store: &S, rule: Rule<'_>, n: usize) -> Vec<Decision> {
+    let mut out = Vec::new();
+    for _ in 0..n {
+        out.push(store.check(rule).await.unwrap());
+    }
+    out
+}
+
+#[test]
+fn a_failed_probe_keeps_the_fallback_for_another_interval() {
+    let (clock, primary, store) = setup();
+    let p = window(10);
+    let rule = Rule::new(b"k", &p, 1);
+    block_on(async {
+        primary.set(DOWN);
+        store.check(rule).await.unwrap();
+        clock.advance(DEFAULT_PROBE_INTERVAL);
+        let d = store.check(rule).await.unwrap();
+        assert_eq!(d.decided_by, DecidedBy::Fallback);
+        assert_eq!(primary.calls(), 2, "the probe reached the primary");
+        clock.advance(DEFAULT_PROBE_INTERVAL / 2);
+        store.check(rule).await.unwrap();
+        assert_eq!(
+            primary.calls(),
+            2,
+            "the failed probe restarted the interval"
+        );
+    });
+}
+
+#[test]
+fn other_errors_are_not_hidden_by_the_fallback() {
+    let (_clock, primary, store) = setup();
+    let p = window(10);
+    let twice = [Rule::new(b"k", &p, 1), Rule::new(b"k", &p, 1)];
+    let err = block_on(store.check_all(&twice)).unwrap_err();
+    assert!(matches!(err, StoreError::InvalidRequest(_)), "{err}");
+    assert!(!store.is_on_fallback());
+    assert_eq!(primary.calls(), 1);
+}
+
+#[test]
+fn permits_are_released_on_the_store_that_granted_them() {
+    let (clock, primary, store) = setup();
+    let p = Policy::concurrency(1).unwrap();
+    let rule = Rule::new(b"c", &p, 1);
+    block_on(async {
+        let on_primary = store.check(rule).await.unwrap().permit.unwrap();
+        primary.set(DOWN);
+        let d = store.check(rule).await.unwrap();
+        assert_eq!(d.decided_by, DecidedBy::Fallback);
+        let on_fallback = d.permit.unwrap();
+        assert!(!store.check(rule).await.unwrap().allowed, "fallback full");
+        primary.set(0);
+        clock.advance(DEFAULT_PROBE_INTERVAL);
+        assert!(!store.check(rule).await.unwrap().allowed, "primary full");
+        let calls = primary.calls();
+        store.release(b"c", &p, on_fallback).await.unwrap();
+        assert_eq!(primary.calls(), calls, "not sent to the primary");
+        assert!(store.fallback().check_now(rule).unwrap().unwrap().allowed);
+        store.release(b"c", &p, on_primary).await.unwrap();
+        let d = store.check(rule).await.unwrap();
+        assert_eq!((d.allowed, d.decided_by), (true, DecidedBy::Primary));
+    });
+}
+
+#[test]
+fn on_fallback_an_in_process_fallback_decides_without_a_future() {
+    let (_clock, primary, store) = setup();
+    let p = window(1);
+    let rule = Rule::new(b"k", &p, 1);
+    assert!(store.check_now(rule).is_none(), "the primary is remote");
+    primary.set(DOWN);
+    assert!(block_on(store.check(rule)).unwrap().allowed);
+    let d = store.check_now(rule).expect("decided at once").unwrap();
+    assert_eq!((d.allowed, d.decided_by), (false, DecidedBy::Fallback));
+    let ds = store
+        .check_all_now(&[rule])
+        .expect("decided at once")
+        .unwrap();
+    assert_eq!(ds[0].decided_by, DecidedBy::Fallback);
+}
+
+#[test]
+fn a_probe_dropped_mid_call_lets_the_next_call_probe() {
+    let (clock, primary, store) = setup();
+    let p = window(10);
+    let rule = Rule::new(b"k", &p, 1);
+    primary.set(DOWN);
+    block_on(store.check(rule)).unwrap();
+    clock.advance(DEFAULT_PROBE_INTERVAL);
+    primary.set(HANG);
+    {
+        let mut probe = Box::pin(store.check(rule));
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(matches!(probe.as_mut().poll(&mut cx), Poll::Pending));
+        // While it hangs, others are answered by the fallback.
+        let d = block_on(store.check(rule)).unwrap();
+        assert_eq!(d.decided_by, DecidedBy::Fallback);
+    }
+    primary.set(0);
+    let d = block_on(store.check(rule)).unwrap();
+    assert_eq!(d.decided_by, DecidedBy::Primary, "the claim was given back");
+}
+
+#[test]
+fn reset_reaches_both_stores_and_reports_the_primary() {
+    let (_clock, primary, store) = setup();
+    let p = window(1);
+    let rule = Rule::new(b"k", &p, 1);
+    block_on(async {
+        store.check(rule).await.unwrap();
+        primary.set(DOWN);
+        store.check(rule).await.unwrap();
+        assert!(store.reset(b"k", &p).await.unwrap_err().is_unavailable());
+        assert!(store.fallback().check_now(rule).unwrap().unwrap().allowed);
+        primary.set(0);
+        store.primary().reset(b"k", &p).await.unwrap();
+    });
+}
+
+#[test]
+fn fallback_permit_ids_are_forgotten_once_their_lease_is_over() {
+    let (clock, primary, store) = setup();
+    let p = Policy::concurrency_with_lease(1, Duration::from_secs(1)).unwrap();
+    primary.set(DOWN);
+    block_on(async {
+        for i in 0..(MIN_PRUNE_AT as u64 * 3) {
+            let key = i.to_be_bytes();
+            let d = store.check(Rule::new(&key, &p, 1)).await.unwrap();
+            assert!(d.allowed);
+            clock.advance(Duration::from_millis(10));
+        }
+    });
+    let held = store.shared.permits.lock().unwrap().map.len();
+    assert!(held <= MIN_PRUNE_AT, "{held} permit ids kept");
+}
