@@ -83,6 +83,7 @@ mod layer;
 mod limiter;
 mod mode;
 mod policy;
+pub mod resolve;
 pub mod response;
 mod rule;
 mod service;
@@ -98,6 +99,7 @@ pub use mode::{FailMode, Mode, OnMissingKey, MAX_DELAY_ATTEMPTS};
 pub use policy::{
     Algorithm, ConcurrencyParams, GcraParams, Policy, PolicyError, WindowParams, DEFAULT_LEASE,
 };
+pub use resolve::{CachedResolver, PolicyResolver};
 pub use response::ResetFormat;
 pub use rule::Limit;
 pub use service::Throttle;

@@ -10,16 +10,21 @@ use http::Response;
 use crate::info::{Entry, Meta, RateLimitInfo};
 use crate::key::{bound_key_part, KeyWriter, RequestHead, MAX_KEY_PART};
 use crate::mode::{FailMode, Mode, OnMissingKey, MAX_DELAY_ATTEMPTS};
+use crate::policy::Policy;
 use crate::response::{rejection_response, BodyFormat, Rejection};
 use crate::rule::RuleCfg;
 
+mod charge;
+mod choose;
 mod hold;
 mod later;
 mod permits;
 
 use crate::store::{Rule, Store, StoreError};
 pub(crate) use hold::Holds;
+pub(crate) use charge::{Charge, CountIf};
 pub(crate) use later::evaluate;
+pub(crate) use later::{effective_policy, rebase};
 pub(crate) use permits::Permits;
 
 /// Everything a layer's services share.
@@ -51,7 +56,14 @@ pub(crate) struct Settings {
     pub(crate) ietf_headers: bool,
     pub(crate) legacy_headers: bool,
     pub(crate) legacy_reset: crate::response::ResetFormat,
+    /// Requests that bypass the layer.
+    pub(crate) skip: Option<Skip>,
+    /// Which responses keep their charge; the others are refunded.
+    pub(crate) count_if: Option<CountIf>,
 }
+
+/// A predicate of [`ThrottleLayer::skip_if`](crate::ThrottleLayer::skip_if).
+pub(crate) type Skip = Arc<dyn Fn(&RequestHead<'_>) -> bool + Send + Sync>;
 
 impl Default for Settings {
     fn default() -> Self {
@@ -66,6 +78,8 @@ impl Default for Settings {
             ietf_headers: true,
             legacy_headers: false,
             legacy_reset: Default::default(),
+            skip: None,
+            count_if: None,
         }
     }
 }
@@ -75,7 +89,7 @@ impl Settings {
     /// request extension or the response headers).
     pub(crate) fn info_on_allowed(&self) -> bool {
         let f = self.forwarding();
-        f.headers || f.request_info
+        f.headers || f.request_info || self.count_if.is_some()
     }
 
     /// What an admitted request carries forward.
@@ -96,13 +110,17 @@ pub(crate) struct Forwarding {
     pub(crate) request_info: bool,
 }
 
-/// A rule to check: its index, its key in the plan's buffer, its cost.
+/// A rule to check: its index, its key in the plan's buffer, its cost and
+/// the policy applied.
 #[derive(Clone, Copy)]
 struct Active {
     rule: usize,
     start: usize,
     end: usize,
     cost: u64,
+    policy: Policy,
+    /// The policy is still to be resolved (asynchronously).
+    pending: bool,
 }
 
 enum ActiveRules {
@@ -114,6 +132,8 @@ enum ActiveRules {
 pub(crate) struct Plan {
     keys: Vec<u8>,
     rules: ActiveRules,
+    /// Some rule's policy is still to be resolved.
+    pending: bool,
 }
 
 thread_local! {
@@ -142,6 +162,13 @@ impl Plan {
     fn key(&self, a: &Active) -> &[u8] {
         &self.keys[a.start..a.end]
     }
+
+    fn actives_mut(&mut self) -> &mut [Active] {
+        match &mut self.rules {
+            ActiveRules::One(a) => std::slice::from_mut(a),
+            ActiveRules::Many(v) => v,
+        }
+    }
 }
 
 pub(crate) enum Planned {
@@ -159,6 +186,7 @@ pub(crate) fn plan<St>(shared: &Shared<St>, req: &RequestHead<'_>) -> Planned {
     keys.reserve(48 * n);
     let mut actives = Vec::new();
     let mut one = None;
+    let mut pending = false;
     for (i, rule) in shared.rules.iter().enumerate() {
         let start = keys.len();
         keys.extend_from_slice(&rule.key_head);
@@ -187,12 +215,18 @@ pub(crate) fn plan<St>(shared: &Shared<St>, req: &RequestHead<'_>) -> Planned {
             }
         }
         bound_key_part(&mut keys, part, MAX_KEY_PART);
-        let active = Active {
+        let mut active = Active {
             rule: i,
             start,
             end: keys.len(),
             cost: rule.cost.of(req),
+            policy: rule.policy,
+            pending: false,
         };
+        if let Some(source) = &rule.source {
+            choose::choose(rule, source, req, &mut keys, &mut active);
+            pending |= active.pending;
+        }
         if n == 1 {
             one = Some(active);
         } else {
@@ -205,7 +239,11 @@ pub(crate) fn plan<St>(shared: &Shared<St>, req: &RequestHead<'_>) -> Planned {
         (None, 1) => ActiveRules::One(actives[0]),
         (None, _) => ActiveRules::Many(actives),
     };
-    Planned::Check(Plan { keys, rules })
+    Planned::Check(Plan {
+        keys,
+        rules,
+        pending,
+    })
 }
 
 /// What to do with the request.
@@ -213,6 +251,8 @@ pub(crate) enum Outcome<St: Store> {
     Forward {
         info: Option<RateLimitInfo>,
         permits: Option<Permits<St>>,
+        /// Counted by outcome: the charge to keep or refund.
+        charge: Option<Charge<St>>,
     },
     Reject(Box<Response<Bytes>>),
 }
@@ -245,15 +285,17 @@ fn settle<St: Store>(
         // The store's retry for a concurrency denial is the lease ceiling.
         shared
             .holds
-            .estimate_retries(&mut info, |rule| shared.rules[rule].policy);
+            .estimate_retries(&mut info);
     }
     log_decisions(shared, plan, &info);
     if info.allowed() {
         count(shared, "allowed", None);
         let permits = Permits::collect(shared, plan, &info);
+        let charge = Charge::collect(shared, plan);
         return Step::Done(Outcome::Forward {
             info: Some(info),
             permits,
+            charge,
         });
     }
     match shared.settings.mode {
@@ -263,6 +305,7 @@ fn settle<St: Store>(
             return Step::Done(Outcome::Forward {
                 info: Some(info),
                 permits: None,
+                charge: None,
             });
         }
         Mode::Delay { max_wait } => {
@@ -270,7 +313,7 @@ fn settle<St: Store>(
             if let Some(wait) = info.retry_after().filter(|_| attempts < MAX_DELAY_ATTEMPTS) {
                 // Only concurrency rules deny: a release may come before the
                 // estimate, so wait for it within whatever budget is left.
-                if only_concurrency_denies(shared, &info) && !left.is_zero() {
+                if only_concurrency_denies(&info) && !left.is_zero() {
                     count(shared, "delayed", Some(info.binding().rule));
                     return Step::Wait {
                         wait: wait.min(left),
@@ -296,11 +339,11 @@ fn settle<St: Store>(
 }
 
 /// True when every denying rule of `info` is a concurrency limit.
-fn only_concurrency_denies<St>(shared: &Shared<St>, info: &RateLimitInfo) -> bool {
+fn only_concurrency_denies(info: &RateLimitInfo) -> bool {
     info.entries()
         .iter()
         .filter(|e| !e.decision.allowed)
-        .all(|e| shared.rules[e.rule].policy.is_concurrency())
+        .all(|e| e.policy.is_concurrency())
 }
 
 /// What a request's check came to before any future.
@@ -321,6 +364,12 @@ pub(crate) enum Now<St: Store> {
 /// process and no wait is needed.
 #[inline]
 pub(crate) fn decide_now<St: Store>(shared: &Shared<St>, req: &RequestHead<'_>) -> Now<St> {
+    if let Some(skip) = &shared.settings.skip {
+        if skip(req) {
+            count(shared, "bypassed", None);
+            return Now::Skip;
+        }
+    }
     match plan(shared, req) {
         Planned::Check(plan) => evaluate_now(shared, plan),
         Planned::Skip => Now::Skip,
@@ -332,13 +381,14 @@ pub(crate) fn decide_now<St: Store>(shared: &Shared<St>, req: &RequestHead<'_>) 
 /// is needed; otherwise hands the plan on.
 #[inline]
 fn evaluate_now<St: Store>(shared: &Shared<St>, plan: Plan) -> Now<St> {
-    if matches!(shared.settings.mode, Mode::Delay { .. }) {
-        // Delay mode reserves slots and may sleep: the asynchronous path.
+    if plan.pending || matches!(shared.settings.mode, Mode::Delay { .. }) {
+        // Delay mode reserves slots and may sleep, and a policy not yet
+        // resolved needs its resolver: the asynchronous path.
         return Now::Later(plan);
     }
     let answer = match &plan.rules {
         ActiveRules::One(a) => {
-            let rule = Rule::new(plan.key(a), &shared.rules[a.rule].policy, a.cost);
+            let rule = Rule::new(plan.key(a), &a.policy, a.cost);
             let Some(decision) = shared.store.check_now(rule) else {
                 return Now::Later(plan);
             };
@@ -360,6 +410,7 @@ fn evaluate_now<St: Store>(shared: &Shared<St>, plan: Plan) -> Now<St> {
                     shared.meta.clone(),
                     Entry {
                         rule: a.rule,
+                        policy: a.policy,
                         decision,
                     },
                 )
@@ -368,7 +419,7 @@ fn evaluate_now<St: Store>(shared: &Shared<St>, plan: Plan) -> Now<St> {
         ActiveRules::Many(actives) => {
             let rules: Vec<Rule<'_>> = actives
                 .iter()
-                .map(|a| Rule::new(plan.key(a), &shared.rules[a.rule].policy, a.cost))
+                .map(|a| Rule::new(plan.key(a), &a.policy, a.cost))
                 .collect();
             let Some(decisions) = shared.store.check_all_now(&rules) else {
                 drop(rules);
@@ -403,6 +454,7 @@ fn many<St>(
         .zip(decisions)
         .map(|(a, decision)| Entry {
             rule: a.rule,
+            policy: a.policy,
             decision,
         })
         .collect();
@@ -429,6 +481,7 @@ fn store_failed<St: Store>(shared: &Shared<St>, error: StoreError) -> Outcome<St
         FailMode::Open => Outcome::Forward {
             info: None,
             permits: None,
+            charge: None,
         },
         FailMode::Closed => Outcome::Reject(rejection_response(
             &shared.settings.body,
