@@ -82,6 +82,7 @@ pub mod key;
 mod layer;
 mod limiter;
 mod mode;
+mod multi;
 mod policy;
 pub mod resolve;
 pub mod response;
@@ -95,6 +96,7 @@ pub use decision::{Decision, PermitId};
 pub use info::RateLimitInfo;
 pub use layer::ThrottleLayer;
 pub use limiter::{Limiter, Permit};
+pub use multi::{MultiDecision, MultiLimiter};
 pub use mode::{FailMode, Mode, OnMissingKey, MAX_DELAY_ATTEMPTS};
 pub use policy::{
     Algorithm, ConcurrencyParams, GcraParams, Policy, PolicyError, WindowParams, DEFAULT_LEASE,
