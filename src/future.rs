@@ -64,7 +64,7 @@ pub(crate) struct Carried<St: Store> {
     /// whether it was a `CONNECT`.
     upgrade: Option<(UpgradePermit, bool)>,
     /// Counted by outcome: kept or refunded once the status is known.
-    charge: Option<Charge<St>>,
+    charge: Option<Box<Charge<St>>>,
 }
 
 /// A request waiting for its check, with the service that will take it.
@@ -231,10 +231,9 @@ where
                     } = *carried;
                     if let Some(charge) = charge {
                         // An inner service error counts as a 500.
-                        let status = result.as_ref().map_or(
-                            http::StatusCode::INTERNAL_SERVER_ERROR,
-                            Response::status,
-                        );
+                        let status = result
+                            .as_ref()
+                            .map_or(http::StatusCode::INTERNAL_SERVER_ERROR, Response::status);
                         charge.settle(status);
                     }
                     // Concurrency permits stay held until the response body

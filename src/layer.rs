@@ -232,7 +232,10 @@ impl<St: Store> ThrottleLayer<St> {
     /// # let _ = layer;
     /// # Ok::<(), tower_throttle::PolicyError>(())
     /// ```
-    pub fn skip_if(mut self, skip: impl Fn(&RequestHead<'_>) -> bool + Send + Sync + 'static) -> Self {
+    pub fn skip_if(
+        mut self,
+        skip: impl Fn(&RequestHead<'_>) -> bool + Send + Sync + 'static,
+    ) -> Self {
         self.settings.skip = Some(Arc::new(skip));
         self
     }

@@ -96,8 +96,8 @@ pub use decision::{Decision, PermitId};
 pub use info::RateLimitInfo;
 pub use layer::ThrottleLayer;
 pub use limiter::{Limiter, Permit};
-pub use multi::{MultiDecision, MultiLimiter};
 pub use mode::{FailMode, Mode, OnMissingKey, MAX_DELAY_ATTEMPTS};
+pub use multi::{MultiDecision, MultiLimiter};
 pub use policy::{
     Algorithm, ConcurrencyParams, GcraParams, Policy, PolicyError, WindowParams, DEFAULT_LEASE,
 };

@@ -130,7 +130,11 @@ impl<S: Store> Limiter<S> {
     }
 
     /// [`Limiter::reset`] of a [`Limiter::check_with`].
-    pub async fn reset_with(&self, key: impl AsRef<[u8]>, policy: &Policy) -> Result<(), StoreError> {
+    pub async fn reset_with(
+        &self,
+        key: impl AsRef<[u8]>,
+        policy: &Policy,
+    ) -> Result<(), StoreError> {
         let key = self.key_for(key.as_ref(), policy);
         self.store.reset(&key, policy).await
     }
@@ -154,7 +158,11 @@ impl<S: Store> Limiter<S> {
 
     /// Waits up to `max_wait` for one unit, then takes it: Guava's
     /// `tryAcquire(timeout)`. See [`Limiter::wait_n`].
-    pub async fn wait(&self, key: impl AsRef<[u8]>, max_wait: Duration) -> Result<Decision, StoreError> {
+    pub async fn wait(
+        &self,
+        key: impl AsRef<[u8]>,
+        max_wait: Duration,
+    ) -> Result<Decision, StoreError> {
         self.wait_n(key, 1, max_wait).await
     }
 

@@ -255,10 +255,13 @@ impl<R: PolicyResolver> PolicyResolver for CachedResolver<R> {
     }
 }
 
+/// A policy chosen from the request, synchronously.
+pub(crate) type PolicyFn = Arc<dyn Fn(&RequestHead<'_>) -> Option<Policy> + Send + Sync>;
+
 /// Where a rule takes its policy from, besides its own.
 #[derive(Clone)]
 pub(crate) enum PolicySource {
-    Fn(Arc<dyn Fn(&RequestHead<'_>) -> Option<Policy> + Send + Sync>),
+    Fn(PolicyFn),
     Resolver(Arc<dyn PolicyResolver>),
 }
 
@@ -301,7 +304,11 @@ mod tests {
         assert_eq!(p.unwrap().limit(), 3);
         assert_eq!(cached.resolve_now(b"abc"), Some(p));
         block_on(cached.resolve(b"a")).unwrap();
-        assert_eq!(cached.resolve_now(b"a"), Some(None), "the default is cached");
+        assert_eq!(
+            cached.resolve_now(b"a"),
+            Some(None),
+            "the default is cached"
+        );
         assert_eq!(calls.load(Ordering::SeqCst), 2);
         clock.advance(Duration::from_secs(5));
         assert_eq!(cached.resolve_now(b"abc"), None, "expired");

@@ -46,7 +46,9 @@ type Resp = Response<Full<Bytes>>;
 
 /// Answers 200 with the applied policy's limit in the body, from the
 /// `RateLimitInfo` extension.
-fn echo_limit() -> impl tower::Service<Request<()>, Response = Resp, Error = Infallible, Future = impl Send> + Clone {
+fn echo_limit(
+) -> impl tower::Service<Request<()>, Response = Resp, Error = Infallible, Future = impl Send> + Clone
+{
     service_fn(|r: Request<()>| async move {
         let limit = r
             .extensions()
@@ -69,18 +71,32 @@ fn tiers_layer() -> ThrottleLayer<MemoryStore> {
 
 async fn statuses<S>(svc: &S, user: &'static str, tier: Option<Tier>, n: usize) -> Vec<u16>
 where
-    S: tower::Service<Request<()>, Response = Response<tower_throttle::ThrottleBody<Full<Bytes>>>, Error = Infallible> + Clone,
+    S: tower::Service<
+            Request<()>,
+            Response = Response<tower_throttle::ThrottleBody<Full<Bytes>>>,
+            Error = Infallible,
+        > + Clone,
 {
     let mut out = Vec::new();
     for _ in 0..n {
-        out.push(svc.clone().oneshot(req(user, tier)).await.unwrap().status().as_u16());
+        out.push(
+            svc.clone()
+                .oneshot(req(user, tier))
+                .await
+                .unwrap()
+                .status()
+                .as_u16(),
+        );
     }
     out
 }
 
 #[tokio::test]
 async fn a_tier_from_an_extension_sets_the_limit_headers_and_info() {
-    let svc = tiers_layer().request_info(true).headers_on_allowed(true).layer(echo_limit());
+    let svc = tiers_layer()
+        .request_info(true)
+        .headers_on_allowed(true)
+        .layer(echo_limit());
     // Free (or no tier at all): 5 a minute.
     let free = statuses(&svc, "ann", Some(Tier::Free), 6).await;
     assert_eq!(free, [200, 200, 200, 200, 200, 429]);
@@ -90,19 +106,38 @@ async fn a_tier_from_an_extension_sets_the_limit_headers_and_info() {
     assert!(premium[..50].iter().all(|&s| s == 200));
     assert_eq!(premium[50], 429);
 
-    let ok = svc.clone().oneshot(req("dan", Some(Tier::Premium))).await.unwrap();
+    let ok = svc
+        .clone()
+        .oneshot(req("dan", Some(Tier::Premium)))
+        .await
+        .unwrap();
     assert_eq!(ok.headers()["ratelimit-policy"], "\"reply\";q=50;w=60");
-    let body = http_body_util::BodyExt::collect(ok.into_body()).await.unwrap().to_bytes();
+    let body = http_body_util::BodyExt::collect(ok.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
     assert_eq!(body, "Some(50)", "RateLimitInfo shows the applied policy");
-    let ok = svc.clone().oneshot(req("eve", Some(Tier::Free))).await.unwrap();
+    let ok = svc
+        .clone()
+        .oneshot(req("eve", Some(Tier::Free)))
+        .await
+        .unwrap();
     assert_eq!(ok.headers()["ratelimit-policy"], "\"reply\";q=5;w=60");
 
     // The 429 shows the policy applied, for each tier.
-    let denied = svc.clone().oneshot(req("cat", Some(Tier::Premium))).await.unwrap();
+    let denied = svc
+        .clone()
+        .oneshot(req("cat", Some(Tier::Premium)))
+        .await
+        .unwrap();
     assert_eq!(denied.status(), 429);
     assert_eq!(denied.headers()["ratelimit-policy"], "\"reply\";q=50;w=60");
     assert!(denied.headers().contains_key("retry-after"));
-    let denied = svc.clone().oneshot(req("ann", Some(Tier::Free))).await.unwrap();
+    let denied = svc
+        .clone()
+        .oneshot(req("ann", Some(Tier::Free)))
+        .await
+        .unwrap();
     assert_eq!(denied.headers()["ratelimit-policy"], "\"reply\";q=5;w=60");
 }
 
@@ -170,11 +205,17 @@ async fn skipped_requests_bypass_the_layer() {
     let mut r = Request::new(());
     *r.uri_mut() = "/healthz".parse().unwrap();
     assert_eq!(svc.clone().oneshot(r).await.unwrap().status(), 200);
-    assert_eq!(statuses(&svc, "ann", None, 2).await, [200, 429], "others are counted");
+    assert_eq!(
+        statuses(&svc, "ann", None, 2).await,
+        [200, 429],
+        "others are counted"
+    );
 }
 
 /// A login handler: the password "right" succeeds, anything else is 401.
-fn login() -> impl tower::Service<Request<()>, Response = Resp, Error = Infallible, Future = impl Send> + Clone {
+fn login(
+) -> impl tower::Service<Request<()>, Response = Resp, Error = Infallible, Future = impl Send> + Clone
+{
     service_fn(|r: Request<()>| async move {
         let status = if r.uri().path() == "/right" {
             StatusCode::OK
@@ -204,8 +245,17 @@ async fn only_failed_logins_count_and_the_sixth_in_a_row_is_refused() {
     .count_if(|s| s == StatusCode::UNAUTHORIZED || s == StatusCode::FORBIDDEN);
     let svc = layer.layer(login());
     let mut seen = Vec::new();
-    for password in ["right", "a", "right", "b", "c", "right", "d", "e", "f", "right"] {
-        seen.push(svc.clone().oneshot(attempt(password)).await.unwrap().status().as_u16());
+    for password in [
+        "right", "a", "right", "b", "c", "right", "d", "e", "f", "right",
+    ] {
+        seen.push(
+            svc.clone()
+                .oneshot(attempt(password))
+                .await
+                .unwrap()
+                .status()
+                .as_u16(),
+        );
     }
     // Successes never count: the 5 failures pass, the 6th attempt after them
     // (a failure) is refused, and so is any attempt until the window passes.
@@ -250,7 +300,10 @@ fn tokio_store() -> MemoryStore<TokioClock> {
 #[tokio::test(start_paused = true)]
 async fn wait_reserves_gcra_slots_in_order_within_the_budget() {
     // One a second, no burst.
-    let limiter = Limiter::new(tokio_store(), Policy::cell(0, 1, Duration::from_secs(1)).unwrap());
+    let limiter = Limiter::new(
+        tokio_store(),
+        Policy::cell(0, 1, Duration::from_secs(1)).unwrap(),
+    );
     let start = tokio::time::Instant::now();
     let tasks: Vec<_> = (0..5)
         .map(|_| {
@@ -279,7 +332,10 @@ async fn wait_reserves_gcra_slots_in_order_within_the_budget() {
 
 #[tokio::test(start_paused = true)]
 async fn a_dropped_waiter_gives_its_slot_back() {
-    let limiter = Limiter::new(tokio_store(), Policy::cell(0, 1, Duration::from_secs(1)).unwrap());
+    let limiter = Limiter::new(
+        tokio_store(),
+        Policy::cell(0, 1, Duration::from_secs(1)).unwrap(),
+    );
     assert!(limiter.check("k").await.unwrap().allowed);
     let waiter = {
         let l = limiter.clone();
@@ -295,20 +351,42 @@ async fn a_dropped_waiter_gives_its_slot_back() {
 
 #[tokio::test(start_paused = true)]
 async fn wait_rechecks_other_algorithms_within_the_budget() {
-    let limiter = Limiter::new(tokio_store(), Policy::sliding_log(1, Duration::from_secs(2)).unwrap());
+    let limiter = Limiter::new(
+        tokio_store(),
+        Policy::sliding_log(1, Duration::from_secs(2)).unwrap(),
+    );
     let start = tokio::time::Instant::now();
     assert!(limiter.wait("k", Duration::ZERO).await.unwrap().allowed);
-    assert!(!limiter.wait("k", Duration::from_secs(1)).await.unwrap().allowed);
+    assert!(
+        !limiter
+            .wait("k", Duration::from_secs(1))
+            .await
+            .unwrap()
+            .allowed
+    );
     assert_eq!(start.elapsed(), Duration::ZERO, "2 s does not fit in 1 s");
-    assert!(limiter.wait("k", Duration::from_secs(3)).await.unwrap().allowed);
+    assert!(
+        limiter
+            .wait("k", Duration::from_secs(3))
+            .await
+            .unwrap()
+            .allowed
+    );
     assert_eq!(start.elapsed(), Duration::from_secs(2));
 }
 
 #[tokio::test]
 async fn a_multi_limiter_is_all_or_nothing() {
-    let limiter = MultiLimiter::new(MemoryStore::new(), "minute", Policy::fixed_window(2, MIN).unwrap())
-        .and("day", Policy::fixed_window(3, Duration::from_secs(86_400)).unwrap())
-        .with_prefix("reply");
+    let limiter = MultiLimiter::new(
+        MemoryStore::new(),
+        "minute",
+        Policy::fixed_window(2, MIN).unwrap(),
+    )
+    .and(
+        "day",
+        Policy::fixed_window(3, Duration::from_secs(86_400)).unwrap(),
+    )
+    .with_prefix("reply");
     assert!(limiter.check("ann").await.unwrap().allowed());
     assert!(limiter.check("ann").await.unwrap().allowed());
     let third = limiter.check("ann").await.unwrap();
@@ -316,9 +394,21 @@ async fn a_multi_limiter_is_all_or_nothing() {
     assert!(third.get("minute").is_some_and(|d| !d.allowed));
     // Nothing was taken from the day by the denied check.
     assert_eq!(third.get("day").unwrap().remaining, 1);
-    assert_eq!(limiter.peek("ann").await.unwrap().get("day").unwrap().remaining, 1);
+    assert_eq!(
+        limiter
+            .peek("ann")
+            .await
+            .unwrap()
+            .get("day")
+            .unwrap()
+            .remaining,
+        1
+    );
     assert!(third.retry_after().is_some());
     // The keys are `prefix:name:key`.
-    let day = Limiter::new(limiter.store().clone(), Policy::fixed_window(3, Duration::from_secs(86_400)).unwrap());
+    let day = Limiter::new(
+        limiter.store().clone(),
+        Policy::fixed_window(3, Duration::from_secs(86_400)).unwrap(),
+    );
     assert_eq!(day.peek("reply:day:ann").await.unwrap().remaining, 1);
 }

@@ -44,7 +44,7 @@ async fn semantics<S: Store>(store: S) {
             Policy::sliding_window(50, MIN).unwrap(),
         ),
     ] {
-        let l = limiter(free).with_prefix(format!("{:?}", free.algorithm()).as_bytes()[..6].to_vec());
+        let l = limiter(free).with_prefix(&format!("{:?}", free.algorithm()).as_bytes()[..6]);
         assert_eq!(admit(&l, "u", &free, 6).await, 5, "{free:?}");
         // Upgraded: 5 of 50 used.
         let d = l.check_with("u", &premium, 1).await.unwrap();
@@ -85,10 +85,7 @@ async fn semantics<S: Store>(store: S) {
     let free = Policy::concurrency(2).unwrap();
     let l = limiter(free).with_prefix("conc");
     assert_eq!(admit(&l, "u", &free, 3).await, 2);
-    assert_eq!(
-        admit(&l, "u", &Policy::concurrency(5).unwrap(), 5).await,
-        3
-    );
+    assert_eq!(admit(&l, "u", &Policy::concurrency(5).unwrap(), 5).await, 3);
 
     // Windows of another length, or another algorithm: a separate state.
     let free = Policy::fixed_window(5, MIN).unwrap();
@@ -111,7 +108,10 @@ async fn semantics<S: Store>(store: S) {
 #[test]
 fn policy_changes_on_the_memory_store() {
     let clock = ManualClock::new();
-    let store = MemoryStore::builder().clock(clock).sweep_interval(None).build();
+    let store = MemoryStore::builder()
+        .clock(clock)
+        .sweep_interval(None)
+        .build();
     runtime().block_on(semantics(store));
 }
 

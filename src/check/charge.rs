@@ -24,7 +24,7 @@ pub(crate) struct Charge<St: Store> {
 }
 
 impl<St: Store> Charge<St> {
-    pub(super) fn collect(shared: &Shared<St>, plan: &Plan) -> Option<Self> {
+    pub(super) fn collect(shared: &Shared<St>, plan: &Plan) -> Option<Box<Self>> {
         let count_if = shared.settings.count_if.clone()?;
         let charged: Vec<_> = plan
             .actives()
@@ -33,10 +33,12 @@ impl<St: Store> Charge<St> {
             .filter(|a| a.cost > 0 && !a.policy.is_concurrency())
             .map(|a| (plan.key(a).to_vec(), a.policy, a.cost))
             .collect();
-        (!charged.is_empty()).then(|| Charge {
-            store: shared.store.clone(),
-            count_if,
-            charged,
+        (!charged.is_empty()).then(|| {
+            Box::new(Charge {
+                store: shared.store.clone(),
+                count_if,
+                charged,
+            })
         })
     }
 

@@ -95,4 +95,3 @@ impl Plan {
         &self.keys[a.start + rule.key_head.len()..a.end]
     }
 }
-

@@ -21,8 +21,8 @@ mod later;
 mod permits;
 
 use crate::store::{Rule, Store, StoreError};
-pub(crate) use hold::Holds;
 pub(crate) use charge::{Charge, CountIf};
+pub(crate) use hold::Holds;
 pub(crate) use later::evaluate;
 pub(crate) use later::{effective_policy, rebase};
 pub(crate) use permits::Permits;
@@ -252,7 +252,7 @@ pub(crate) enum Outcome<St: Store> {
         info: Option<RateLimitInfo>,
         permits: Option<Permits<St>>,
         /// Counted by outcome: the charge to keep or refund.
-        charge: Option<Charge<St>>,
+        charge: Option<Box<Charge<St>>>,
     },
     Reject(Box<Response<Bytes>>),
 }
@@ -283,9 +283,7 @@ fn settle<St: Store>(
     };
     if !info.allowed() {
         // The store's retry for a concurrency denial is the lease ceiling.
-        shared
-            .holds
-            .estimate_retries(&mut info);
+        shared.holds.estimate_retries(&mut info);
     }
     log_decisions(shared, plan, &info);
     if info.allowed() {

@@ -64,12 +64,7 @@ fn render_policies<'a>(rules: impl ExactSizeIterator<Item = (&'a str, &'a Policy
             s.push_str(", ");
         }
         // Names are validated as [A-Za-z0-9_.-]: nothing to escape.
-        let _ = write!(
-            s,
-            "\"{}\";{QUOTA}={}",
-            name,
-            policy.limit().min(SF_INT_MAX)
-        );
+        let _ = write!(s, "\"{}\";{QUOTA}={}", name, policy.limit().min(SF_INT_MAX));
         if policy.is_concurrency() {
             let _ = write!(s, ";{QUOTA_UNIT}=\"concurrent-requests\"");
         } else {

@@ -28,11 +28,11 @@ mod cache;
 mod fields;
 
 pub(crate) use cache::ExhaustedItems;
+use fields::request_policy_value;
 pub use fields::DRAFT;
 #[cfg(test)]
 use fields::SF_INT_MAX;
 pub(crate) use fields::{policy_value, ratelimit_item};
-use fields::request_policy_value;
 
 /// `RateLimit-Policy`.
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
