@@ -159,9 +159,11 @@ struct Cache {
 
 #[derive(Default)]
 struct Entries {
-    map: HashMap<Box<[u8]>, (Option<Policy>, u64), foldhash::fast::RandomState>,
-    /// Keys by insertion, oldest first (with stale duplicates, skipped).
+    /// Policy, time cached, insertion number.
+    map: HashMap<Box<[u8]>, (Option<Policy>, u64, u64), foldhash::fast::RandomState>,
+    /// Keys by insertion number, oldest first (with stale duplicates, skipped).
     order: VecDeque<(Box<[u8]>, u64)>,
+    inserted: u64,
 }
 
 impl<R: PolicyResolver> CachedResolver<R> {
@@ -209,7 +211,7 @@ impl Cache {
         let now = self.clock.now_ns();
         let entries = self.lock();
         match entries.map.get(key) {
-            Some(&(policy, born)) if now.saturating_sub(born) < self.ttl_ns => Some(policy),
+            Some(&(policy, born, _)) if now.saturating_sub(born) < self.ttl_ns => Some(policy),
             _ => None,
         }
     }
@@ -222,18 +224,26 @@ impl Cache {
         let mut guard = self.lock();
         let entries = &mut *guard;
         let key: Box<[u8]> = key.into();
-        entries.order.push_back((key.clone(), now));
-        entries.map.insert(key, (policy, now));
+        entries.inserted += 1;
+        let seq = entries.inserted;
+        entries.order.push_back((key.clone(), seq));
+        entries.map.insert(key, (policy, now, seq));
         // The order holds one item per insertion: evict the oldest live ones
         // (skipping items of keys since re-inserted or removed) until the map
-        // fits, and keep the order itself bounded.
-        while entries.map.len() > self.capacity || entries.order.len() > 2 * self.capacity {
-            let Some((old, born)) = entries.order.pop_front() else {
+        // fits.
+        while entries.map.len() > self.capacity {
+            let Some((old, seq)) = entries.order.pop_front() else {
                 break;
             };
-            if entries.map.get(&old).is_some_and(|&(_, b)| b == born) {
+            if entries.map.get(&old).is_some_and(|e| e.2 == seq) {
                 entries.map.remove(&old);
             }
+        }
+        // Re-inserted keys leave stale items behind: drop them all once they
+        // are as many as the live ones (amortised O(1) per insertion).
+        if entries.order.len() > 2 * self.capacity {
+            let Entries { map, order, .. } = entries;
+            order.retain(|(key, seq)| map.get(key).is_some_and(|e| e.2 == *seq));
         }
     }
 }

@@ -250,7 +250,7 @@ fn a_per_request_policy_renders_its_own_policy_field() {
     // Every rule of the layer, the applied policy where it was checked.
     assert_eq!(
         r.headers()[RATELIMIT_POLICY],
-        "\"reply\";q=50;w=60, \"upload\";q=2;qu=\"concurrent-requests\", \"post\";q=16;w=3840"
+        "\"reply\";q=50;w=60, \"upload\";q=2;qu=\"concurrent-requests\", \"post\";q=16;w=1920"
     );
     let mut headers = HeaderMap::new();
     add_headers(&mut headers, &info);
