@@ -42,8 +42,21 @@ fn users() -> Vec<HeaderValue> {
         .collect()
 }
 
+/// The plan an auth layer records (the per-request policy cases).
+#[derive(Clone, Copy)]
+struct Tier(u8);
+
 /// Sends `iters` requests through `svc` on a current-thread runtime.
 fn drive<S, B>(svc: &S, users: &[HeaderValue], iters: u64) -> Duration
+where
+    S: Service<Request<Body>, Response = Response<B>> + Clone,
+    S::Error: std::fmt::Debug,
+{
+    drive_with(svc, users, iters, false)
+}
+
+/// [`drive`], each request carrying a [`Tier`] extension if `tiered`.
+fn drive_with<S, B>(svc: &S, users: &[HeaderValue], iters: u64, tiered: bool) -> Duration
 where
     S: Service<Request<Body>, Response = Response<B>> + Clone,
     S::Error: std::fmt::Debug,
@@ -55,11 +68,14 @@ where
     rt.block_on(async {
         let start = Instant::now();
         for i in 0..iters as usize {
-            let req = Request::builder()
+            let mut req = Request::builder()
                 .uri("/reply")
                 .header(USER, users[i % users.len()].clone())
                 .body(Body::empty())
                 .unwrap();
+            if tiered {
+                req.extensions_mut().insert(Tier(1));
+            }
             let ready = svc.ready().await.unwrap();
             black_box(ready.call(req).await.unwrap().status());
         }
@@ -85,6 +101,22 @@ fn path(c: &mut Criterion, group: &str, per_user: u32, users: Vec<HeaderValue>) 
     .key(HeaderKey::new(USER))
     .request_info(true)
     .layer(inner());
+    // A policy per request from the `Tier` extension (the same algorithm,
+    // another burst), against the static policy on the same tiered requests.
+    let static_tiered = ThrottleLayer::new(
+        MemoryStore::new(),
+        Policy::cell(u64::from(per_user) - 1, 1, Duration::from_secs(1)).unwrap(),
+    )
+    .key(HeaderKey::new(USER))
+    .layer(inner());
+    let premium = Policy::cell(u64::from(per_user) * 2 - 1, 2, Duration::from_secs(1)).unwrap();
+    let per_request = ThrottleLayer::new(
+        MemoryStore::new(),
+        Policy::cell(u64::from(per_user) - 1, 1, Duration::from_secs(1)).unwrap(),
+    )
+    .key(HeaderKey::new(USER))
+    .policy_from_extension(move |t: &Tier| (t.0 == 1).then_some(premium))
+    .layer(inner());
     let config = || {
         GovernorConfigBuilder::default()
             .key_extractor(UserHeader)
@@ -105,12 +137,20 @@ fn path(c: &mut Criterion, group: &str, per_user: u32, users: Vec<HeaderValue>) 
     drive(&with_info, &users, users.len() as u64 * 2);
     drive(&governed, &users, users.len() as u64 * 2);
     drive(&governed_wrapped, &users, users.len() as u64 * 2);
+    drive_with(&static_tiered, &users, users.len() as u64 * 4, true);
+    drive_with(&per_request, &users, users.len() as u64 * 4, true);
     g.bench_function("bare", |b| b.iter_custom(|n| drive(&bare, &users, n)));
     g.bench_function("tower_throttle", |b| {
         b.iter_custom(|n| drive(&ours, &users, n))
     });
     g.bench_function("tower_throttle_with_request_info", |b| {
         b.iter_custom(|n| drive(&with_info, &users, n))
+    });
+    g.bench_function("tower_throttle_tiered_requests_static_policy", |b| {
+        b.iter_custom(|n| drive_with(&static_tiered, &users, n, true))
+    });
+    g.bench_function("tower_throttle_policy_from_extension", |b| {
+        b.iter_custom(|n| drive_with(&per_request, &users, n, true))
     });
     g.bench_function("tower_governor", |b| {
         b.iter_custom(|n| drive(&governed, &users, n))

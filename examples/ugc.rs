@@ -1,6 +1,8 @@
 //! A UGC site's API with every limit of the design:
 //!
 //! * replies: 5 a minute AND 100 a day per user (exact sliding log + window);
+//!   premium users (a token containing `premium`) 50 a minute AND 1000 a day,
+//!   chosen per request from the tier the auth layer records;
 //! * posts: a funnel of 15 that leaks 30 an hour per user;
 //! * likes: a token bucket of 10 refilled at 1/s per user, waiting up to 1 s;
 //! * uploads: at most 2 in flight per user;
@@ -39,8 +41,16 @@ impl std::fmt::Display for UserId {
     }
 }
 
-/// Demo authentication: `Authorization: Bearer <user>` signs in as `<user>`.
-/// A real app verifies the token here and inserts the user it names.
+/// The user's plan, as an auth layer would record it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Tier {
+    Free,
+    Premium,
+}
+
+/// Demo authentication: `Authorization: Bearer <user>` signs in as `<user>`,
+/// on the premium plan when the token contains `premium`. A real app
+/// verifies the token here and inserts the user and plan it names.
 async fn auth(mut req: Request, next: Next) -> Response {
     let user = req
         .headers()
@@ -50,7 +60,13 @@ async fn auth(mut req: Request, next: Next) -> Response {
         .filter(|u| !u.is_empty() && u.len() <= 64)
         .map(|u| UserId(u.to_owned()));
     if let Some(user) = user {
+        let tier = if user.0.contains("premium") {
+            Tier::Premium
+        } else {
+            Tier::Free
+        };
         req.extensions_mut().insert(user);
+        req.extensions_mut().insert(tier);
     }
     next.run(req).await
 }
@@ -85,19 +101,27 @@ fn app<St: Store>(store: Arc<St>) -> Result<Router, tower_throttle::PolicyError>
     let per_user = || FromExtension::<UserId>::new();
     let signed_in = OnMissingKey::Reject(StatusCode::UNAUTHORIZED);
 
+    // Free limits are the rules' own; premium ones are chosen per request.
+    let premium_minute = Policy::sliding_log(50, Duration::from_secs(60))?;
+    let premium_day = Policy::fixed_window(1000, Duration::from_secs(86_400))?;
     let replies = ThrottleLayer::new(
         store.clone(),
         Policy::sliding_log(5, Duration::from_secs(60))?,
     )
     .name("minute")
-    .and(Limit::new(
-        "day",
-        Policy::fixed_window(100, Duration::from_secs(86_400))?,
-    ))
+    .policy_from_extension(move |tier: &Tier| (*tier == Tier::Premium).then_some(premium_minute))
+    .and(
+        Limit::new(
+            "day",
+            Policy::fixed_window(100, Duration::from_secs(86_400))?,
+        )
+        .policy_from_extension(move |tier: &Tier| (*tier == Tier::Premium).then_some(premium_day)),
+    )
     .key(per_user())
     .prefix("reply")
     .on_missing_key(signed_in)
     .legacy_headers(true)
+    .headers_on_allowed(true)
     .request_info(true);
     let posts = ThrottleLayer::new(store.clone(), Policy::funnel(15, 30.0 / 3600.0)?)
         .key(per_user())
@@ -142,6 +166,9 @@ async fn serve(router: Router) -> Result<(), Box<dyn std::error::Error>> {
     println!("  # the 6th reply within a minute gets 429 with Retry-After and RateLimit headers");
     println!("  for i in 1 2 3 4 5 6; do curl -si -X POST -H 'Authorization: Bearer alice' {url}/reply | head -n 1; done");
     println!("  curl -si -X POST -H 'Authorization: Bearer alice' {url}/reply");
+    println!("  # tiers: a free user's 6th reply is refused (q=5), a premium user's is not (q=50)");
+    println!("  for i in $(seq 6); do curl -si -X POST -H 'Authorization: Bearer dave' {url}/reply | grep -i -e '^HTTP' -e '^ratelimit-policy: \"minute'; done");
+    println!("  for i in $(seq 6); do curl -si -X POST -H 'Authorization: Bearer erin-premium' {url}/reply | grep -i -e '^HTTP' -e '^ratelimit-policy: \"minute'; done");
     println!("  # another user has their own quota; no user is a 401");
     println!("  curl -si -X POST -H 'Authorization: Bearer bob' {url}/reply");
     println!("  curl -si -X POST {url}/reply");

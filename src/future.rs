@@ -10,7 +10,7 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use crate::body::{Guard, ThrottleBody};
-use crate::check::{Forwarding, Outcome, Permits};
+use crate::check::{Charge, Forwarding, Outcome, Permits};
 use crate::info::RateLimitInfo;
 use crate::response::add_headers;
 use crate::store::Store;
@@ -63,6 +63,8 @@ pub(crate) struct Carried<St: Store> {
     /// The permits of an upgrade request, offered to its handler; and
     /// whether it was a `CONNECT`.
     upgrade: Option<(UpgradePermit, bool)>,
+    /// Counted by outcome: kept or refunded once the status is known.
+    charge: Option<Box<Charge<St>>>,
 }
 
 /// A request waiting for its check, with the service that will take it.
@@ -143,7 +145,11 @@ where
             Outcome::Reject(response) => State::Done {
                 response: Some(response),
             },
-            Outcome::Forward { info, permits } => {
+            Outcome::Forward {
+                info,
+                permits,
+                charge,
+            } => {
                 let headers = match info {
                     Some(info) => {
                         let headers = forwarding.headers.then(|| info.clone());
@@ -163,14 +169,18 @@ where
                     }
                     permits => (permits, None),
                 };
-                let carried =
-                    (headers.is_some() || permits.is_some() || upgrade.is_some()).then(|| {
-                        Box::new(Carried {
-                            headers,
-                            permits,
-                            upgrade,
-                        })
-                    });
+                let carried = (headers.is_some()
+                    || permits.is_some()
+                    || upgrade.is_some()
+                    || charge.is_some())
+                .then(|| {
+                    Box::new(Carried {
+                        headers,
+                        permits,
+                        upgrade,
+                        charge,
+                    })
+                });
                 State::Calling {
                     future: service.call(request),
                     carried,
@@ -217,7 +227,15 @@ where
                         headers,
                         permits,
                         upgrade,
+                        charge,
                     } = *carried;
+                    if let Some(charge) = charge {
+                        // An inner service error counts as a 500.
+                        let status = result
+                            .as_ref()
+                            .map_or(http::StatusCode::INTERNAL_SERVER_ERROR, Response::status);
+                        charge.settle(status);
+                    }
                     // Concurrency permits stay held until the response body
                     // ends (or is dropped), or now if the inner service failed;
                     // those of an upgrade, if its handler claimed them, until

@@ -73,6 +73,8 @@ enum Entries {
 #[derive(Clone, Copy)]
 pub(crate) struct Entry {
     pub(crate) rule: usize,
+    /// The policy applied: the rule's own, or the request's.
+    pub(crate) policy: Policy,
     pub(crate) decision: Decision,
 }
 
@@ -114,13 +116,25 @@ impl RateLimitInfo {
         self.entries().iter().all(|e| e.decision.allowed)
     }
 
-    /// Each rule's name, policy and decision (rules skipped for want of a key
-    /// are absent).
+    /// Each rule's name, the policy applied to this request (the rule's
+    /// own, or one chosen per request: see [`crate::resolve`]) and decision
+    /// (rules skipped for want of a key are absent).
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Policy, &Decision)> + '_ {
-        self.entries().iter().map(|e| {
-            let rule = &self.meta.rules[e.rule];
-            (&*rule.name, &rule.policy, &e.decision)
-        })
+        self.entries()
+            .iter()
+            .map(|e| (&*self.meta.rules[e.rule].name, &e.policy, &e.decision))
+    }
+
+    /// The policy applied to the rule named `name` for this request.
+    pub fn policy(&self, name: &str) -> Option<&Policy> {
+        self.iter().find(|(n, _, _)| *n == name).map(|(_, p, _)| p)
+    }
+
+    /// True when some rule applied a policy other than its own.
+    pub(crate) fn per_request_policy(&self) -> bool {
+        self.entries()
+            .iter()
+            .any(|e| e.policy != self.meta.rules[e.rule].policy)
     }
 
     /// The decision of the rule named `name`.

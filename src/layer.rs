@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::Response;
+use http::{Response, StatusCode};
 use tower_layer::Layer;
 
 use crate::check::{Settings, Shared};
@@ -171,6 +171,95 @@ impl<St: Store> ThrottleLayer<St> {
     /// The cost of a request, computed from it, for every rule without its own.
     pub fn cost_fn(mut self, f: impl Fn(&RequestHead<'_>) -> u64 + Send + Sync + 'static) -> Self {
         self.cost = Cost::Fn(Arc::new(f));
+        self
+    }
+
+    /// Takes the first rule's policy from the request (see
+    /// [`Limit::policy_fn`]): `None` keeps the rule's own.
+    pub fn policy_fn(
+        mut self,
+        f: impl Fn(&RequestHead<'_>) -> Option<Policy> + Send + Sync + 'static,
+    ) -> Self {
+        let first = self.limits.remove(0).policy_fn(f);
+        self.limits.insert(0, first);
+        self
+    }
+
+    /// Takes the first rule's policy from a `T` in the request extensions,
+    /// set by an authentication layer (see [`Limit::policy_from_extension`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_throttle::{key::FromExtension, MemoryStore, Policy, ThrottleLayer};
+    ///
+    /// #[derive(Clone)]
+    /// enum Tier { Free, Premium }
+    ///
+    /// let premium = Policy::sliding_window(50, Duration::from_secs(60))?;
+    /// let replies = ThrottleLayer::new(MemoryStore::new(), Policy::sliding_window(5, Duration::from_secs(60))?)
+    ///     .name("reply")
+    ///     .policy_from_extension(move |tier: &Tier| match tier {
+    ///         Tier::Premium => Some(premium),
+    ///         Tier::Free => None, // the layer's own: 5 a minute
+    ///     });
+    /// # let _ = replies;
+    /// # Ok::<(), tower_throttle::PolicyError>(())
+    /// ```
+    pub fn policy_from_extension<T: Send + Sync + 'static>(
+        mut self,
+        f: impl Fn(&T) -> Option<Policy> + Send + Sync + 'static,
+    ) -> Self {
+        let first = self.limits.remove(0).policy_from_extension(f);
+        self.limits.insert(0, first);
+        self
+    }
+
+    /// Lets requests for which `skip` returns true through without any
+    /// check, key or store call (health checks, internal networks).
+    ///
+    /// Security: decide only from what the client cannot forge. The peer
+    /// address of a direct connection, a path, or a header your own trusted
+    /// proxy sets (and strips from client requests) are fine; a header the
+    /// client sends is not — anyone who learns `X-Internal: 1` bypasses the
+    /// limit. Skipped requests get no rate-limit headers or
+    /// [`RateLimitInfo`](crate::RateLimitInfo).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_throttle::{MemoryStore, Policy, ThrottleLayer};
+    ///
+    /// let layer = ThrottleLayer::new(MemoryStore::new(), Policy::sliding_window(100, Duration::from_secs(60))?)
+    ///     .skip_if(|req| req.uri().path() == "/healthz");
+    /// # let _ = layer;
+    /// # Ok::<(), tower_throttle::PolicyError>(())
+    /// ```
+    pub fn skip_if(
+        mut self,
+        skip: impl Fn(&RequestHead<'_>) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.settings.skip = Some(Arc::new(skip));
+        self
+    }
+
+    /// Counts only requests whose response status satisfies `counts`: the
+    /// others are refunded once their response head is back. Failed logins
+    /// only: `count_if(|s| s == StatusCode::UNAUTHORIZED || s == StatusCode::FORBIDDEN)`;
+    /// refund server errors: `count_if(|s| !s.is_server_error())`. An inner
+    /// service error counts as a 500.
+    ///
+    /// Exact by reservation: every admitted request is charged up front
+    /// and refunded if it does not count, so the limit is never exceeded.
+    /// Sequential requests see exactly the limit (with 5 failed logins per
+    /// 15 minutes, the 6th failed attempt in a row is refused; successful
+    /// ones leave no trace). Concurrent ones can only be refused early:
+    /// while requests are in flight their charges are held, so a request
+    /// may be refused because of in-flight requests that later turn out
+    /// not to count (it may retry after them; `Retry-After` reflects the
+    /// held charges). A request abandoned before its response keeps its
+    /// charge: hanging up does not dodge the count. Concurrency rules
+    /// release their permits as usual and are not refunded.
+    pub fn count_if(mut self, counts: impl Fn(StatusCode) -> bool + Send + Sync + 'static) -> Self {
+        self.settings.count_if = Some(Arc::new(counts));
         self
     }
 
@@ -361,6 +450,7 @@ impl<St: Store> ThrottleLayer<St> {
                     policy: limit.policy,
                     key: limit.key.clone().unwrap_or_else(|| self.key.clone()),
                     cost: limit.cost.clone().unwrap_or_else(|| self.cost.clone()),
+                    source: limit.source.clone(),
                 }
             })
             .collect();

@@ -86,7 +86,9 @@ mod layer;
 mod limiter;
 pub mod lockout;
 mod mode;
+mod multi;
 mod policy;
+pub mod resolve;
 pub mod response;
 mod rule;
 mod service;
@@ -100,10 +102,12 @@ pub use info::RateLimitInfo;
 pub use layer::ThrottleLayer;
 pub use limiter::{Limiter, Permit};
 pub use mode::{FailMode, Mode, OnMissingKey, MAX_DELAY_ATTEMPTS};
+pub use multi::{MultiDecision, MultiLimiter};
 pub use policy::{
     Algorithm, CellArgs, ConcurrencyParams, GcraParams, Policy, PolicyError, WindowParams,
     DEFAULT_LEASE,
 };
+pub use resolve::{CachedResolver, PolicyResolver};
 pub use response::ResetFormat;
 pub use rule::{Limit, RuleError};
 pub use service::Throttle;

@@ -4,8 +4,11 @@ use std::borrow::Cow;
 use std::future::Future;
 use std::sync::Arc;
 use std::task::{Context, Waker};
+use std::time::Duration;
 
+use crate::check::{effective_policy, rebase};
 use crate::decision::{Decision, PermitId};
+use crate::mode::MAX_DELAY_ATTEMPTS;
 use crate::policy::Policy;
 use crate::store::{MemoryStore, Rule, RuleSpec, Store, StoreError};
 
@@ -127,6 +130,120 @@ impl<S: Store> Limiter<S> {
         self.store.check(Rule::new(&key, &self.policy, cost)).await
     }
 
+    /// Charges `cost` units of `policy` to `key`: a policy chosen per call
+    /// (a customer's tier). `key`'s state is shared with this limiter's
+    /// own policy as described in [`crate::resolve`]: carried over for GCRA,
+    /// sliding logs, concurrency and windows of the same length, separate
+    /// otherwise. Refund, reset and release such a check with the `_with`
+    /// variants and the same policy.
+    pub async fn check_with(
+        &self,
+        key: impl AsRef<[u8]>,
+        policy: &Policy,
+        cost: u64,
+    ) -> Result<Decision, StoreError> {
+        let key = self.key_for(key.as_ref(), policy);
+        self.store.check(Rule::new(&key, policy, cost)).await
+    }
+
+    /// [`Limiter::refund`] of a [`Limiter::check_with`].
+    pub async fn refund_with(
+        &self,
+        key: impl AsRef<[u8]>,
+        policy: &Policy,
+        amount: u64,
+    ) -> Result<(), StoreError> {
+        let key = self.key_for(key.as_ref(), policy);
+        self.store.refund(&key, policy, amount).await
+    }
+
+    /// [`Limiter::reset`] of a [`Limiter::check_with`].
+    pub async fn reset_with(
+        &self,
+        key: impl AsRef<[u8]>,
+        policy: &Policy,
+    ) -> Result<(), StoreError> {
+        let key = self.key_for(key.as_ref(), policy);
+        self.store.reset(&key, policy).await
+    }
+
+    /// The full key of `key` under `policy`: tagged when its state cannot
+    /// be shared with the limiter's own policy (`prefix~f60000000000:key`).
+    fn key_for<'k>(&self, key: &'k [u8], policy: &Policy) -> Cow<'k, [u8]> {
+        let mut tag = Vec::new();
+        if !policy.write_state_tag(&self.policy, &mut tag) {
+            return self.full_key(key);
+        }
+        let mut out = Vec::with_capacity(tag.len() + key.len() + 16);
+        if let Some(p) = &self.prefix {
+            out.extend_from_slice(&p[..p.len() - 1]);
+        }
+        out.extend_from_slice(&tag);
+        out.push(b':');
+        out.extend_from_slice(key);
+        Cow::Owned(out)
+    }
+
+    /// Waits up to `max_wait` for one unit, then takes it: Guava's
+    /// `tryAcquire(timeout)`. See [`Limiter::wait_n`].
+    pub async fn wait(
+        &self,
+        key: impl AsRef<[u8]>,
+        max_wait: Duration,
+    ) -> Result<Decision, StoreError> {
+        self.wait_n(key, 1, max_wait).await
+    }
+
+    /// Waits up to `max_wait` for `cost` units, then takes them; returns the
+    /// admitting decision, or at once the denial when they cannot come
+    /// within `max_wait` (nothing consumed, nothing slept).
+    ///
+    /// GCRA reserves the request's slot in the key's state at once, as the
+    /// layer's delay mode does, then sleeps until it: waiters queue in
+    /// order instead of racing when quota returns, and a waiter dropped
+    /// before its slot gives it back. Other algorithms check again after
+    /// each `retry_after`, within the budget (a competing caller may take
+    /// the quota first). Needs a tokio runtime with time enabled.
+    pub async fn wait_n(
+        &self,
+        key: impl AsRef<[u8]>,
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<Decision, StoreError> {
+        let key = self.full_key(key.as_ref()).into_owned();
+        let real = self.policy;
+        let mut waited = Duration::ZERO;
+        let mut attempts = 0;
+        loop {
+            let left = max_wait.saturating_sub(waited);
+            let used = effective_policy(&real, cost, Some(left));
+            let mut decision = self.store.check(Rule::new(&key, &used, cost)).await?;
+            let slot = rebase(&real, &used, &mut decision);
+            if decision.allowed {
+                if !slot.is_zero() {
+                    let reserved = Reservation {
+                        store: Some(self.store.clone()),
+                        key: &key,
+                        policy: real,
+                        cost,
+                    };
+                    tokio::time::sleep(slot).await;
+                    reserved.keep();
+                }
+                return Ok(decision);
+            }
+            match decision.retry_after {
+                Some(retry) if retry <= left && attempts < MAX_DELAY_ATTEMPTS => {
+                    attempts += 1;
+                    let retry = retry.max(Duration::from_millis(1));
+                    tokio::time::sleep(retry).await;
+                    waited += retry;
+                }
+                _ => return Ok(decision),
+            }
+        }
+    }
+
     /// What a one-unit check would see, without changing anything.
     pub async fn peek(&self, key: impl AsRef<[u8]>) -> Result<Decision, StoreError> {
         self.check_n(key, 0).await
@@ -168,6 +285,34 @@ impl<S: Store> Limiter<S> {
             id: decision.permit,
             decision,
         }))
+    }
+}
+
+/// A slot reserved by [`Limiter::wait_n`]: refunded if the waiter is
+/// dropped before it.
+struct Reservation<'k, S: Store> {
+    store: Option<Arc<S>>,
+    key: &'k [u8],
+    policy: Policy,
+    cost: u64,
+}
+
+impl<S: Store> Reservation<'_, S> {
+    fn keep(mut self) {
+        self.store = None;
+    }
+}
+
+impl<S: Store> Drop for Reservation<'_, S> {
+    fn drop(&mut self) {
+        let Some(store) = self.store.take() else {
+            return;
+        };
+        let (key, policy, cost) = (self.key.to_vec(), self.policy, self.cost);
+        release_detached(async move {
+            // A failed refund leaves the slot taken: the limit still holds.
+            let _ = store.refund(&key, &policy, cost).await;
+        });
     }
 }
 

@@ -346,6 +346,41 @@ impl Policy {
         })
     }
 
+    /// Writes the tag that keeps a key's state under `self` apart from its
+    /// state under `default` (the rule's own policy), when the two cannot
+    /// share it: another algorithm, or a fixed or sliding window of another
+    /// length (their state counts numbered windows, which mean other spans
+    /// under another length). Returns false, writing nothing, when the state
+    /// is shared: GCRA (the theoretical arrival time is an instant), the
+    /// sliding log (instants), concurrency (leases that end at instants),
+    /// and windows of the same length. See [`crate::resolve`].
+    pub(crate) fn write_state_tag(&self, default: &Policy, out: &mut Vec<u8>) -> bool {
+        let (code, window_ns) = match (self.algorithm, default.algorithm) {
+            (Algorithm::Gcra(_), Algorithm::Gcra(_))
+            | (Algorithm::SlidingLog(_), Algorithm::SlidingLog(_))
+            | (Algorithm::Concurrency(_), Algorithm::Concurrency(_)) => return false,
+            (Algorithm::FixedWindow(p), Algorithm::FixedWindow(d))
+            | (Algorithm::SlidingWindow(p), Algorithm::SlidingWindow(d))
+                if p.window_ns == d.window_ns =>
+            {
+                return false
+            }
+            (Algorithm::Gcra(_), _) => (b'g', 0),
+            (Algorithm::SlidingLog(_), _) => (b'l', 0),
+            (Algorithm::Concurrency(_), _) => (b'c', 0),
+            (Algorithm::FixedWindow(p), _) => (b'f', p.window_ns),
+            (Algorithm::SlidingWindow(p), _) => (b's', p.window_ns),
+        };
+        // `~` never appears in a rule name, so a tagged namespace cannot
+        // be another rule's.
+        out.push(b'~');
+        out.push(code);
+        if window_ns > 0 {
+            out.extend_from_slice(window_ns.to_string().as_bytes());
+        }
+        true
+    }
+
     /// True for [`Policy::concurrency`]: admitted checks hold a permit to release.
     pub fn is_concurrency(&self) -> bool {
         matches!(self.algorithm, Algorithm::Concurrency(_))

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crate::key::{KeyExtractor, RequestHead};
 use crate::policy::Policy;
+use crate::resolve::{PolicyResolver, PolicySource};
 
 /// One limit a [`ThrottleLayer`](crate::ThrottleLayer) enforces: a named
 /// policy, and optionally its own key extractor and cost (else the layer's).
@@ -28,6 +29,7 @@ pub struct Limit {
     pub(crate) policy: Policy,
     pub(crate) key: Option<Arc<dyn KeyExtractor>>,
     pub(crate) cost: Option<Cost>,
+    pub(crate) source: Option<PolicySource>,
 }
 
 impl Limit {
@@ -47,6 +49,7 @@ impl Limit {
             policy,
             key: None,
             cost: None,
+            source: None,
         }
     }
 
@@ -68,12 +71,53 @@ impl Limit {
         self
     }
 
+    /// Takes the policy from the request: `f` returns the policy to apply,
+    /// or `None` for the rule's own (the default tier). Called once per
+    /// request; keep it cheap (read an extension, match a tier). See
+    /// [`crate::resolve`] for what happens to a key whose policy changes.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_throttle::{Limit, Policy};
+    ///
+    /// let premium = Policy::sliding_window(50, Duration::from_secs(60))?;
+    /// let replies = Limit::new("reply", Policy::sliding_window(5, Duration::from_secs(60))?)
+    ///     .policy_fn(move |req| req.headers().contains_key("x-premium").then_some(premium));
+    /// # let _ = replies;
+    /// # Ok::<(), tower_throttle::PolicyError>(())
+    /// ```
+    pub fn policy_fn(
+        mut self,
+        f: impl Fn(&RequestHead<'_>) -> Option<Policy> + Send + Sync + 'static,
+    ) -> Self {
+        self.source = Some(PolicySource::Fn(Arc::new(f)));
+        self
+    }
+
+    /// Takes the policy from a `T` an earlier layer (authentication) put in
+    /// the request extensions: `f` maps it to a policy, or `None` for the
+    /// rule's own. Without a `T`, the rule's own policy applies.
+    pub fn policy_from_extension<T: Send + Sync + 'static>(
+        self,
+        f: impl Fn(&T) -> Option<Policy> + Send + Sync + 'static,
+    ) -> Self {
+        self.policy_fn(move |req| req.extensions().get::<T>().and_then(&f))
+    }
+
+    /// Asks `resolver` for the policy of each request's key (a quota in a
+    /// database; wrap it in a [`CachedResolver`](crate::resolve::CachedResolver)).
+    /// A request whose policy is not cached takes the asynchronous path.
+    pub fn resolver(mut self, resolver: impl PolicyResolver) -> Self {
+        self.source = Some(PolicySource::Resolver(Arc::new(resolver)));
+        self
+    }
+
     /// The rule's name.
     pub fn name(&self) -> &str {
         &self.name
     }
 
-    /// The rule's policy.
+    /// The rule's own policy (the default when the request chooses none).
     pub fn policy(&self) -> &Policy {
         &self.policy
     }
@@ -119,6 +163,7 @@ pub(crate) struct RuleCfg {
     pub(crate) policy: Policy,
     pub(crate) key: Arc<dyn KeyExtractor>,
     pub(crate) cost: Cost,
+    pub(crate) source: Option<PolicySource>,
 }
 
 /// A rule the store refused before any traffic: see

@@ -15,7 +15,6 @@ use std::time::Duration;
 use tokio::sync::Notify;
 
 use crate::info::RateLimitInfo;
-use crate::policy::Policy;
 
 /// The shortest retry a concurrency denial advertises: `Retry-After` counts
 /// whole seconds, and a client told 0 would retry at once.
@@ -59,15 +58,11 @@ impl Holds {
     /// Replaces the retry of every concurrency denial in `info` by the
     /// estimate: the mean hold time, at least [`MIN_RETRY`], at most the
     /// store's bound.
-    pub(crate) fn estimate_retries(
-        &self,
-        info: &mut RateLimitInfo,
-        policy: impl Fn(usize) -> Policy,
-    ) {
+    pub(crate) fn estimate_retries(&self, info: &mut RateLimitInfo) {
         for entry in info.entries_mut() {
             let d = &mut entry.decision;
             let Some(bound) = d.retry_after else { continue };
-            if d.allowed || !policy(entry.rule).is_concurrency() {
+            if d.allowed || !entry.policy.is_concurrency() {
                 continue;
             }
             let estimate = self.mean(entry.rule).unwrap_or(MIN_RETRY).max(MIN_RETRY);

@@ -13,7 +13,8 @@ use crate::policy::{Algorithm, Policy};
 use crate::store::{Rule, Store, StoreError};
 
 /// Checks the plan, waiting and re-checking in delay mode.
-pub(crate) async fn evaluate<St: Store>(shared: Arc<Shared<St>>, plan: Plan) -> Outcome<St> {
+pub(crate) async fn evaluate<St: Store>(shared: Arc<Shared<St>>, mut plan: Plan) -> Outcome<St> {
+    super::choose::resolve_pending(&shared, &mut plan).await;
     let mut waited = Duration::ZERO;
     let mut attempts = 0;
     let holds = shared.holds.clone();
@@ -72,7 +73,7 @@ pub(crate) async fn evaluate<St: Store>(shared: Arc<Shared<St>>, plan: Plan) -> 
 /// ever fit reserves its slot within the remaining wait budget (see
 /// [`Policy::reserving`]): waiters then queue behind each other in the key's
 /// state instead of stampeding back to the store when the quota returns.
-fn effective_policy(policy: &Policy, cost: u64, reserve: Option<Duration>) -> Policy {
+pub(crate) fn effective_policy(policy: &Policy, cost: u64, reserve: Option<Duration>) -> Policy {
     reserve
         .filter(|_| cost <= policy.limit())
         .and_then(|budget| policy.reserving(budget))
@@ -81,7 +82,7 @@ fn effective_policy(policy: &Policy, cost: u64, reserve: Option<Duration>) -> Po
 
 /// Turns a reservation's decision back into the real policy's terms; returns
 /// how long the request must wait for its reserved slot.
-fn rebase(real: &Policy, used: &Policy, decision: &mut crate::Decision) -> Duration {
+pub(crate) fn rebase(real: &Policy, used: &Policy, decision: &mut crate::Decision) -> Duration {
     match (real.algorithm(), used.algorithm()) {
         (Algorithm::Gcra(p), Algorithm::Gcra(u)) if p != u => {
             let (d, wait) = gcra::rebase(p, u.tolerance_ns - p.tolerance_ns, *decision);
@@ -103,7 +104,7 @@ async fn store_call<St: Store>(
         let actives = plan.actives();
         let policies: Vec<Policy> = actives
             .iter()
-            .map(|a| effective_policy(&shared.rules[a.rule].policy, a.cost, reserve))
+            .map(|a| effective_policy(&a.policy, a.cost, reserve))
             .collect();
         let mut decisions = match actives {
             [a] => {
@@ -121,13 +122,14 @@ async fn store_call<St: Store>(
         };
         let mut wait = Duration::ZERO;
         for ((a, used), d) in actives.iter().zip(&policies).zip(&mut decisions) {
-            wait = wait.max(rebase(&shared.rules[a.rule].policy, used, d));
+            wait = wait.max(rebase(&a.policy, used, d));
         }
         let info = match (&plan.rules, decisions.len()) {
             (ActiveRules::One(a), 1) => RateLimitInfo::one(
                 shared.meta.clone(),
                 Entry {
                     rule: a.rule,
+                    policy: a.policy,
                     decision: decisions[0],
                 },
             ),
@@ -163,9 +165,8 @@ impl<St: Store> Reserved<St> {
         let charged = plan
             .actives()
             .iter()
-            .map(|a| (a, &shared.rules[a.rule].policy))
-            .filter(|(a, policy)| a.cost > 0 && !policy.is_concurrency())
-            .map(|(a, policy)| (plan.key(a).to_vec(), *policy, a.cost))
+            .filter(|a| a.cost > 0 && !a.policy.is_concurrency())
+            .map(|a| (plan.key(a).to_vec(), a.policy, a.cost))
             .collect();
         Reserved {
             store: Some(shared.store.clone()),

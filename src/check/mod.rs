@@ -11,16 +11,21 @@ use crate::grpc::{respond, Reply, ResponseProtocol};
 use crate::info::{Entry, Meta, RateLimitInfo};
 use crate::key::{bound_key_part, KeyWriter, RequestHead, MAX_KEY_PART};
 use crate::mode::{FailMode, Mode, OnMissingKey, MAX_DELAY_ATTEMPTS};
+use crate::policy::Policy;
 use crate::response::{BodyFormat, Rejection};
 use crate::rule::RuleCfg;
 
+mod charge;
+mod choose;
 mod hold;
 mod later;
 mod permits;
 
 use crate::store::{Rule, Store, StoreError};
+pub(crate) use charge::{Charge, CountIf};
 pub(crate) use hold::Holds;
 pub(crate) use later::evaluate;
+pub(crate) use later::{effective_policy, rebase};
 pub(crate) use permits::Permits;
 
 /// Everything a layer's services share.
@@ -53,7 +58,14 @@ pub(crate) struct Settings {
     pub(crate) legacy_headers: bool,
     pub(crate) legacy_reset: crate::response::ResetFormat,
     pub(crate) protocol: ResponseProtocol,
+    /// Requests that bypass the layer.
+    pub(crate) skip: Option<Skip>,
+    /// Which responses keep their charge; the others are refunded.
+    pub(crate) count_if: Option<CountIf>,
 }
+
+/// A predicate of [`ThrottleLayer::skip_if`](crate::ThrottleLayer::skip_if).
+pub(crate) type Skip = Arc<dyn Fn(&RequestHead<'_>) -> bool + Send + Sync>;
 
 impl Default for Settings {
     fn default() -> Self {
@@ -69,6 +81,8 @@ impl Default for Settings {
             legacy_headers: false,
             legacy_reset: Default::default(),
             protocol: ResponseProtocol::default(),
+            skip: None,
+            count_if: None,
         }
     }
 }
@@ -78,7 +92,7 @@ impl Settings {
     /// request extension or the response headers).
     pub(crate) fn info_on_allowed(&self) -> bool {
         let f = self.forwarding();
-        f.headers || f.request_info
+        f.headers || f.request_info || self.count_if.is_some()
     }
 
     /// What an admitted request carries forward.
@@ -99,13 +113,17 @@ pub(crate) struct Forwarding {
     pub(crate) request_info: bool,
 }
 
-/// A rule to check: its index, its key in the plan's buffer, its cost.
+/// A rule to check: its index, its key in the plan's buffer, its cost and
+/// the policy applied.
 #[derive(Clone, Copy)]
 struct Active {
     rule: usize,
     start: usize,
     end: usize,
     cost: u64,
+    policy: Policy,
+    /// The policy is still to be resolved (asynchronously).
+    pending: bool,
 }
 
 enum ActiveRules {
@@ -119,6 +137,8 @@ pub(crate) struct Plan {
     rules: ActiveRules,
     /// The protocol a rejection is answered in.
     reply: Reply,
+    /// Some rule's policy is still to be resolved.
+    pending: bool,
 }
 
 thread_local! {
@@ -147,6 +167,13 @@ impl Plan {
     fn key(&self, a: &Active) -> &[u8] {
         &self.keys[a.start..a.end]
     }
+
+    fn actives_mut(&mut self) -> &mut [Active] {
+        match &mut self.rules {
+            ActiveRules::One(a) => std::slice::from_mut(a),
+            ActiveRules::Many(v) => v,
+        }
+    }
 }
 
 pub(crate) enum Planned {
@@ -164,6 +191,7 @@ pub(crate) fn plan<St>(shared: &Shared<St>, req: &RequestHead<'_>) -> Planned {
     keys.reserve(48 * n);
     let mut actives = Vec::new();
     let mut one = None;
+    let mut pending = false;
     for (i, rule) in shared.rules.iter().enumerate() {
         let start = keys.len();
         keys.extend_from_slice(&rule.key_head);
@@ -194,12 +222,18 @@ pub(crate) fn plan<St>(shared: &Shared<St>, req: &RequestHead<'_>) -> Planned {
             }
         }
         bound_key_part(&mut keys, part, MAX_KEY_PART);
-        let active = Active {
+        let mut active = Active {
             rule: i,
             start,
             end: keys.len(),
             cost: rule.cost.of(req),
+            policy: rule.policy,
+            pending: false,
         };
+        if let Some(source) = &rule.source {
+            choose::choose(rule, source, req, &mut keys, &mut active);
+            pending |= active.pending;
+        }
         if n == 1 {
             one = Some(active);
         } else {
@@ -218,6 +252,7 @@ pub(crate) fn plan<St>(shared: &Shared<St>, req: &RequestHead<'_>) -> Planned {
         // Set off the admitted fast path (see `evaluate_now`), which never
         // answers itself and so need not read the `content-type`.
         reply: Reply::Http,
+        pending,
     })
 }
 
@@ -226,6 +261,8 @@ pub(crate) enum Outcome<St: Store> {
     Forward {
         info: Option<RateLimitInfo>,
         permits: Option<Permits<St>>,
+        /// Counted by outcome: the charge to keep or refund.
+        charge: Option<Box<Charge<St>>>,
     },
     Reject(Box<Response<Bytes>>),
 }
@@ -256,17 +293,17 @@ fn settle<St: Store>(
     };
     if !info.allowed() {
         // The store's retry for a concurrency denial is the lease ceiling.
-        shared
-            .holds
-            .estimate_retries(&mut info, |rule| shared.rules[rule].policy);
+        shared.holds.estimate_retries(&mut info);
     }
     log_decisions(shared, plan, &info);
     if info.allowed() {
         count(shared, "allowed", None);
         let permits = Permits::collect(shared, plan, &info);
+        let charge = Charge::collect(shared, plan);
         return Step::Done(Outcome::Forward {
             info: Some(info),
             permits,
+            charge,
         });
     }
     match shared.settings.mode {
@@ -276,6 +313,7 @@ fn settle<St: Store>(
             return Step::Done(Outcome::Forward {
                 info: Some(info),
                 permits: None,
+                charge: None,
             });
         }
         Mode::Delay { max_wait } => {
@@ -283,7 +321,7 @@ fn settle<St: Store>(
             if let Some(wait) = info.retry_after().filter(|_| attempts < MAX_DELAY_ATTEMPTS) {
                 // Only concurrency rules deny: a release may come before the
                 // estimate, so wait for it within whatever budget is left.
-                if only_concurrency_denies(shared, &info) && !left.is_zero() {
+                if only_concurrency_denies(&info) && !left.is_zero() {
                     count(shared, "delayed", Some(info.binding().rule));
                     return Step::Wait {
                         wait: wait.min(left),
@@ -311,11 +349,11 @@ fn settle<St: Store>(
 }
 
 /// True when every denying rule of `info` is a concurrency limit.
-fn only_concurrency_denies<St>(shared: &Shared<St>, info: &RateLimitInfo) -> bool {
+fn only_concurrency_denies(info: &RateLimitInfo) -> bool {
     info.entries()
         .iter()
         .filter(|e| !e.decision.allowed)
-        .all(|e| shared.rules[e.rule].policy.is_concurrency())
+        .all(|e| e.policy.is_concurrency())
 }
 
 /// What a request's check came to before any future.
@@ -336,6 +374,12 @@ pub(crate) enum Now<St: Store> {
 /// process and no wait is needed.
 #[inline]
 pub(crate) fn decide_now<St: Store>(shared: &Shared<St>, req: &RequestHead<'_>) -> Now<St> {
+    if let Some(skip) = &shared.settings.skip {
+        if skip(req) {
+            count(shared, "bypassed", None);
+            return Now::Skip;
+        }
+    }
     match plan(shared, req) {
         Planned::Check(plan) => evaluate_now(shared, plan, req),
         Planned::Skip => Now::Skip,
@@ -349,14 +393,15 @@ pub(crate) fn decide_now<St: Store>(shared: &Shared<St>, req: &RequestHead<'_>) 
 fn evaluate_now<St: Store>(shared: &Shared<St>, mut plan: Plan, req: &RequestHead<'_>) -> Now<St> {
     // In which protocol a rejection is answered: read only when one may follow.
     let reply = || shared.settings.protocol.reply(req.headers());
-    if matches!(shared.settings.mode, Mode::Delay { .. }) {
-        // Delay mode reserves slots and may sleep: the asynchronous path.
+    if plan.pending || matches!(shared.settings.mode, Mode::Delay { .. }) {
+        // Delay mode reserves slots and may sleep, and a policy not yet
+        // resolved needs its resolver: the asynchronous path.
         plan.reply = reply();
         return Now::Later(plan);
     }
     let answer = match &plan.rules {
         ActiveRules::One(a) => {
-            let rule = Rule::new(plan.key(a), &shared.rules[a.rule].policy, a.cost);
+            let rule = Rule::new(plan.key(a), &a.policy, a.cost);
             let Some(decision) = shared.store.check_now(rule) else {
                 plan.reply = reply();
                 return Now::Later(plan);
@@ -379,6 +424,7 @@ fn evaluate_now<St: Store>(shared: &Shared<St>, mut plan: Plan, req: &RequestHea
                     shared.meta.clone(),
                     Entry {
                         rule: a.rule,
+                        policy: a.policy,
                         decision,
                     },
                 )
@@ -387,7 +433,7 @@ fn evaluate_now<St: Store>(shared: &Shared<St>, mut plan: Plan, req: &RequestHea
         ActiveRules::Many(actives) => {
             let rules: Vec<Rule<'_>> = actives
                 .iter()
-                .map(|a| Rule::new(plan.key(a), &shared.rules[a.rule].policy, a.cost))
+                .map(|a| Rule::new(plan.key(a), &a.policy, a.cost))
                 .collect();
             let Some(decisions) = shared.store.check_all_now(&rules) else {
                 drop(rules);
@@ -424,6 +470,7 @@ fn many<St>(
         .zip(decisions)
         .map(|(a, decision)| Entry {
             rule: a.rule,
+            policy: a.policy,
             decision,
         })
         .collect();
@@ -456,6 +503,7 @@ fn store_failed<St: Store>(shared: &Shared<St>, reply: Reply, error: StoreError)
         FailMode::Open => Outcome::Forward {
             info: None,
             permits: None,
+            charge: None,
         },
         FailMode::Closed => Outcome::Reject(respond(
             &shared.settings,

@@ -17,7 +17,8 @@ use http::HeaderValue;
 
 use super::{cache, push_u64};
 use crate::decision::ceil_secs;
-use crate::info::RuleMeta;
+use crate::info::{RateLimitInfo, RuleMeta};
+use crate::policy::Policy;
 
 /// The draft these fields follow.
 pub const DRAFT: &str = "draft-ietf-httpapi-ratelimit-headers-10";
@@ -36,28 +37,42 @@ const QUOTA_UNIT: &str = "qu";
 /// Structured-field integers stop at 15 digits.
 pub(crate) const SF_INT_MAX: u64 = 999_999_999_999_999;
 
-/// `"reply";q=5;w=60, "upload";q=2;qu="concurrent-requests"`.
+/// `"reply";q=5;w=60, "upload";q=2;qu="concurrent-requests"`: a layer's
+/// own policies, rendered once.
 pub(crate) fn policy_value(rules: &[RuleMeta]) -> Option<HeaderValue> {
+    let s = render_policies(rules.iter().map(|r| (&*r.name, &r.policy)));
+    cache::interned(s.into_bytes())
+}
+
+/// The `RateLimit-Policy` of a request whose policies were chosen per
+/// request: every rule of the layer, with the policy applied where it was
+/// checked. Rendered per response, never interned (the policies may come
+/// from a database: unbounded).
+pub(crate) fn request_policy_value(info: &RateLimitInfo) -> Option<HeaderValue> {
+    let rules = &info.meta().rules;
+    let s = render_policies(rules.iter().enumerate().map(|(i, r)| {
+        let applied = info.entries().iter().find(|e| e.rule == i);
+        (&*r.name, applied.map_or(&r.policy, |e| &e.policy))
+    }));
+    HeaderValue::from_maybe_shared(bytes::Bytes::from(s)).ok()
+}
+
+fn render_policies<'a>(rules: impl ExactSizeIterator<Item = (&'a str, &'a Policy)>) -> String {
     let mut s = String::with_capacity(rules.len() * 32);
-    for (i, rule) in rules.iter().enumerate() {
+    for (i, (name, policy)) in rules.enumerate() {
         if i > 0 {
             s.push_str(", ");
         }
         // Names are validated as [A-Za-z0-9_.-]: nothing to escape.
-        let _ = write!(
-            s,
-            "\"{}\";{QUOTA}={}",
-            rule.name,
-            rule.policy.limit().min(SF_INT_MAX)
-        );
-        if rule.policy.is_concurrency() {
+        let _ = write!(s, "\"{}\";{QUOTA}={}", name, policy.limit().min(SF_INT_MAX));
+        if policy.is_concurrency() {
             let _ = write!(s, ";{QUOTA_UNIT}=\"concurrent-requests\"");
         } else {
-            let secs = ceil_secs(rule.policy.window()).min(SF_INT_MAX);
+            let secs = ceil_secs(policy.window()).min(SF_INT_MAX);
             let _ = write!(s, ";{WINDOW}={secs}");
         }
     }
-    cache::interned(s.into_bytes())
+    s
 }
 
 /// `"name";r=<remaining>;t=<secs>`: one `RateLimit` item. Written byte by

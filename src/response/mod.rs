@@ -28,6 +28,7 @@ mod cache;
 mod fields;
 
 pub(crate) use cache::ExhaustedItems;
+use fields::request_policy_value;
 pub use fields::DRAFT;
 #[cfg(test)]
 use fields::SF_INT_MAX;
@@ -241,6 +242,11 @@ fn limited_plain_text(info: &RateLimitInfo) -> Option<Box<Response<Bytes>>> {
     if !ratelimit_ok {
         headers.remove(RATELIMIT);
     }
+    if info.meta().ietf_headers && info.per_request_policy() {
+        if let Some(policy) = request_policy_value(info) {
+            headers.insert(RATELIMIT_POLICY, policy);
+        }
+    }
     let mut response = Box::new(Response::new(cache::retry_body(retry_secs)));
     *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
     *response.headers_mut() = headers;
@@ -284,8 +290,13 @@ pub(crate) fn add_headers(headers: &mut HeaderMap, info: &RateLimitInfo) {
 
 /// Appends (lists may span field lines, e.g. with nested layers).
 fn add_ietf(headers: &mut HeaderMap, info: &RateLimitInfo) {
-    if let Some(policy) = &info.meta().policy_header {
-        headers.append(RATELIMIT_POLICY, policy.clone());
+    let policy = if info.per_request_policy() {
+        request_policy_value(info)
+    } else {
+        info.meta().policy_header.clone()
+    };
+    if let Some(policy) = policy {
+        headers.append(RATELIMIT_POLICY, policy);
     }
     if let Some(value) = ratelimit_value(info) {
         headers.append(RATELIMIT, value);

@@ -58,10 +58,12 @@ fn reply_denied_post_allowed(meta: Arc<Meta>) -> RateLimitInfo {
         vec![
             Entry {
                 rule: 0,
+                policy: rules()[0].policy,
                 decision: decision(false, 0, Some(41_200), 59_000),
             },
             Entry {
                 rule: 2,
+                policy: rules()[2].policy,
                 decision: decision(true, 3, None, 8_001),
             },
         ],
@@ -108,6 +110,7 @@ fn retry_after_is_never_zero_and_absent_when_never() {
         meta(false),
         Entry {
             rule: 0,
+            policy: rules()[0].policy,
             decision: decision(false, 0, Some(1), 1),
         },
     );
@@ -118,6 +121,7 @@ fn retry_after_is_never_zero_and_absent_when_never() {
         meta(false),
         Entry {
             rule: 0,
+            policy: rules()[0].policy,
             decision: decision(false, 0, None, 0),
         },
     );
@@ -134,6 +138,7 @@ fn custom_responses_keep_their_status_and_get_headers() {
         meta(false),
         Entry {
             rule: 0,
+            policy: rules()[0].policy,
             decision: decision(false, 0, Some(2_500), 3_000),
         },
     );
@@ -183,6 +188,7 @@ fn prebuilt_429_matches_the_field_by_field_one() {
                 meta.clone(),
                 Entry {
                     rule: 0,
+                    policy: rules()[0].policy,
                     decision: d,
                 },
             )
@@ -228,4 +234,27 @@ fn legacy_reset_as_a_unix_timestamp() {
         "{reset} vs {before}"
     );
     assert_eq!(r.headers()[RETRY_AFTER], "42");
+}
+
+#[test]
+fn a_per_request_policy_renders_its_own_policy_field() {
+    let premium = Policy::sliding_log(50, Duration::from_secs(60)).unwrap();
+    let info = RateLimitInfo::one(
+        meta(false),
+        Entry {
+            rule: 0,
+            policy: premium,
+            decision: decision(false, 0, Some(1_500), 60_000),
+        },
+    );
+    let r = rejection_response(&BodyFormat::PlainText, &Rejection::Limited(&info));
+    // Every rule of the layer, the applied policy where it was checked.
+    assert_eq!(
+        r.headers()[RATELIMIT_POLICY],
+        "\"reply\";q=50;w=60, \"upload\";q=2;qu=\"concurrent-requests\", \"post\";q=16;w=1920"
+    );
+    let mut headers = HeaderMap::new();
+    add_headers(&mut headers, &info);
+    assert_eq!(headers[RATELIMIT_POLICY], r.headers()[RATELIMIT_POLICY]);
+    assert_eq!(info.policy("reply"), Some(&premium));
 }

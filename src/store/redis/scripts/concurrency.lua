@@ -105,7 +105,8 @@ algo.c = {
         redis.call('PEXPIRE', key, ttl_ms(reset_at - now))
       end
     end
-    return allowed, { allowed and 1 or 0, max - after, retry, reset, quota }, commit
+    -- After a downgrade more than the new maximum may be in flight.
+    return allowed, { allowed and 1 or 0, math.max(max - after, 0), retry, reset, quota }, commit
   end,
 
   refund = function(key, _, _, amount, now)

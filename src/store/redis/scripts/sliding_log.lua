@@ -92,7 +92,8 @@ local function log_decide(key, max, w, cost, now)
       quota = math.max(oldest + w - now, 0)
     end
   end
-  return allowed, max - after, retry, reset, quota
+  -- After a downgrade the log may hold more than the new maximum.
+  return allowed, math.max(max - after, 0), retry, reset, quota
 end
 
 algo.l = {

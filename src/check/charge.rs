@@ -1,0 +1,59 @@
+//! Counting by outcome: a request is charged when admitted (a reservation)
+//! and refunded once its response shows it does not count.
+
+use std::sync::Arc;
+
+use http::StatusCode;
+
+use super::{Plan, Shared};
+use crate::limiter::release_detached;
+use crate::policy::Policy;
+use crate::store::Store;
+
+/// A predicate of [`ThrottleLayer::count_if`](crate::ThrottleLayer::count_if).
+pub(crate) type CountIf = Arc<dyn Fn(StatusCode) -> bool + Send + Sync>;
+
+/// The units an admitted request was charged, to refund if its response
+/// does not count. Dropped without a response (the client went away, the
+/// inner service's future was dropped), the charge stands: an attempt
+/// whose outcome is unknown counts, so hanging up cannot dodge the limit.
+pub(crate) struct Charge<St: Store> {
+    store: Arc<St>,
+    count_if: CountIf,
+    charged: Vec<(Vec<u8>, Policy, u64)>,
+}
+
+impl<St: Store> Charge<St> {
+    pub(super) fn collect(shared: &Shared<St>, plan: &Plan) -> Option<Box<Self>> {
+        let count_if = shared.settings.count_if.clone()?;
+        let charged: Vec<_> = plan
+            .actives()
+            .iter()
+            // Concurrency permits are released anyway; nothing to refund.
+            .filter(|a| a.cost > 0 && !a.policy.is_concurrency())
+            .map(|a| (plan.key(a).to_vec(), a.policy, a.cost))
+            .collect();
+        (!charged.is_empty()).then(|| {
+            Box::new(Charge {
+                store: shared.store.clone(),
+                count_if,
+                charged,
+            })
+        })
+    }
+
+    /// Keeps the charge if a response of `status` counts, else refunds it
+    /// (at once for an in-process store; else on the current runtime).
+    pub(crate) fn settle(self, status: StatusCode) {
+        if (self.count_if)(status) {
+            return;
+        }
+        let Charge { store, charged, .. } = self;
+        release_detached(async move {
+            for (key, policy, cost) in charged {
+                // A failed refund leaves the unit counted: the limit holds.
+                let _ = store.refund(&key, &policy, cost).await;
+            }
+        });
+    }
+}

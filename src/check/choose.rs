@@ -1,0 +1,97 @@
+//! The policy a rule applies to one request: its own, or the request's.
+
+use super::{Active, Plan, Shared};
+use crate::key::RequestHead;
+use crate::policy::Policy;
+use crate::resolve::PolicySource;
+use crate::rule::RuleCfg;
+
+/// Sets the request's policy on `active` (the plan's last rule, its key at
+/// the end of `keys`), or marks it pending when only an asynchronous
+/// resolver knows it.
+pub(super) fn choose(
+    rule: &RuleCfg,
+    source: &PolicySource,
+    req: &RequestHead<'_>,
+    keys: &mut Vec<u8>,
+    active: &mut Active,
+) {
+    let chosen = match source {
+        PolicySource::Fn(f) => f(req),
+        PolicySource::Resolver(r) => {
+            match r.resolve_now(&keys[active.start + rule.key_head.len()..active.end]) {
+                Some(chosen) => chosen,
+                None => {
+                    active.pending = true;
+                    return;
+                }
+            }
+        }
+    };
+    if let Some(policy) = chosen {
+        apply(rule, policy, keys, active);
+    }
+}
+
+/// Applies `policy` to `active`, tagging its key when the policy cannot
+/// share the rule's state (see [`crate::resolve`]). Returns how many bytes
+/// the key grew by (the caller moves the keys after it).
+fn apply(rule: &RuleCfg, policy: Policy, keys: &mut Vec<u8>, active: &mut Active) -> usize {
+    active.policy = policy;
+    let mut tag = Vec::new();
+    if !policy.write_state_tag(&rule.policy, &mut tag) {
+        return 0;
+    }
+    // Before the `:` that ends the rule's namespace.
+    let at = active.start + rule.key_head.len() - 1;
+    keys.splice(at..at, tag.iter().copied());
+    active.end += tag.len();
+    tag.len()
+}
+
+/// Asks the resolvers of the plan's pending rules (within the layer's store
+/// timeout, if any). A resolver that fails or times out leaves the rule's
+/// own policy, with a warning.
+pub(super) async fn resolve_pending<St>(shared: &Shared<St>, plan: &mut Plan) {
+    if !plan.pending {
+        return;
+    }
+    plan.pending = false;
+    let mut shift = 0;
+    for i in 0..plan.actives().len() {
+        let mut active = plan.actives()[i];
+        active.start += shift;
+        active.end += shift;
+        if active.pending {
+            active.pending = false;
+            let rule = &shared.rules[active.rule];
+            if let Some(policy) = resolve(shared, rule, plan.key_part(rule, &active)).await {
+                shift += apply(rule, policy, &mut plan.keys, &mut active);
+            }
+        }
+        plan.actives_mut()[i] = active;
+    }
+}
+
+async fn resolve<St>(shared: &Shared<St>, rule: &RuleCfg, key: &[u8]) -> Option<Policy> {
+    let Some(PolicySource::Resolver(resolver)) = &rule.source else {
+        return None;
+    };
+    let call = resolver.resolve(key);
+    let answer = match shared.settings.timeout {
+        Some(limit) => tokio::time::timeout(limit, call)
+            .await
+            .unwrap_or_else(|_| Err(format!("timed out after {limit:?}").into())),
+        None => call.await,
+    };
+    answer.unwrap_or_else(|error| {
+        tracing::warn!(target: "tower_throttle", %error, "policy resolver failed: the rule's own policy applies");
+        None
+    })
+}
+
+impl Plan {
+    fn key_part(&self, rule: &RuleCfg, a: &Active) -> &[u8] {
+        &self.keys[a.start + rule.key_head.len()..a.end]
+    }
+}
