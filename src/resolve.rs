@@ -157,10 +157,13 @@ struct Cache {
     entries: Mutex<Entries>,
 }
 
+/// A cached answer: the policy (`None`: the rule's own), when it was cached
+/// (ns), and its insertion number.
+type Cached = (Option<Policy>, u64, u64);
+
 #[derive(Default)]
 struct Entries {
-    /// Policy, time cached, insertion number.
-    map: HashMap<Box<[u8]>, (Option<Policy>, u64, u64), foldhash::fast::RandomState>,
+    map: HashMap<Box<[u8]>, Cached, foldhash::fast::RandomState>,
     /// Keys by insertion number, oldest first (with stale duplicates, skipped).
     order: VecDeque<(Box<[u8]>, u64)>,
     inserted: u64,

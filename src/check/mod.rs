@@ -257,6 +257,10 @@ pub(crate) fn plan<St>(shared: &Shared<St>, req: &RequestHead<'_>) -> Planned {
 }
 
 /// What to do with the request.
+// Lives for one step on the stack before the response future boxes what an
+// admission carries; boxing `Forward` here would allocate on every
+// admitted request.
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Outcome<St: Store> {
     Forward {
         info: Option<RateLimitInfo>,
@@ -268,6 +272,7 @@ pub(crate) enum Outcome<St: Store> {
 }
 
 /// What to do after one store answer.
+#[allow(clippy::large_enum_variant)]
 enum Step<St: Store> {
     Done(Outcome<St>),
     /// Delay mode: wait this long (or, with `on_release`, until this layer
