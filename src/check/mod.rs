@@ -497,7 +497,12 @@ fn misconfigured<St>(
         tracing::error!(target: "tower_throttle", rule, fix, "rate limiting is misconfigured: every request of this rule is answered 500");
     });
     count(shared, "misconfigured", Some(i));
-    respond(&shared.settings, reply, &Rejection::Misconfigured { rule }, true)
+    respond(
+        &shared.settings,
+        reply,
+        &Rejection::Misconfigured { rule },
+        true,
+    )
 }
 
 fn store_failed<St: Store>(shared: &Shared<St>, reply: Reply, error: StoreError) -> Outcome<St> {
