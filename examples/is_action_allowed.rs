@@ -1,4 +1,4 @@
-//! The seeds' demo: "may laoqian reply?" checked 20 times in a row.
+//! The classic `is_action_allowed` demo: "may laoqian reply?" checked 20 times in a row.
 //!
 //! Run with `cargo run --example is_action_allowed`. Each line prints the
 //! decision and the reply redis-cell's `CL.THROTTLE` gives for the same call:
@@ -21,7 +21,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     run(&cell).await?;
 
     println!();
-    println!("sliding log: 5 replies per 60 s (the ZSET of the seeds, without its bugs)");
+    println!("sliding log: 5 replies per 60 s (the classic ZSET log, exact)");
     let log =
         Limiter::new(store, Policy::sliding_log(5, Duration::from_secs(60))?).with_prefix("log");
     run(&log).await?;

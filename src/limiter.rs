@@ -12,7 +12,7 @@ use crate::mode::MAX_DELAY_ATTEMPTS;
 use crate::policy::Policy;
 use crate::store::{MemoryStore, Rule, RuleSpec, Store, StoreError};
 
-/// One policy over a store, checked by key: the seeds' `is_action_allowed`.
+/// One policy over a store, checked by key: the classic `is_action_allowed`.
 ///
 /// Clones share the store.
 ///

@@ -237,7 +237,7 @@ impl Policy {
     }
 
     /// At most `max` units in any window of length `window`, exactly: a log of
-    /// admitted events (the seeds' ZSET). Memory grows with `max` per key.
+    /// admitted events (the classic ZSET log). Memory grows with `max` per key.
     pub fn sliding_log(max: u64, window: Duration) -> Result<Policy, PolicyError> {
         Ok(Policy {
             algorithm: Algorithm::SlidingLog(window_params(max, window)?),

@@ -1,7 +1,7 @@
 //! The concurrency limit: leased permits, released when the work finishes.
 //!
-//! The seeds' `@EntryTimes` deleted a shared counter in `finally`, so one
-//! finishing request wiped the count of every other. Here each admission is a
+//! A Java `@EntryTimes`-style guard that deletes a shared counter in `finally` lets one
+//! finishing request wipe the count of every other. Here each admission is a
 //! permit with its own id and lease: releasing one removes only that one, and
 //! a holder that crashed loses its permit when the lease runs out.
 

@@ -1,7 +1,7 @@
 //! The sliding log: the exact record of admitted units over the last window.
 //!
-//! The seeds kept one ZSET member per request with the millisecond as the
-//! member, so two requests in one millisecond collapsed into one. Here every
+//! The classic ZSET log keeps one member per request with the millisecond as the
+//! member, so two requests in one millisecond collapse into one. Here every
 //! admitted unit counts; units admitted at the same instant share one entry
 //! with a count, which keeps memory at O(distinct instants) ≤ O(max).
 

@@ -1,8 +1,8 @@
--- Sliding log: a ZSET with one member per admitted unit, as the seeds' ZSET
+-- Sliding log: a ZSET with one member per admitted unit, as the classic ZSET log
 -- but exact. Score = admission time (µs); member = '<time>:<index>' with the
 -- index zero-padded and counting the units already held at that instant, so
--- members are unique (never a bare timestamp, which collapsed bursts in the
--- seeds) and, within one instant, sort in admission order. Denied attempts
+-- members are unique (never a bare timestamp, which collapses bursts in the
+-- classic log) and, within one instant, sort in admission order. Denied attempts
 -- are never recorded. Every step is O(log n): ZCARD counts the units, the
 -- unit that must leave before a retry is found by rank.
 -- p1 = max, p2 = window (µs). Every reported value is a difference of
