@@ -159,7 +159,10 @@ fn strikes<St>(shared: &Shared<St>, plan: &Plan, info: &RateLimitInfo) -> Strike
     (penalty, keys)
 }
 
-type Recorded = (Arc<Penalty>, Vec<(usize, Result<Option<Duration>, StoreError>)>);
+type Recorded = (
+    Arc<Penalty>,
+    Vec<(usize, Result<Option<Duration>, StoreError>)>,
+);
 
 /// Owns what it needs, so that it can finish in the background.
 async fn record<St: Store>(

@@ -9,8 +9,8 @@ use http::Response;
 
 use crate::grpc::{respond, Reply, ResponseProtocol};
 use crate::info::{Entry, Meta, RateLimitInfo};
-use crate::lockout::Penalty;
 use crate::key::{bound_key_part, KeyWriter, RequestHead, MAX_KEY_PART};
+use crate::lockout::Penalty;
 use crate::mode::{FailMode, Mode, OnMissingKey, MAX_DELAY_ATTEMPTS};
 use crate::policy::Policy;
 use crate::response::{BodyFormat, Rejection};
