@@ -108,7 +108,9 @@ pub(super) async fn strike<St: Store>(
     plan: &Plan,
     mut info: RateLimitInfo,
 ) -> Outcome<St> {
-    let (penalty, keys) = strikes(shared, plan, &info);
+    let Some((penalty, keys)) = strikes(shared, plan, &info) else {
+        return limited(shared, plan, &info);
+    };
     let results = record(shared.store.clone(), penalty, keys).await;
     apply(&mut info, results);
     limited(shared, plan, &info)
@@ -122,7 +124,9 @@ pub(super) fn strike_now<St: Store>(
     plan: &Plan,
     mut info: RateLimitInfo,
 ) -> Outcome<St> {
-    let (penalty, keys) = strikes(shared, plan, &info);
+    let Some((penalty, keys)) = strikes(shared, plan, &info) else {
+        return limited(shared, plan, &info);
+    };
     let mut recording = Box::pin(record(shared.store.clone(), penalty, keys));
     match recording
         .as_mut()
@@ -140,12 +144,8 @@ pub(super) fn strike_now<St: Store>(
 /// and its rule key.
 type Strikes = (Arc<Penalty>, Vec<(usize, Vec<u8>)>);
 
-fn strikes<St>(shared: &Shared<St>, plan: &Plan, info: &RateLimitInfo) -> Strikes {
-    let penalty = shared
-        .settings
-        .lockout
-        .clone()
-        .expect("a strike comes from a layer with a lock-out");
+fn strikes<St>(shared: &Shared<St>, plan: &Plan, info: &RateLimitInfo) -> Option<Strikes> {
+    let penalty = shared.settings.lockout.clone()?;
     let keys = info
         .entries()
         .iter()
@@ -156,7 +156,7 @@ fn strikes<St>(shared: &Shared<St>, plan: &Plan, info: &RateLimitInfo) -> Strike
             Some((i, plan.key(a).to_vec()))
         })
         .collect();
-    (penalty, keys)
+    Some((penalty, keys))
 }
 
 type Recorded = (
