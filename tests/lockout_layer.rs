@@ -139,6 +139,16 @@ async fn memory_store_locks_a_key_after_three_denials_and_lifts_it_after_five_mi
 }
 
 #[tokio::test]
+async fn delay_mode_refuses_a_locked_key_at_once_through_the_asynchronous_path() {
+    let clock = ManualClock::starting_at(1_700_000_000_000_000_000);
+    let store = MemoryStore::builder().clock(clock.clone()).build();
+    // Waits of up to a second: the rule's denials here are longer, so they
+    // are rejected (and count as strikes); a lock is refused, not waited for.
+    let (svc, calls) = login(store, |l| l.delay_up_to(Duration::from_secs(1)));
+    locks_counts_down_and_lifts(&svc, &calls, |by| clock.advance(by)).await;
+}
+
+#[tokio::test]
 async fn locked_keys_are_not_charged_on_any_rule() {
     let clock = ManualClock::starting_at(1_700_000_000_000_000_000);
     let store = MemoryStore::builder().clock(clock.clone()).build();
