@@ -263,6 +263,42 @@ impl<St: Store> ThrottleLayer<St> {
         self
     }
 
+    /// Locks a rule's key out for a while after repeated denials (see
+    /// [`Penalty`](crate::lockout::Penalty)): once a rule of this layer has
+    /// refused a key `strikes` times within the penalty's window, every
+    /// request of that key is answered `429` (gRPC: `RESOURCE_EXHAUSTED`)
+    /// for the lock's duration, without being charged, with `Retry-After`
+    /// (and the `RateLimit` reset) = the time left on the lock and nothing
+    /// remaining. The denial that locks already answers with the lock's time.
+    ///
+    /// It applies to every rule of the layer, each rule key on its own
+    /// (`<penalty prefix>:lock:<layer prefix>:<rule>:<key>`), and works on
+    /// every store; on Redis it costs one more round trip per rule and
+    /// request, and a denial one to three more. Counted are the requests the
+    /// layer rejects: in delay mode a request that waits for its quota is no
+    /// strike, and a locked key is refused at once; a dry run neither checks
+    /// nor records lock-outs. Lock checks honour the
+    /// [`store_timeout`](Self::store_timeout) and [`FailMode`]. Layers
+    /// without a lock-out pay nothing for it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_throttle::{key::Global, lockout::Penalty, MemoryStore, Policy, ThrottleLayer};
+    ///
+    /// let min = Duration::from_secs(60);
+    /// // 5 logins a minute; 3 refusals within 10 minutes lock the key for 5.
+    /// let login = ThrottleLayer::new(MemoryStore::new(), Policy::sliding_log(5, min)?)
+    ///     .name("login")
+    ///     .key(Global)
+    ///     .lockout(Penalty::new(3, 10 * min, 5 * min)?);
+    /// # let _ = login;
+    /// # Ok::<(), tower_throttle::PolicyError>(())
+    /// ```
+    pub fn lockout(mut self, penalty: crate::lockout::Penalty) -> Self {
+        self.settings.lockout = Some(Arc::new(penalty));
+        self
+    }
+
     /// Prepends `prefix:` to every key of this layer.
     pub fn prefix(mut self, prefix: &str) -> Self {
         self.owner = Arc::new(());

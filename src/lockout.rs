@@ -24,8 +24,10 @@
 //! on Redis: one more round trip, batched with the others); a denial costs
 //! one charge of the strikes key, and the denial that locks two more calls.
 //!
-//! [`LockoutLimiter`] is the direct API. A layer or any other caller uses
-//! the hooks [`Penalty::check_locked`] (before the check) and
+//! [`LockoutLimiter`] is the direct API, and
+//! [`ThrottleLayer::lockout`](crate::ThrottleLayer::lockout) applies a
+//! penalty to every rule key of a layer. Any other caller uses the hooks
+//! [`Penalty::check_locked`] (before the check) and
 //! [`Penalty::record_denial`] (after a denial) the same way.
 
 use std::borrow::Cow;

@@ -15,6 +15,11 @@ use crate::store::{Rule, Store, StoreError};
 /// Checks the plan, waiting and re-checking in delay mode.
 pub(crate) async fn evaluate<St: Store>(shared: Arc<Shared<St>>, mut plan: Plan) -> Outcome<St> {
     super::choose::resolve_pending(&shared, &mut plan).await;
+    if let Some(penalty) = &shared.settings.lockout {
+        if let Some(outcome) = super::lockout::check(&shared, penalty, &plan).await {
+            return outcome;
+        }
+    }
     let mut waited = Duration::ZERO;
     let mut attempts = 0;
     let holds = shared.holds.clone();
@@ -43,6 +48,7 @@ pub(crate) async fn evaluate<St: Store>(shared: Arc<Shared<St>>, mut plan: Plan)
                 }
                 return outcome;
             }
+            Step::Strike(info) => return super::lockout::strike(&shared, &plan, info).await,
             Step::Wait {
                 wait,
                 on_release: false,

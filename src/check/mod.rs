@@ -10,6 +10,7 @@ use http::Response;
 use crate::grpc::{respond, Reply, ResponseProtocol};
 use crate::info::{Entry, Meta, RateLimitInfo};
 use crate::key::{bound_key_part, KeyWriter, RequestHead, MAX_KEY_PART};
+use crate::lockout::Penalty;
 use crate::mode::{FailMode, Mode, OnMissingKey, MAX_DELAY_ATTEMPTS};
 use crate::policy::Policy;
 use crate::response::{BodyFormat, Rejection};
@@ -19,6 +20,7 @@ mod charge;
 mod choose;
 mod hold;
 mod later;
+mod lockout;
 mod permits;
 
 use crate::store::{Rule, Store, StoreError};
@@ -62,6 +64,8 @@ pub(crate) struct Settings {
     pub(crate) skip: Option<Skip>,
     /// Which responses keep their charge; the others are refunded.
     pub(crate) count_if: Option<CountIf>,
+    /// Locks rule keys out after repeated denials.
+    pub(crate) lockout: Option<Arc<Penalty>>,
 }
 
 /// A predicate of [`ThrottleLayer::skip_if`](crate::ThrottleLayer::skip_if).
@@ -83,6 +87,7 @@ impl Default for Settings {
             protocol: ResponseProtocol::default(),
             skip: None,
             count_if: None,
+            lockout: None,
         }
     }
 }
@@ -281,6 +286,9 @@ enum Step<St: Store> {
         wait: Duration,
         on_release: bool,
     },
+    /// A rejection under a lock-out: its denial is to be recorded first
+    /// (see [`lockout`]), which may lock the key.
+    Strike(RateLimitInfo),
 }
 
 /// Applies the mode to one store answer; `waited` and `attempts` count the
@@ -344,13 +352,21 @@ fn settle<St: Store>(
         }
         Mode::Reject => {}
     }
+    if shared.settings.lockout.is_some() {
+        return Step::Strike(info);
+    }
+    Step::Done(limited(shared, plan, &info))
+}
+
+/// The rejection of a denied request.
+fn limited<St: Store>(shared: &Shared<St>, plan: &Plan, info: &RateLimitInfo) -> Outcome<St> {
     count(shared, "limited", Some(info.binding().rule));
-    Step::Done(Outcome::Reject(respond(
+    Outcome::Reject(respond(
         &shared.settings,
         plan.reply,
-        &Rejection::Limited(&info),
+        &Rejection::Limited(info),
         false,
-    )))
+    ))
 }
 
 /// True when every denying rule of `info` is a concurrency limit.
@@ -404,6 +420,22 @@ fn evaluate_now<St: Store>(shared: &Shared<St>, mut plan: Plan, req: &RequestHea
         plan.reply = reply();
         return Now::Later(plan);
     }
+    if let Some(penalty) = &shared.settings.lockout {
+        // Only layers with a lock-out pay for this; the others test an `Option`.
+        match lockout::locked_now(shared, penalty, &plan) {
+            Some(Ok(None)) => {}
+            None => {
+                plan.reply = reply();
+                return Now::Later(plan);
+            }
+            Some(answer) => {
+                plan.reply = reply();
+                let outcome = lockout::refuse(shared, &plan, answer);
+                plan.recycle();
+                return Now::Decided(outcome);
+            }
+        }
+    }
     let answer = match &plan.rules {
         ActiveRules::One(a) => {
             let rule = Rule::new(plan.key(a), &a.policy, a.cost);
@@ -451,6 +483,11 @@ fn evaluate_now<St: Store>(shared: &Shared<St>, mut plan: Plan, req: &RequestHea
     plan.reply = reply();
     match settle(shared, &plan, answer, Duration::ZERO, 0) {
         Step::Done(outcome) => {
+            plan.recycle();
+            Now::Decided(outcome)
+        }
+        Step::Strike(info) => {
+            let outcome = lockout::strike_now(shared, &plan, info);
             plan.recycle();
             Now::Decided(outcome)
         }
