@@ -60,6 +60,7 @@ use crate::store::{RuleSpec, Store};
 /// # let _ = app;
 /// # Ok::<(), tower_throttle::PolicyError>(())
 /// ```
+#[must_use = "builders do nothing until used"]
 pub struct ThrottleLayer<St> {
     store: Arc<St>,
     limits: Vec<Limit>,

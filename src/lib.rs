@@ -70,6 +70,7 @@
 //!
 //! [tower]: https://docs.rs/tower
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 

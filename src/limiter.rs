@@ -92,6 +92,7 @@ impl<S: Store> Limiter<S> {
 
     /// Prepends `prefix:` to every key, so several limiters can share a store
     /// (like the `@EntryTimes` annotation's prefix).
+    #[must_use]
     pub fn with_prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
         let mut p = prefix.as_ref().to_vec();
         p.push(b':');

@@ -65,6 +65,7 @@ impl Penalty {
     /// Puts the penalty's keys under `prefix:` (default `penalty`), so that
     /// two penalties on one store keep apart. Give it a prefix no limiter of
     /// the store uses.
+    #[must_use]
     pub fn with_prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
         let mut p = prefix.as_ref().to_vec();
         p.push(b':');
@@ -235,6 +236,7 @@ impl<S: Store> LockoutLimiter<S> {
     }
 
     /// Prepends `prefix:` to every key (the penalty's keys include it too).
+    #[must_use]
     pub fn with_prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
         let mut p = prefix.as_ref().to_vec();
         p.push(b':');

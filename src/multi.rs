@@ -128,6 +128,7 @@ impl<S: Store> MultiLimiter<S> {
     ///
     /// On a name [`Limit::new`](crate::Limit::new) refuses, or one another
     /// rule already has.
+    #[must_use]
     pub fn and(mut self, name: &str, policy: Policy) -> Self {
         assert!(
             valid_name(name),
@@ -144,6 +145,7 @@ impl<S: Store> MultiLimiter<S> {
     }
 
     /// Prepends `prefix:` to every key.
+    #[must_use]
     pub fn with_prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
         let mut p = prefix.as_ref().to_vec();
         p.push(b':');

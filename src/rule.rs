@@ -24,6 +24,7 @@ use crate::resolve::{PolicyResolver, PolicySource};
 /// # Ok::<(), tower_throttle::PolicyError>(())
 /// ```
 #[derive(Clone)]
+#[must_use = "builders do nothing until used"]
 pub struct Limit {
     pub(crate) name: Arc<str>,
     pub(crate) policy: Policy,

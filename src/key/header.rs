@@ -40,6 +40,7 @@ impl HeaderKey {
     }
 
     /// Stores a digest of the value instead of the value (for API keys).
+    #[must_use]
     pub fn hashed(mut self) -> Self {
         self.hashed = true;
         self

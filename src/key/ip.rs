@@ -71,6 +71,7 @@ impl PeerIp {
     }
 
     /// Groups IPv6 addresses by their first `bits` bits (128: no grouping).
+    #[must_use]
     pub const fn ipv6_prefix(mut self, bits: u8) -> Self {
         self.v6_prefix = if bits > 128 { 128 } else { bits };
         self
@@ -239,6 +240,7 @@ impl ClientIp {
     }
 
     /// Trusts proxies in `range` to report the address they received from.
+    #[must_use]
     pub fn trust(self, range: Cidr) -> Self {
         self.trust_all([range])
     }
@@ -248,6 +250,7 @@ impl ClientIp {
     ///
     /// Trusting a whole family (`0.0.0.0/0`, `::/0`) is logged as a warning:
     /// every client could then choose its key.
+    #[must_use]
     pub fn trust_all(mut self, ranges: impl IntoIterator<Item = Cidr>) -> Self {
         let mut all = self.trusted.to_vec();
         let before = all.len();
@@ -259,12 +262,14 @@ impl ClientIp {
 
     /// Which header the trusted proxies write (default `X-Forwarded-For`);
     /// read only from trusted peers.
+    #[must_use]
     pub fn header(mut self, header: ForwardedHeader) -> Self {
         self.header = header;
         self
     }
 
     /// Groups IPv6 addresses by their first `bits` bits (128: no grouping).
+    #[must_use]
     pub fn ipv6_prefix(mut self, bits: u8) -> Self {
         self.v6_prefix = bits.min(128);
         self

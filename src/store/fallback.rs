@@ -154,6 +154,7 @@ impl<P: Store, F: Store> FallbackStore<P, F> {
     /// How long the fallback decides alone after the primary failed before
     /// the primary is tried again (default [`DEFAULT_PROBE_INTERVAL`]). Zero
     /// tries the primary on every call.
+    #[must_use]
     pub fn probe_interval(mut self, interval: Duration) -> Self {
         self.shared_mut().probe_ns = nanos(interval);
         self
@@ -161,6 +162,7 @@ impl<P: Store, F: Store> FallbackStore<P, F> {
 
     /// The clock timing the probe interval (tests use a
     /// [`ManualClock`](crate::clock::ManualClock)).
+    #[must_use]
     pub fn clock(mut self, clock: impl Clock) -> Self {
         self.shared_mut().clock = Box::new(clock);
         self

@@ -9,6 +9,7 @@ use crate::clock::{Clock, SystemClock};
 
 /// Builds a [`MemoryStore`] with explicit limits and clock.
 #[derive(Debug)]
+#[must_use = "builders do nothing until used"]
 pub struct MemoryStoreBuilder<C> {
     clock: C,
     max_keys: usize,

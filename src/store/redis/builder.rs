@@ -101,6 +101,7 @@ pub(crate) fn manager_config(t: Duration) -> ConnectionManagerConfig {
 
 /// Configures a [`RedisStore`] or [`RedisClusterStore`].
 #[derive(Debug)]
+#[must_use = "builders do nothing until used"]
 pub struct RedisStoreBuilder {
     pub(crate) prefix: String,
     pub(crate) timeout: Duration,
