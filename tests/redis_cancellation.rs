@@ -31,7 +31,7 @@ use faults::Paused;
 use redis_support::{runtime, RedisServer};
 
 /// The store timeout of these tests: short, so stalls trip the breaker fast.
-const TIMEOUT: Duration = Duration::from_millis(60);
+const TIMEOUT: Duration = Duration::from_millis(100);
 /// How soon after the server is healthy again the store must answer.
 const RECOVERY: Duration = Duration::from_secs(1);
 
