@@ -514,7 +514,9 @@ impl<St: Store> ThrottleLayer<St> {
             meta,
             settings: self.settings.clone(),
             _owner: self.owner.clone(),
+            #[cfg(feature = "metrics")]
             metric_prefix: self.prefix.clone().unwrap_or_else(|| "".into()),
+            #[cfg(feature = "metrics")]
             metric_rules: self
                 .limits
                 .iter()

@@ -30,8 +30,9 @@ impl<St: Store> Charge<St> {
             .actives()
             .iter()
             // Concurrency permits are released anyway; nothing to refund.
-            .filter(|a| a.cost > 0 && !a.policy.is_concurrency())
-            .map(|a| (plan.key(a).to_vec(), a.policy, a.cost))
+            .map(|a| (a, plan.policy(shared, a)))
+            .filter(|(a, policy)| a.cost > 0 && !policy.is_concurrency())
+            .map(|(a, policy)| (plan.key(a).to_vec(), *policy, a.cost))
             .collect();
         (!charged.is_empty()).then(|| {
             Box::new(Charge {

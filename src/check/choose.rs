@@ -14,9 +14,10 @@ pub(super) fn choose(
     source: &PolicySource,
     req: &RequestHead<'_>,
     keys: &mut Vec<u8>,
+    chosen: &mut Vec<Policy>,
     active: &mut Active,
 ) {
-    let chosen = match source {
+    let picked = match source {
         PolicySource::Fn(f) => f(req),
         PolicySource::Resolver(r) => {
             match r.resolve_now(&keys[active.start + rule.key_head.len()..active.end]) {
@@ -28,16 +29,23 @@ pub(super) fn choose(
             }
         }
     };
-    if let Some(policy) = chosen {
-        apply(rule, policy, keys, active);
+    if let Some(policy) = picked {
+        apply(rule, policy, keys, chosen, active);
     }
 }
 
 /// Applies `policy` to `active`, tagging its key when the policy cannot
 /// share the rule's state (see [`crate::resolve`]). Returns how many bytes
 /// the key grew by (the caller moves the keys after it).
-fn apply(rule: &RuleCfg, policy: Policy, keys: &mut Vec<u8>, active: &mut Active) -> usize {
-    active.policy = policy;
+fn apply(
+    rule: &RuleCfg,
+    policy: Policy,
+    keys: &mut Vec<u8>,
+    chosen: &mut Vec<Policy>,
+    active: &mut Active,
+) -> usize {
+    active.chosen = Some(u32::try_from(chosen.len()).unwrap_or(u32::MAX));
+    chosen.push(policy);
     let mut tag = Vec::new();
     if !policy.write_state_tag(&rule.policy, &mut tag) {
         return 0;
@@ -66,7 +74,7 @@ pub(super) async fn resolve_pending<St>(shared: &Shared<St>, plan: &mut Plan) {
             active.pending = false;
             let rule = &shared.rules[active.rule];
             if let Some(policy) = resolve(shared, rule, plan.key_part(rule, &active)).await {
-                shift += apply(rule, policy, &mut plan.keys, &mut active);
+                shift += apply(rule, policy, &mut plan.keys, &mut plan.chosen, &mut active);
             }
         }
         plan.actives_mut()[i] = active;

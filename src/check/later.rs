@@ -110,7 +110,7 @@ async fn store_call<St: Store>(
         let actives = plan.actives();
         let policies: Vec<Policy> = actives
             .iter()
-            .map(|a| effective_policy(&a.policy, a.cost, reserve))
+            .map(|a| effective_policy(plan.policy(shared, a), a.cost, reserve))
             .collect();
         let mut decisions = match actives {
             [a] => {
@@ -128,18 +128,18 @@ async fn store_call<St: Store>(
         };
         let mut wait = Duration::ZERO;
         for ((a, used), d) in actives.iter().zip(&policies).zip(&mut decisions) {
-            wait = wait.max(rebase(&a.policy, used, d));
+            wait = wait.max(rebase(plan.policy(shared, a), used, d));
         }
         let info = match (&plan.rules, decisions.len()) {
             (ActiveRules::One(a), 1) => RateLimitInfo::one(
                 shared.meta.clone(),
                 Entry {
                     rule: a.rule,
-                    policy: a.policy,
+                    policy: *plan.policy(shared, a),
                     decision: decisions[0],
                 },
             ),
-            _ => many(shared, actives, decisions)?,
+            _ => many(shared, plan, decisions)?,
         };
         Ok((info, wait))
     };
@@ -171,8 +171,9 @@ impl<St: Store> Reserved<St> {
         let charged = plan
             .actives()
             .iter()
-            .filter(|a| a.cost > 0 && !a.policy.is_concurrency())
-            .map(|a| (plan.key(a).to_vec(), a.policy, a.cost))
+            .map(|a| (a, plan.policy(shared, a)))
+            .filter(|(a, policy)| a.cost > 0 && !policy.is_concurrency())
+            .map(|(a, policy)| (plan.key(a).to_vec(), *policy, a.cost))
             .collect();
         Reserved {
             store: Some(shared.store.clone()),

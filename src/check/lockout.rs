@@ -30,7 +30,7 @@ pub(super) fn locked_now<St: Store>(
     for a in plan.actives() {
         match penalty.check_locked_now(&*shared.store, plan.key(a))? {
             Ok(None) => {}
-            Ok(Some(left)) => entries.push(entry(penalty, a.rule, a.policy, left)),
+            Ok(Some(left)) => entries.push(entry(penalty, a.rule, *plan.policy(shared, a), left)),
             Err(error) => return Some(Err(error)),
         }
     }
@@ -50,7 +50,7 @@ async fn locked<St: Store>(
         let mut entries = Vec::new();
         for a in plan.actives() {
             if let Some(left) = penalty.check_locked(&*shared.store, plan.key(a)).await? {
-                entries.push(entry(penalty, a.rule, a.policy, left));
+                entries.push(entry(penalty, a.rule, *plan.policy(shared, a), left));
             }
         }
         Ok(info(shared, entries))

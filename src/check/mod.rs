@@ -42,8 +42,10 @@ pub(crate) struct Shared<St> {
     /// its services lives.
     pub(crate) _owner: Arc<()>,
     /// The `prefix` label of the metrics ("" without a prefix).
+    #[cfg(feature = "metrics")]
     pub(crate) metric_prefix: Arc<str>,
     /// The `rule` label of outcomes about every rule: the names, `+`-joined.
+    #[cfg(feature = "metrics")]
     pub(crate) metric_rules: Arc<str>,
 }
 
@@ -126,7 +128,9 @@ struct Active {
     start: usize,
     end: usize,
     cost: u64,
-    policy: Policy,
+    /// The request's own policy (an index into `Plan::chosen`), when it is
+    /// not the rule's: kept out of line, so a static policy copies nothing.
+    chosen: Option<u32>,
     /// The policy is still to be resolved (asynchronously).
     pending: bool,
 }
@@ -144,6 +148,8 @@ pub(crate) struct Plan {
     reply: Reply,
     /// Some rule's policy is still to be resolved.
     pending: bool,
+    /// The policies requests chose (see `Active::chosen`); empty for static ones.
+    chosen: Vec<Policy>,
 }
 
 thread_local! {
@@ -173,6 +179,14 @@ impl Plan {
         &self.keys[a.start..a.end]
     }
 
+    /// The policy `a` applies: the request's, or its rule's.
+    fn policy<'a, St>(&'a self, shared: &'a Shared<St>, a: &Active) -> &'a Policy {
+        match a.chosen {
+            Some(i) => &self.chosen[i as usize],
+            None => &shared.rules[a.rule].policy,
+        }
+    }
+
     fn actives_mut(&mut self) -> &mut [Active] {
         match &mut self.rules {
             ActiveRules::One(a) => std::slice::from_mut(a),
@@ -196,6 +210,7 @@ pub(crate) fn plan<St>(shared: &Shared<St>, req: &RequestHead<'_>) -> Planned {
     keys.reserve(48 * n);
     let mut actives = Vec::new();
     let mut one = None;
+    let mut chosen = Vec::new();
     let mut pending = false;
     for (i, rule) in shared.rules.iter().enumerate() {
         let start = keys.len();
@@ -232,11 +247,11 @@ pub(crate) fn plan<St>(shared: &Shared<St>, req: &RequestHead<'_>) -> Planned {
             start,
             end: keys.len(),
             cost: rule.cost.of(req),
-            policy: rule.policy,
+            chosen: None,
             pending: false,
         };
         if let Some(source) = &rule.source {
-            choose::choose(rule, source, req, &mut keys, &mut active);
+            choose::choose(rule, source, req, &mut keys, &mut chosen, &mut active);
             pending |= active.pending;
         }
         if n == 1 {
@@ -258,6 +273,7 @@ pub(crate) fn plan<St>(shared: &Shared<St>, req: &RequestHead<'_>) -> Planned {
         // answers itself and so need not read the `content-type`.
         reply: Reply::Http,
         pending,
+        chosen,
     })
 }
 
@@ -438,7 +454,7 @@ fn evaluate_now<St: Store>(shared: &Shared<St>, mut plan: Plan, req: &RequestHea
     }
     let answer = match &plan.rules {
         ActiveRules::One(a) => {
-            let rule = Rule::new(plan.key(a), &a.policy, a.cost);
+            let rule = Rule::new(plan.key(a), plan.policy(shared, a), a.cost);
             let Some(decision) = shared.store.check_now(rule) else {
                 plan.reply = reply();
                 return Now::Later(plan);
@@ -461,7 +477,7 @@ fn evaluate_now<St: Store>(shared: &Shared<St>, mut plan: Plan, req: &RequestHea
                     shared.meta.clone(),
                     Entry {
                         rule: a.rule,
-                        policy: a.policy,
+                        policy: *plan.policy(shared, a),
                         decision,
                     },
                 )
@@ -470,14 +486,14 @@ fn evaluate_now<St: Store>(shared: &Shared<St>, mut plan: Plan, req: &RequestHea
         ActiveRules::Many(actives) => {
             let rules: Vec<Rule<'_>> = actives
                 .iter()
-                .map(|a| Rule::new(plan.key(a), &a.policy, a.cost))
+                .map(|a| Rule::new(plan.key(a), plan.policy(shared, a), a.cost))
                 .collect();
             let Some(decisions) = shared.store.check_all_now(&rules) else {
                 drop(rules);
                 plan.reply = reply();
                 return Now::Later(plan);
             };
-            decisions.and_then(|decisions| many(shared, actives, decisions))
+            decisions.and_then(|decisions| many(shared, &plan, decisions))
         }
     };
     plan.reply = reply();
@@ -497,9 +513,10 @@ fn evaluate_now<St: Store>(shared: &Shared<St>, mut plan: Plan, req: &RequestHea
 
 fn many<St>(
     shared: &Shared<St>,
-    actives: &[Active],
+    plan: &Plan,
     decisions: Vec<crate::Decision>,
 ) -> Result<RateLimitInfo, StoreError> {
+    let actives = plan.actives();
     if decisions.len() != actives.len() {
         return Err(StoreError::Protocol(format!(
             "{} decisions for {} rules",
@@ -512,7 +529,7 @@ fn many<St>(
         .zip(decisions)
         .map(|(a, decision)| Entry {
             rule: a.rule,
-            policy: a.policy,
+            policy: *plan.policy(shared, a),
             decision,
         })
         .collect();
