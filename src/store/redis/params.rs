@@ -40,6 +40,27 @@ fn micros(ns: u64, what: &'static str) -> Result<u64, StoreError> {
     Ok(ns / 1000)
 }
 
+/// Bounds of a window that is not a whole number of microseconds (codes
+/// 'F' and 'S'): the scripts compute `floor(1000·now / w)` and its remainder
+/// by long division (`ns_divmod` in common.lua), exact for `w ≤ 2^49` ns;
+/// `w ≥ 1000` ns keeps the window index below 2^52.
+pub(crate) const MAX_NS_WINDOW: u64 = 1 << 49;
+
+/// A window in ns the scripts can divide by exactly.
+fn ns_window(window_ns: u64) -> Result<u64, StoreError> {
+    if window_ns < 1000 {
+        return Err(StoreError::Unsupported(
+            "windows shorter than 1 µs on Redis (the server clock counts µs)",
+        ));
+    }
+    if window_ns > MAX_NS_WINDOW {
+        return Err(StoreError::Unsupported(
+            "windows above 2^49 ns (6.5 days) that are not whole microseconds on Redis",
+        ));
+    }
+    Ok(window_ns)
+}
+
 impl Params {
     /// Validates `policy` for the scripts.
     pub(crate) fn of(policy: &Policy) -> Result<Params, StoreError> {
@@ -79,6 +100,32 @@ impl Params {
                     "sliding logs above 10,000 per window on Redis (one member per unit blocks \
                      the server); use Policy::sliding_window",
                 ));
+            }
+            Algorithm::FixedWindow(p) if !p.window_ns.is_multiple_of(1000) => {
+                // Nanosecond windows (code 'F'): see ns_window.
+                let w = ns_window(p.window_ns)?;
+                if u128::from(p.max) > MAX_SPAN_US {
+                    return Err(too_big);
+                }
+                return Ok(Params {
+                    code: "F",
+                    p1: p.max,
+                    p2: w,
+                    limit: p.max,
+                });
+            }
+            Algorithm::SlidingWindow(p) if !p.window_ns.is_multiple_of(1000) => {
+                // As below, with w in ns (code 'S').
+                let w = ns_window(p.window_ns)?;
+                if (3 * u128::from(p.max) + 2) * u128::from(w) > MAX_SPAN_US * 4 {
+                    return Err(too_big);
+                }
+                return Ok(Params {
+                    code: "S",
+                    p1: p.max,
+                    p2: w,
+                    limit: p.max,
+                });
             }
             Algorithm::SlidingLog(p) | Algorithm::FixedWindow(p) => {
                 let w = micros(
@@ -162,7 +209,18 @@ mod tests {
         let log = Policy::sliding_log(MAX_LOG_ENTRIES, Duration::from_secs(60)).unwrap();
         assert!(Params::of(&log).is_ok());
         let ns = Policy::fixed_window(1, Duration::from_nanos(1500)).unwrap();
-        assert!(Params::of(&ns).is_err());
+        let p = Params::of(&ns).unwrap();
+        assert_eq!((p.code, p.p2), ("F", 1500));
+        let third = Policy::sliding_window(10, Duration::from_nanos(333_333_333)).unwrap();
+        assert_eq!(Params::of(&third).unwrap().code, "S");
+        let whole = Policy::sliding_window(10, Duration::from_micros(1500)).unwrap();
+        assert_eq!(Params::of(&whole).unwrap().code, "s");
+        for odd in [999, MAX_NS_WINDOW + 1] {
+            let p = Policy::fixed_window(1, Duration::from_nanos(odd)).unwrap();
+            assert!(matches!(Params::of(&p), Err(StoreError::Unsupported(_))));
+        }
+        let odd = Policy::sliding_window(1 << 20, Duration::from_nanos(1 << 40 | 1)).unwrap();
+        assert!(Params::of(&odd).is_err());
         let big = Policy::sliding_window(1 << 40, Duration::from_secs(3600)).unwrap();
         assert!(Params::of(&big).is_err());
         let fine = Policy::sliding_window(1_000_000, Duration::from_secs(60)).unwrap();

@@ -1,0 +1,175 @@
+//! Windows that are not a whole number of microseconds on Redis: decision by
+//! decision the same as the memory store, with the clock moving in the
+//! server clock's whole µs (issue 11). The scripts compute the window index
+//! floor(1000·now / w) and the ns elapsed in it by exact long division.
+
+#[path = "support/redis.rs"]
+mod redis_support;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use proptest::prelude::*;
+use redis_support::{current_thread_runtime as runtime, RedisServer};
+use tower_throttle::clock::ManualClock;
+use tower_throttle::store::redis::{RedisStore, TimeSource};
+use tower_throttle::{Decision, MemoryStore, PermitId, Policy, PolicyError, Rule, Store};
+
+#[derive(Clone, Debug)]
+enum Op {
+    Advance(u64),
+    Check(u64),
+    Refund(u64),
+    Reset,
+    Release(usize),
+}
+
+/// Windows in ns that are not whole µs, from 1.001 µs to 2^49 − 1 ns, and
+/// the thirds and sevenths of common periods.
+fn odd_ns() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        4 => (1u64..=3_000_000_000).prop_map(|n| if n % 1000 == 0 { n + 1 } else { n.max(1001) }),
+        1 => prop_oneof![
+            Just(1_001u64),
+            Just(1_500),
+            Just(333_333_333),
+            Just(8_571_428_571), // a minute / 7
+            Just(28_800_000_000_001),
+            Just((1 << 49) - 1),
+        ],
+    ]
+}
+
+fn with_ops(policy: Policy, span_us: u64) -> impl Strategy<Value = (Policy, Vec<Op>)> {
+    let limit = policy.limit();
+    let span = span_us.max(1);
+    let op = prop_oneof![
+        2 => (0..=span / 8).prop_map(Op::Advance),
+        2 => (0..=span * 2).prop_map(Op::Advance),
+        1 => (0..=3u64).prop_map(Op::Advance),
+        8 => (0..=limit + 1).prop_map(Op::Check),
+        1 => (1..=limit + 1).prop_map(Op::Refund),
+        1 => Just(Op::Reset),
+        2 => any::<usize>().prop_map(Op::Release),
+    ];
+    (Just(policy), proptest::collection::vec(op, 1..=30))
+}
+
+fn window(
+    f: fn(u64, Duration) -> Result<Policy, PolicyError>,
+) -> impl Strategy<Value = (Policy, Vec<Op>)> {
+    (1u64..=6, odd_ns())
+        // The Redis bound of a sliding window, (3·max + 2)·w ≤ 2^52 (a
+        // fixed window's, w ≤ 2^49 ns, holds for every generated w).
+        .prop_filter("beyond the exact range", |&(max, w)| {
+            (3 * u128::from(max) + 2) * u128::from(w) <= 1 << 52
+        })
+        .prop_flat_map(move |(max, w)| with_ops(f(max, Duration::from_nanos(w)).unwrap(), w / 1000))
+}
+
+/// One Redis server, store and clock for all cases of a property.
+struct Bench {
+    _server: RedisServer,
+    rt: tokio::runtime::Runtime,
+    clock: ManualClock,
+    redis: RedisStore,
+    case: AtomicU64,
+}
+
+impl Bench {
+    fn new() -> Bench {
+        let server = RedisServer::start();
+        let rt = runtime();
+        let clock = ManualClock::starting_at(1_700_000_000_000_000_000);
+        let redis = rt.block_on(async {
+            RedisStore::builder()
+                .prefix("t")
+                .timeout(Duration::from_secs(5))
+                .time_source(TimeSource::client(clock.clone()))
+                // Real time passing never expires what the frozen clock holds.
+                .ttl_padding(Duration::from_secs(600))
+                .connect(server.url().as_str())
+                .await
+                .unwrap()
+        });
+        Bench {
+            _server: server,
+            rt,
+            clock,
+            redis,
+            case: AtomicU64::new(0),
+        }
+    }
+
+    fn run(&self, policy: Policy, ops: Vec<Op>) -> Result<(), TestCaseError> {
+        let key = format!("case-{}", self.case.fetch_add(1, Ordering::Relaxed));
+        let key = key.as_bytes();
+        let mem = MemoryStore::builder()
+            .clock(self.clock.clone())
+            .sweep_interval(None)
+            .build();
+        let (redis, clock) = (&self.redis, &self.clock);
+        let strip = |d: Decision| Decision {
+            permit: d.permit.map(|_| PermitId(0)),
+            ..d
+        };
+        self.rt.block_on(async {
+            let mut permits: Vec<(PermitId, PermitId)> = Vec::new();
+            for (step, op) in ops.into_iter().enumerate() {
+                match op {
+                    Op::Advance(n) => clock.advance(Duration::from_micros(n)),
+                    Op::Check(cost) => {
+                        let m = mem.check(Rule::new(key, &policy, cost)).await.unwrap();
+                        let r = redis.check(Rule::new(key, &policy, cost)).await.unwrap();
+                        prop_assert_eq!(strip(m), strip(r), "step {} cost {}", step, cost);
+                        if let (Some(a), Some(b)) = (m.permit, r.permit) {
+                            permits.push((a, b));
+                        }
+                    }
+                    Op::Refund(n) => {
+                        mem.refund(key, &policy, n).await.unwrap();
+                        redis.refund(key, &policy, n).await.unwrap();
+                    }
+                    Op::Reset => {
+                        mem.reset(key, &policy).await.unwrap();
+                        redis.reset(key, &policy).await.unwrap();
+                        permits.clear();
+                    }
+                    Op::Release(i) if !permits.is_empty() => {
+                        let (a, b) = permits.remove(i % permits.len());
+                        mem.release(key, &policy, a).await.unwrap();
+                        redis.release(key, &policy, b).await.unwrap();
+                    }
+                    Op::Release(_) => {}
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+macro_rules! model_test {
+    ($name:ident, $strategy:expr) => {
+        #[test]
+        fn $name() {
+            let bench = Bench::new();
+            let config = ProptestConfig {
+                cases: 256,
+                failure_persistence: None,
+                ..ProptestConfig::default()
+            };
+            proptest!(config, |((policy, ops) in $strategy)| {
+                bench.run(policy, ops)?;
+            });
+        }
+    };
+}
+
+model_test!(
+    fixed_window_in_ns_matches_memory_store,
+    window(Policy::fixed_window)
+);
+model_test!(
+    sliding_window_in_ns_matches_memory_store,
+    window(Policy::sliding_window)
+);
