@@ -173,3 +173,7 @@ model_test!(
     sliding_window_in_ns_matches_memory_store,
     window(Policy::sliding_window)
 );
+model_test!(
+    sliding_log_in_ns_matches_memory_store,
+    window(Policy::sliding_log)
+);

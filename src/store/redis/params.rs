@@ -41,7 +41,7 @@ fn micros(ns: u64, what: &'static str) -> Result<u64, StoreError> {
 }
 
 /// Bounds of a window that is not a whole number of microseconds (codes
-/// 'F' and 'S'): the scripts compute `floor(1000·now / w)` and its remainder
+/// 'F', 'S' and 'L'): the scripts compute `floor(1000·now / w)` and its remainder
 /// by long division (`ns_divmod` in common.lua), exact for `w ≤ 2^49` ns;
 /// `w ≥ 1000` ns keeps the window index below 2^52.
 pub(crate) const MAX_NS_WINDOW: u64 = 1 << 49;
@@ -122,6 +122,17 @@ impl Params {
                 }
                 return Ok(Params {
                     code: "S",
+                    p1: p.max,
+                    p2: w,
+                    limit: p.max,
+                });
+            }
+            Algorithm::SlidingLog(p) if !p.window_ns.is_multiple_of(1000) => {
+                // Code 'L': times stay whole µs, the window travels in ns
+                // (see sliding_log.lua).
+                let w = ns_window(p.window_ns)?;
+                return Ok(Params {
+                    code: "L",
                     p1: p.max,
                     p2: w,
                     limit: p.max,
