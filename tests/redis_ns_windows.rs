@@ -177,3 +177,7 @@ model_test!(
     sliding_log_in_ns_matches_memory_store,
     window(Policy::sliding_log)
 );
+model_test!(
+    concurrency_with_a_lease_in_ns_matches_memory_store,
+    window(Policy::concurrency_with_lease)
+);

@@ -40,8 +40,8 @@ fn micros(ns: u64, what: &'static str) -> Result<u64, StoreError> {
     Ok(ns / 1000)
 }
 
-/// Bounds of a window that is not a whole number of microseconds (codes
-/// 'F', 'S' and 'L'): the scripts compute `floor(1000·now / w)` and its remainder
+/// Bounds of a window (or lease) that is not a whole number of microseconds
+/// (codes 'F', 'S', 'L' and 'C'): the scripts compute `floor(1000·now / w)` and its remainder
 /// by long division (`ns_divmod` in common.lua), exact for `w ≤ 2^49` ns;
 /// `w ≥ 1000` ns keeps the window index below 2^52.
 pub(crate) const MAX_NS_WINDOW: u64 = 1 << 49;
@@ -158,6 +158,19 @@ impl Params {
                     return Err(too_big);
                 }
                 (p.max, w, p.max)
+            }
+            Algorithm::Concurrency(p) if !p.lease_ns.is_multiple_of(1000) => {
+                // Code 'C': expiries as exact (µs, ns) pairs (concurrency.lua).
+                let lease = ns_window(p.lease_ns)?;
+                if u128::from(p.max_in_flight) > MAX_SPAN_US {
+                    return Err(too_big);
+                }
+                return Ok(Params {
+                    code: "C",
+                    p1: p.max_in_flight,
+                    p2: lease,
+                    limit: p.max_in_flight,
+                });
             }
             Algorithm::Concurrency(p) => {
                 let lease = micros(

@@ -185,9 +185,10 @@ pub(crate) fn decision(
             allowed: script_allowed,
             limit: p.max_in_flight,
             remaining: uint(field(1)?)?,
-            retry_after: opt_uint(field(2)?)?.map(us_dur).transpose()?,
-            reset_after: us_dur(uint(field(3)?)?)?,
-            quota_after: us_dur(uint(field(4)?)?)?,
+            // In ns (decimal strings: exact at any size).
+            retry_after: opt_uint(field(2)?)?.map(Duration::from_nanos),
+            reset_after: Duration::from_nanos(uint(field(3)?)?),
+            quota_after: Duration::from_nanos(uint(field(4)?)?),
             permit: if script_allowed && cost > 0 {
                 rule.permit
             } else {
