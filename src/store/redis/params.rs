@@ -1,5 +1,6 @@
-//! Policies as script arguments, in microseconds, with the bounds that keep
-//! every Lua number an exact integer.
+//! Policies as script arguments, in microseconds (in nanoseconds for the
+//! codes 'n', 'F', 'S', 'L' and 'C' of durations that are not whole µs), with
+//! the bounds that keep every Lua number an exact integer.
 //!
 //! Lua numbers are doubles: integers are exact below 2^53. Times are µs
 //! since the epoch (about 1.8·10^15 today, and the scripts refuse a `now`
@@ -40,22 +41,25 @@ fn micros(ns: u64, what: &'static str) -> Result<u64, StoreError> {
     Ok(ns / 1000)
 }
 
-/// Bounds of a window (or lease) that is not a whole number of microseconds
-/// (codes 'F', 'S', 'L' and 'C'): the scripts compute `floor(1000·now / w)` and its remainder
-/// by long division (`ns_divmod` in common.lua), exact for `w ≤ 2^49` ns;
-/// `w ≥ 1000` ns keeps the window index below 2^52.
+/// Bound of a window (or lease) that is not a whole number of microseconds
+/// (codes 'F', 'S', 'L' and 'C'): the window scripts compute
+/// `floor(1000·now / w)` and its remainder by long division (`ns_divmod` in
+/// common.lua), exact for `w ≤ 2^49` ns; logs and leases split it into an
+/// exact (µs, ns) pair.
 pub(crate) const MAX_NS_WINDOW: u64 = 1 << 49;
 
-/// A window in ns the scripts can divide by exactly.
-fn ns_window(window_ns: u64) -> Result<u64, StoreError> {
-    if window_ns < 1000 {
+/// A window or lease in ns the scripts handle exactly. A window counter's
+/// also needs `w ≥ 1000` ns, which keeps its index below 2^52 (`counter`).
+fn ns_window(window_ns: u64, counter: bool) -> Result<u64, StoreError> {
+    if counter && window_ns < 1000 {
         return Err(StoreError::Unsupported(
-            "windows shorter than 1 µs on Redis (the server clock counts µs)",
+            "fixed and sliding windows shorter than 1 µs on Redis (the server clock counts µs)",
         ));
     }
     if window_ns > MAX_NS_WINDOW {
         return Err(StoreError::Unsupported(
-            "windows above 2^49 ns (6.5 days) that are not whole microseconds on Redis",
+            "windows and leases above 2^49 ns (6.5 days) that are not whole microseconds on \
+             Redis",
         ));
     }
     Ok(window_ns)
@@ -103,7 +107,7 @@ impl Params {
             }
             Algorithm::FixedWindow(p) if !p.window_ns.is_multiple_of(1000) => {
                 // Nanosecond windows (code 'F'): see ns_window.
-                let w = ns_window(p.window_ns)?;
+                let w = ns_window(p.window_ns, true)?;
                 if u128::from(p.max) > MAX_SPAN_US {
                     return Err(too_big);
                 }
@@ -116,7 +120,7 @@ impl Params {
             }
             Algorithm::SlidingWindow(p) if !p.window_ns.is_multiple_of(1000) => {
                 // As below, with w in ns (code 'S').
-                let w = ns_window(p.window_ns)?;
+                let w = ns_window(p.window_ns, true)?;
                 if (3 * u128::from(p.max) + 2) * u128::from(w) > MAX_SPAN_US * 4 {
                     return Err(too_big);
                 }
@@ -130,7 +134,7 @@ impl Params {
             Algorithm::SlidingLog(p) if !p.window_ns.is_multiple_of(1000) => {
                 // Code 'L': times stay whole µs, the window travels in ns
                 // (see sliding_log.lua).
-                let w = ns_window(p.window_ns)?;
+                let w = ns_window(p.window_ns, false)?;
                 return Ok(Params {
                     code: "L",
                     p1: p.max,
@@ -161,7 +165,7 @@ impl Params {
             }
             Algorithm::Concurrency(p) if !p.lease_ns.is_multiple_of(1000) => {
                 // Code 'C': expiries as exact (µs, ns) pairs (concurrency.lua).
-                let lease = ns_window(p.lease_ns)?;
+                let lease = ns_window(p.lease_ns, false)?;
                 if u128::from(p.max_in_flight) > MAX_SPAN_US {
                     return Err(too_big);
                 }
@@ -243,6 +247,10 @@ mod tests {
             let p = Policy::fixed_window(1, Duration::from_nanos(odd)).unwrap();
             assert!(matches!(Params::of(&p), Err(StoreError::Unsupported(_))));
         }
+        let short = Policy::sliding_log(1, Duration::from_nanos(999)).unwrap();
+        assert_eq!(Params::of(&short).unwrap().code, "L");
+        let lease = Policy::concurrency_with_lease(1, Duration::from_nanos(1)).unwrap();
+        assert_eq!(Params::of(&lease).unwrap().code, "C");
         let odd = Policy::sliding_window(1 << 20, Duration::from_nanos(1 << 40 | 1)).unwrap();
         assert!(Params::of(&odd).is_err());
         let big = Policy::sliding_window(1 << 40, Duration::from_secs(3600)).unwrap();
