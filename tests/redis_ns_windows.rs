@@ -184,3 +184,84 @@ model_test!(
     concurrency_with_a_lease_in_ns_matches_memory_store,
     window(Policy::concurrency_with_lease, 1)
 );
+
+/// Concurrent callers share batches (the uniform fast path for windows and
+/// logs, the general one for leases and mixed checks): each admission sees
+/// every earlier one, and a multi-rule check of all four algorithms in ns
+/// decides as the memory store does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_and_multi_rule_checks_in_ns_match_memory() {
+    let server = RedisServer::start();
+    let frozen = ManualClock::starting_at(1_700_000_000_000_000_000);
+    let store = std::sync::Arc::new(
+        RedisStore::builder()
+            .prefix("b")
+            .timeout(Duration::from_secs(5))
+            .time_source(TimeSource::client(frozen.clone()))
+            .ttl_padding(Duration::from_secs(600))
+            .deny_cache(0)
+            .connect(server.url().as_str())
+            .await
+            .unwrap(),
+    );
+    let bound = 25;
+    let third = Duration::from_nanos(333_333_333);
+    let policies = [
+        Policy::fixed_window(bound, third).unwrap(),
+        Policy::sliding_window(bound, third).unwrap(),
+        Policy::sliding_log(bound, third).unwrap(),
+        Policy::concurrency_with_lease(bound, third).unwrap(),
+    ];
+    for (i, policy) in policies.into_iter().enumerate() {
+        let key = format!("batch{i}").into_bytes();
+        let tasks: Vec<_> = (0..100)
+            .map(|_| {
+                let (store, key) = (store.clone(), key.clone());
+                tokio::spawn(async move { store.check(Rule::new(&key, &policy, 1)).await.unwrap() })
+            })
+            .collect();
+        let mut remaining = Vec::new();
+        for t in tasks {
+            let d = t.await.unwrap();
+            if d.allowed {
+                remaining.push(d.remaining);
+            }
+        }
+        remaining.sort_unstable();
+        assert_eq!(remaining, (0..bound).collect::<Vec<_>>(), "policy {i}");
+    }
+    let mem = MemoryStore::builder()
+        .clock(frozen.clone())
+        .sweep_interval(None)
+        .build();
+    let strip = |d: Decision| Decision {
+        permit: d.permit.map(|_| PermitId(0)),
+        ..d
+    };
+    let keys: Vec<Vec<u8>> = (0..4).map(|i| format!("multi{i}").into_bytes()).collect();
+    // Small limits, so that the walk reaches them.
+    let small = [
+        Policy::fixed_window(5, third).unwrap(),
+        Policy::sliding_window(5, third).unwrap(),
+        Policy::sliding_log(5, third).unwrap(),
+        Policy::concurrency_with_lease(5, third).unwrap(),
+    ];
+    let mut denied = 0;
+    for step in 0..40u64 {
+        let rules: Vec<Rule<'_>> = small
+            .iter()
+            .zip(&keys)
+            .map(|(p, k)| Rule::new(k, p, step % 3))
+            .collect();
+        let m = mem.check_all(&rules).await.unwrap();
+        let r = store.check_all(&rules).await.unwrap();
+        let (m, r): (Vec<_>, Vec<_>) = (
+            m.into_iter().map(strip).collect(),
+            r.into_iter().map(strip).collect(),
+        );
+        assert_eq!(m, r, "step {step}");
+        denied += usize::from(m.iter().any(|d| !d.allowed));
+        frozen.advance(Duration::from_micros(step * 7_919 % 50_000));
+    }
+    assert!(denied > 0, "the walk never reached a limit");
+}
