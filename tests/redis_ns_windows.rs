@@ -11,15 +11,13 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use redis_support::{current_thread_runtime as runtime, RedisServer};
-use tower_throttle::clock::{Clock, ManualClock};
+use tower_throttle::clock::ManualClock;
 use tower_throttle::store::redis::{RedisStore, TimeSource};
 use tower_throttle::{Decision, MemoryStore, PermitId, Policy, PolicyError, Rule, Store};
 
 #[derive(Clone, Debug)]
 enum Op {
     Advance(u64),
-    /// The clock goes back (µs): stored state later than `now`.
-    Back(u64),
     Check(u64),
     Refund(u64),
     Reset,
@@ -43,18 +41,16 @@ fn odd_ns(min: u64) -> impl Strategy<Value = u64> {
     ]
 }
 
-/// Ops on `policy`; with `back`, the clock also goes back. (Not for the
-/// window counters: after a clock went back, a refund to zero deletes the
-/// Redis key but leaves the memory store's later window in force, whatever
-/// the window's unit; see the report of issue 11.)
-fn with_ops(policy: Policy, span_us: u64, back: bool) -> impl Strategy<Value = (Policy, Vec<Op>)> {
+/// Ops on `policy`; the clock only moves forward. (A clock going back
+/// after a key was deleted or pruned can revive state the memory store still
+/// holds: a difference of both units, not of this one's arithmetic.)
+fn with_ops(policy: Policy, span_us: u64) -> impl Strategy<Value = (Policy, Vec<Op>)> {
     let limit = policy.limit();
     let span = span_us.max(1);
     let op = prop_oneof![
         2 => (0..=span / 8).prop_map(Op::Advance),
         2 => (0..=span * 2).prop_map(Op::Advance),
         1 => (0..=3u64).prop_map(Op::Advance),
-        u32::from(back) => (1..=span).prop_map(Op::Back),
         8 => (0..=limit + 1).prop_map(Op::Check),
         1 => (1..=limit + 1).prop_map(Op::Refund),
         1 => Just(Op::Reset),
@@ -67,7 +63,6 @@ fn with_ops(policy: Policy, span_us: u64, back: bool) -> impl Strategy<Value = (
 fn window(
     f: fn(u64, Duration) -> Result<Policy, PolicyError>,
     min: u64,
-    back: bool,
 ) -> impl Strategy<Value = (Policy, Vec<Op>)> {
     (1u64..=6, odd_ns(min))
         // The Redis bound of a sliding window, (3·max + 2)·w ≤ 2^52 (a
@@ -75,9 +70,7 @@ fn window(
         .prop_filter("beyond the exact range", |&(max, w)| {
             (3 * u128::from(max) + 2) * u128::from(w) <= 1 << 52
         })
-        .prop_flat_map(move |(max, w)| {
-            with_ops(f(max, Duration::from_nanos(w)).unwrap(), w / 1000, back)
-        })
+        .prop_flat_map(move |(max, w)| with_ops(f(max, Duration::from_nanos(w)).unwrap(), w / 1000))
 }
 
 /// One Redis server, store and clock for all cases of a property.
@@ -131,7 +124,6 @@ impl Bench {
             for (step, op) in ops.into_iter().enumerate() {
                 match op {
                     Op::Advance(n) => clock.advance(Duration::from_micros(n)),
-                    Op::Back(n) => clock.set_ns(clock.now_ns() - n * 1000),
                     Op::Check(cost) => {
                         let m = mem.check(Rule::new(key, &policy, cost)).await.unwrap();
                         let r = redis.check(Rule::new(key, &policy, cost)).await.unwrap();
@@ -181,19 +173,19 @@ macro_rules! model_test {
 
 model_test!(
     fixed_window_in_ns_matches_memory_store,
-    window(Policy::fixed_window, 1001, false)
+    window(Policy::fixed_window, 1001)
 );
 model_test!(
     sliding_window_in_ns_matches_memory_store,
-    window(Policy::sliding_window, 1001, false)
+    window(Policy::sliding_window, 1001)
 );
 model_test!(
     sliding_log_in_ns_matches_memory_store,
-    window(Policy::sliding_log, 1, true)
+    window(Policy::sliding_log, 1)
 );
 model_test!(
     concurrency_with_a_lease_in_ns_matches_memory_store,
-    window(Policy::concurrency_with_lease, 1, true)
+    window(Policy::concurrency_with_lease, 1)
 );
 
 /// Concurrent callers share batches (the uniform fast path for windows and
@@ -275,4 +267,36 @@ async fn batched_and_multi_rule_checks_in_ns_match_memory() {
         frozen.advance(Duration::from_micros(step * 7_919 % 50_000));
     }
     assert!(denied > 0, "the walk never reached a limit");
+}
+
+/// The window index and the time into it, floor(1000·now / w) and its
+/// remainder, are exact up to the scripts' clock bound (2^52 µs) and for
+/// windows up to 2^49 ns: a fresh key's reset_after is (index + 1)·w − now,
+/// and a sliding window's admission depends on the remainder.
+#[test]
+fn window_division_is_exact_up_to_the_clock_bound() {
+    let bench = Bench::new();
+    let nows_us = [
+        // Room for the advances (< 2^40 µs) below the bound.
+        (1u64 << 52) - (1 << 40),
+        (1 << 52) - (1 << 40) - 1_000_001,
+        1_700_000_000_123_457,
+        4_000_000_000_000_000,
+        3_141_592_653_589_793,
+    ];
+    let windows_ns = [1_001, 1_500, 333_333_333, 999_999_999_999, (1 << 49) - 1];
+    for now in nows_us {
+        for w in windows_ns {
+            bench.clock.set_ns(now * 1000);
+            let ops = vec![Op::Check(1), Op::Advance(w / 2000), Op::Check(1)];
+            let fixed = Policy::fixed_window(2, Duration::from_nanos(w)).unwrap();
+            bench.run(fixed, ops.clone()).unwrap();
+            // Two units in one window, then one more just past its end:
+            // the previous window's weight is its remaining fraction.
+            bench.clock.set_ns(now * 1000);
+            let sliding = Policy::sliding_window(2, Duration::from_nanos(w)).unwrap();
+            let ops = vec![Op::Check(2), Op::Advance(w / 1000 + 1), Op::Check(1)];
+            bench.run(sliding, ops).unwrap();
+        }
+    }
 }
