@@ -236,12 +236,18 @@ async fn same_decisions_as_memory(cluster: &RedisCluster) {
         ..d
     };
     let w = Duration::from_micros(1_234_567);
+    let third = Duration::from_nanos(333_333_333);
     let policies = [
         Policy::cell(3, 1, Duration::from_micros(300_007)).unwrap(),
         Policy::sliding_log(4, w).unwrap(),
         Policy::fixed_window(4, w).unwrap(),
         Policy::sliding_window(4, w).unwrap(),
         Policy::concurrency_with_lease(4, w).unwrap(),
+        // Not whole µs (1/3 s): exact on the cluster too.
+        Policy::sliding_log(4, third).unwrap(),
+        Policy::fixed_window(4, third).unwrap(),
+        Policy::sliding_window(4, third).unwrap(),
+        Policy::concurrency_with_lease(4, third).unwrap(),
     ];
     for (i, p) in policies.iter().enumerate() {
         let keys: Vec<Vec<u8>> = (0..3)

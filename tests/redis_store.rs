@@ -649,7 +649,7 @@ fn errors_are_typed() {
     runtime().block_on(async {
         let store = RedisStore::connect(server.url()).await.unwrap();
         for p in [
-            Policy::fixed_window(1, Duration::from_nanos(1_500)).unwrap(),
+            Policy::fixed_window(1, Duration::from_nanos(999)).unwrap(),
             Policy::sliding_window(1 << 40, Duration::from_secs(3600)).unwrap(),
         ] {
             let err = store.check(Rule::new(b"k", &p, 1)).await.unwrap_err();

@@ -140,7 +140,8 @@ where
         .arg(cfg.now_arg()?)
         .arg(cfg.ttl_padding_ms)
         .arg(p.permit.0.to_string())
-        .arg(p.lease.as_micros().to_string());
+        // Whole µs, rounded up: the tombstone outlives a lease in ns.
+        .arg(p.lease.as_nanos().div_ceil(1000).to_string());
     let mut c = conn.clone();
     let call = timed(cfg.timeout, inv.invoke_async::<redis::Value>(&mut c));
     cfg.breaker.guard(conn, cfg, call).await.map(drop)

@@ -125,7 +125,7 @@ where
     }
     // Windows and logs have a single-rule fast path in the script too: a uniform
     // batch of them sends no per-check arguments either.
-    let uniform = uniform.filter(|r| matches!(r.params.code, "f" | "s" | "l"));
+    let uniform = uniform.filter(|r| matches!(r.params.code, "f" | "F" | "s" | "S" | "l" | "L"));
     let script = check_script(checks.iter().flat_map(|c| c.iter()).map(|r| &r.policy));
     let n_keys: usize = checks.iter().map(|c| c.len()).sum();
     let mut cmd = redis::cmd("EVALSHA");

@@ -9,14 +9,18 @@
 //! * **Server time.** Scripts read the server's `TIME` in microseconds (Lua
 //!   numbers are doubles: nanoseconds since the epoch would not be exact), so
 //!   app servers with skewed clocks agree. [`TimeSource::Client`] exists for
-//!   deterministic tests only. Policies must be whole microseconds, and their
-//!   products must stay far below 2^53; others are refused with
-//!   [`StoreError::Unsupported`] rather than rounded.
+//!   deterministic tests only. Durations that are not whole microseconds
+//!   (a rate of 3/s, a window of 1.5 µs or 1/3 s, a lease of 2.5 ms) run
+//!   exactly too: the scripts keep them as (µs, ns) pairs and divide by them
+//!   with exact long division, so decisions match the memory store at the
+//!   server clock's µs. Products must stay far below 2^53 (and such windows
+//!   at most 2^49 ns, fixed and sliding ones at least 1 µs); others are
+//!   refused with [`StoreError::Unsupported`] rather than rounded.
 //! * **Same decisions as the memory store.** For GCRA and the two window
 //!   counters the script returns the state it decided on and the decision is
 //!   rendered by the very functions of [`crate::algorithm`]; the sliding log
-//!   and concurrency scripts compute theirs in µs (differences of timestamps,
-//!   exact). The test suite compares the stores decision by decision.
+//!   and concurrency scripts compute theirs from whole-µs timestamps
+//!   (differences of timestamps, exact). The test suite compares the stores decision by decision.
 //! * **Every key expires** as soon as it is back to a fresh state (rounded up
 //!   to the millisecond; GCRA keys to the next whole second, see Batching):
 //!   cold users vanish by themselves.

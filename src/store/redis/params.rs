@@ -1,5 +1,6 @@
-//! Policies as script arguments, in microseconds, with the bounds that keep
-//! every Lua number an exact integer.
+//! Policies as script arguments, in microseconds (in nanoseconds for the
+//! codes 'n', 'F', 'S', 'L' and 'C' of durations that are not whole µs), with
+//! the bounds that keep every Lua number an exact integer.
 //!
 //! Lua numbers are doubles: integers are exact below 2^53. Times are µs
 //! since the epoch (about 1.8·10^15 today, and the scripts refuse a `now`
@@ -38,6 +39,30 @@ fn micros(ns: u64, what: &'static str) -> Result<u64, StoreError> {
         return Err(StoreError::Unsupported(what));
     }
     Ok(ns / 1000)
+}
+
+/// Bound of a window (or lease) that is not a whole number of microseconds
+/// (codes 'F', 'S', 'L' and 'C'): the window scripts compute
+/// `floor(1000·now / w)` and its remainder by long division (`ns_divmod` in
+/// common.lua), exact for `w ≤ 2^49` ns; logs and leases split it into an
+/// exact (µs, ns) pair.
+pub(crate) const MAX_NS_WINDOW: u64 = 1 << 49;
+
+/// A window or lease in ns the scripts handle exactly. A window counter's
+/// also needs `w ≥ 1000` ns, which keeps its index below 2^52 (`counter`).
+fn ns_window(window_ns: u64, counter: bool) -> Result<u64, StoreError> {
+    if counter && window_ns < 1000 {
+        return Err(StoreError::Unsupported(
+            "fixed and sliding windows shorter than 1 µs on Redis (the server clock counts µs)",
+        ));
+    }
+    if window_ns > MAX_NS_WINDOW {
+        return Err(StoreError::Unsupported(
+            "windows and leases above 2^49 ns (6.5 days) that are not whole microseconds on \
+             Redis",
+        ));
+    }
+    Ok(window_ns)
 }
 
 impl Params {
@@ -80,6 +105,43 @@ impl Params {
                      the server); use Policy::sliding_window",
                 ));
             }
+            Algorithm::FixedWindow(p) if !p.window_ns.is_multiple_of(1000) => {
+                // Nanosecond windows (code 'F'): see ns_window.
+                let w = ns_window(p.window_ns, true)?;
+                if u128::from(p.max) > MAX_SPAN_US {
+                    return Err(too_big);
+                }
+                return Ok(Params {
+                    code: "F",
+                    p1: p.max,
+                    p2: w,
+                    limit: p.max,
+                });
+            }
+            Algorithm::SlidingWindow(p) if !p.window_ns.is_multiple_of(1000) => {
+                // As below, with w in ns (code 'S').
+                let w = ns_window(p.window_ns, true)?;
+                if (3 * u128::from(p.max) + 2) * u128::from(w) > MAX_SPAN_US * 4 {
+                    return Err(too_big);
+                }
+                return Ok(Params {
+                    code: "S",
+                    p1: p.max,
+                    p2: w,
+                    limit: p.max,
+                });
+            }
+            Algorithm::SlidingLog(p) if !p.window_ns.is_multiple_of(1000) => {
+                // Code 'L': times stay whole µs, the window travels in ns
+                // (see sliding_log.lua).
+                let w = ns_window(p.window_ns, false)?;
+                return Ok(Params {
+                    code: "L",
+                    p1: p.max,
+                    p2: w,
+                    limit: p.max,
+                });
+            }
             Algorithm::SlidingLog(p) | Algorithm::FixedWindow(p) => {
                 let w = micros(
                     p.window_ns,
@@ -100,6 +162,19 @@ impl Params {
                     return Err(too_big);
                 }
                 (p.max, w, p.max)
+            }
+            Algorithm::Concurrency(p) if !p.lease_ns.is_multiple_of(1000) => {
+                // Code 'C': expiries as exact (µs, ns) pairs (concurrency.lua).
+                let lease = ns_window(p.lease_ns, false)?;
+                if u128::from(p.max_in_flight) > MAX_SPAN_US {
+                    return Err(too_big);
+                }
+                return Ok(Params {
+                    code: "C",
+                    p1: p.max_in_flight,
+                    p2: lease,
+                    limit: p.max_in_flight,
+                });
             }
             Algorithm::Concurrency(p) => {
                 let lease = micros(
@@ -162,7 +237,22 @@ mod tests {
         let log = Policy::sliding_log(MAX_LOG_ENTRIES, Duration::from_secs(60)).unwrap();
         assert!(Params::of(&log).is_ok());
         let ns = Policy::fixed_window(1, Duration::from_nanos(1500)).unwrap();
-        assert!(Params::of(&ns).is_err());
+        let p = Params::of(&ns).unwrap();
+        assert_eq!((p.code, p.p2), ("F", 1500));
+        let third = Policy::sliding_window(10, Duration::from_nanos(333_333_333)).unwrap();
+        assert_eq!(Params::of(&third).unwrap().code, "S");
+        let whole = Policy::sliding_window(10, Duration::from_micros(1500)).unwrap();
+        assert_eq!(Params::of(&whole).unwrap().code, "s");
+        for odd in [999, MAX_NS_WINDOW + 1] {
+            let p = Policy::fixed_window(1, Duration::from_nanos(odd)).unwrap();
+            assert!(matches!(Params::of(&p), Err(StoreError::Unsupported(_))));
+        }
+        let short = Policy::sliding_log(1, Duration::from_nanos(999)).unwrap();
+        assert_eq!(Params::of(&short).unwrap().code, "L");
+        let lease = Policy::concurrency_with_lease(1, Duration::from_nanos(1)).unwrap();
+        assert_eq!(Params::of(&lease).unwrap().code, "C");
+        let odd = Policy::sliding_window(1 << 20, Duration::from_nanos(1 << 40 | 1)).unwrap();
+        assert!(Params::of(&odd).is_err());
         let big = Policy::sliding_window(1 << 40, Duration::from_secs(3600)).unwrap();
         assert!(Params::of(&big).is_err());
         let fine = Policy::sliding_window(1_000_000, Duration::from_secs(60)).unwrap();

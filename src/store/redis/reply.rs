@@ -146,6 +146,30 @@ pub(crate) fn decision(
             state = Some(RawState::Sliding(s));
             sliding_window::check(&p, &s, now_ns, cost)
         }
+        Algorithm::SlidingLog(p) if !p.window_ns.is_multiple_of(1000) => {
+            // Code 'L' (sliding_log.lua): whole µs m of 1000·m + W mod 1000
+            // ns, or −1 for none.
+            let left = |v: &Value| -> Result<Option<Duration>, StoreError> {
+                opt_uint(v)?
+                    .map(|m| {
+                        ns(m)?
+                            .checked_add(p.window_ns % 1000)
+                            .map(Duration::from_nanos)
+                            .ok_or_else(|| bad(format!("time {m} µs out of range")))
+                    })
+                    .transpose()
+            };
+            Decision {
+                decided_by: Default::default(),
+                allowed: script_allowed,
+                limit: p.max,
+                remaining: uint(field(1)?)?,
+                retry_after: left(field(2)?)?,
+                reset_after: left(field(3)?)?.unwrap_or_default(),
+                quota_after: left(field(4)?)?.unwrap_or_default(),
+                permit: None,
+            }
+        }
         Algorithm::SlidingLog(p) => Decision {
             decided_by: Default::default(),
             allowed: script_allowed,
@@ -161,9 +185,10 @@ pub(crate) fn decision(
             allowed: script_allowed,
             limit: p.max_in_flight,
             remaining: uint(field(1)?)?,
-            retry_after: opt_uint(field(2)?)?.map(us_dur).transpose()?,
-            reset_after: us_dur(uint(field(3)?)?)?,
-            quota_after: us_dur(uint(field(4)?)?)?,
+            // In ns (decimal strings: exact at any size).
+            retry_after: opt_uint(field(2)?)?.map(Duration::from_nanos),
+            reset_after: Duration::from_nanos(uint(field(3)?)?),
+            quota_after: Duration::from_nanos(uint(field(4)?)?),
             permit: if script_allowed && cost > 0 {
                 rule.permit
             } else {

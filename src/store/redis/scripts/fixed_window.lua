@@ -1,5 +1,8 @@
 -- Fixed window: a string "<window index>:<count>".
--- p1 = max, p2 = window (µs). The reply carries the stored state; Rust
+-- p1 = max, p2 = window: in µs under code 'f', in ns under code 'F' (windows
+-- that are not whole µs: the index is floor(1000·now / w), computed exactly by
+-- ns_divmod). The index is the same number in either unit, so both codes
+-- share the key and its state. The reply carries the stored state; Rust
 -- renders the decision with crate::algorithm::fixed_window::check.
 --
 -- As for GCRA, a batch reads each key once (one MGET for all of them),
@@ -20,70 +23,79 @@ local function fixed_parse(v)
 end
 
 -- The live window and its count at `now` from a stored state.
-local function fixed_live(sw, sc, w, now)
-  local current = fdiv(now, w)
+local function fixed_live(sw, sc, w, ns, now)
+  local current = win_index(now, w, ns)
   if sw >= current then
     return sw, sc
   end
   return current, 0
 end
 
-local function fixed_write(key, now, w, win, count)
+local function fixed_write(key, now, w, ns, win, count)
   if count <= 0 then
     redis.call('DEL', key)
   else
-    redis.call('SET', key, string.format(FIXED_FORMAT, win, count), 'PX', ttl_ms((win + 1) * w - now))
+    redis.call('SET', key, string.format(FIXED_FORMAT, win, count), 'PX',
+      ttl_ms(win_until(now, w, ns, win + 1)))
   end
 end
 
-algo.f = {
-  prefetch = string_state(fixed_states, fixed_dirty, fixed_parse, fixed_write),
+local fixed_prefetch = string_state(fixed_states, fixed_dirty, fixed_parse, fixed_write)
 
-  -- A single-rule check, straight into the batch reply `out` after index
-  -- `n` (no closures or tables per check); returns the new length, or nil
-  -- and an error.
-  single = function(key, max, w, cost, now, out, n)
-    local s, err = cached_state(fixed_states, key, fixed_parse)
-    if not s then
-      return nil, err
-    end
-    local win, count = fixed_live(s[1], s[2], w, now)
-    local allowed = 0
-    if count + cost <= max then
-      allowed = 1
-      if cost > 0 then
-        fixed_states[key] = { win, count + cost }
-        fixed_dirty[key] = { w, win, count + cost }
+-- The algorithm for windows in µs (ns = false) or ns (ns = true).
+local function fixed_algo(ns)
+  return {
+    prefetch = fixed_prefetch,
+
+    -- A single-rule check, straight into the batch reply `out` after index
+    -- `n` (no closures or tables per check); returns the new length, or nil
+    -- and an error.
+    single = function(key, max, w, cost, now, out, n)
+      local s, err = cached_state(fixed_states, key, fixed_parse)
+      if not s then
+        return nil, err
       end
-    end
-    out[n + 1] = 1
-    out[n + 2] = allowed
-    out[n + 3] = s[1]
-    out[n + 4] = s[2]
-    return n + 4
-  end,
-
-  check = function(key, max, w, cost, _, now)
-    local s = state_or_raise(fixed_states, key, fixed_parse)
-    local win, count = fixed_live(s[1], s[2], w, now)
-    local allowed = count + cost <= max
-    local commit = nil
-    if allowed and cost > 0 then
-      commit = function()
-        fixed_states[key] = { win, count + cost }
-        fixed_dirty[key] = { w, win, count + cost }
+      local win, count = fixed_live(s[1], s[2], w, ns, now)
+      local allowed = 0
+      if count + cost <= max then
+        allowed = 1
+        if cost > 0 then
+          fixed_states[key] = { win, count + cost }
+          fixed_dirty[key] = { w, ns, win, count + cost }
+        end
       end
-    end
-    return allowed, { allowed and 1 or 0, s[1], s[2] }, commit
-  end,
+      out[n + 1] = 1
+      out[n + 2] = allowed
+      out[n + 3] = s[1]
+      out[n + 4] = s[2]
+      return n + 4
+    end,
 
-  refund = function(key, _, w, amount, now)
-    local v = redis.call('GET', key)
-    if not v then
-      return
-    end
-    local sw, sc = fixed_parse(v)
-    local win, count = fixed_live(sw, sc, w, now)
-    fixed_write(key, now, w, win, math.max(count - amount, 0))
-  end,
-}
+    check = function(key, max, w, cost, _, now)
+      local s = state_or_raise(fixed_states, key, fixed_parse)
+      local win, count = fixed_live(s[1], s[2], w, ns, now)
+      local allowed = count + cost <= max
+      local commit = nil
+      if allowed and cost > 0 then
+        commit = function()
+          fixed_states[key] = { win, count + cost }
+          fixed_dirty[key] = { w, ns, win, count + cost }
+        end
+      end
+      return allowed, { allowed and 1 or 0, s[1], s[2] }, commit
+    end,
+
+    refund = function(key, _, w, amount, now)
+      local v = redis.call('GET', key)
+      if not v then
+        return
+      end
+      local sw, sc = fixed_parse(v)
+      local win, count = fixed_live(sw, sc, w, ns, now)
+      fixed_write(key, now, w, ns, win, math.max(count - amount, 0))
+    end,
+  }
+end
+
+algo.f = fixed_algo(false)
+algo.F = fixed_algo(true)

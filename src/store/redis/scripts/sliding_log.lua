@@ -7,8 +7,17 @@
 -- unit that must leave before a retry is found by rank.
 -- p1 = max, p2 = window (µs). Every reported value is a difference of
 -- timestamps, so the decision is computed here, exactly, in µs.
+--
+-- Code 'L': a window W in ns that is not whole µs, W = 1000·wq + wr with
+-- 0 < wr < 1000. Times stay whole µs (every unit is recorded at a `now`). A
+-- unit at t has left when 1000·t + W <= 1000·now, which for integers t, now
+-- is t + wq + 1 <= now: pruning uses the width wq + 1 (µs) and is exact. The
+-- time a unit still has, 1000·(t − now) + W ns, is replied as its µs part
+-- m = t + wq − now (>= 0 for a unit still in the window) and Rust adds wr;
+-- -1 stands for "none" (a zero duration, or no retry).
 
--- Drops units that left the window (t + w <= now); returns how many remain.
+-- Drops units that left the window (t + w <= now, w the prune width);
+-- returns how many remain.
 local function log_prune(key, w, now)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now - w))
   return redis.call('ZCARD', key)
@@ -54,10 +63,20 @@ local function log_add(key, w, cost, now)
   redis.call('PEXPIRE', key, ttl_ms(at + w - now))
 end
 
--- One check's reply fields and whether it is admitted (nothing written).
-local function log_decide(key, max, w, cost, now)
-  local total = log_prune(key, w, now)
+-- Time left to a unit at t (see the top).
+local function log_left(wv, ns, now, t)
+  if ns then
+    return t + wv - now
+  end
+  return math.max(t + wv - now, 0)
+end
+
+-- One check's reply fields and whether it is admitted (nothing written):
+-- wp = prune width (µs), wv = the window's whole µs, ns = code 'L'.
+local function log_decide(key, max, wp, wv, ns, cost, now)
+  local total = log_prune(key, wp, now)
   local allowed = total + cost <= max
+  local none = ns and -1 or 0
   -- As the model: an admission is reported as the newest entry.
   local newest = nil
   if allowed and cost > 0 then
@@ -72,15 +91,15 @@ local function log_decide(key, max, w, cost, now)
   local retry = -1
   if not allowed and cost <= max then
     -- The oldest total + cost - max units must leave first.
-    retry = math.max(log_time(key, total + cost - max - 1) + w - now, 0)
+    retry = log_left(wv, ns, now, log_time(key, total + cost - max - 1))
   end
-  local reset = 0
+  local reset = none
   if newest then
-    reset = math.max(newest + w - now, 0)
+    reset = log_left(wv, ns, now, newest)
   end
   -- As the model: more quota comes when the oldest unit leaves the window
   -- (the one being admitted if the window is empty).
-  local quota = 0
+  local quota = none
   if max - after < max then
     local oldest = nil
     if total > 0 then
@@ -89,48 +108,67 @@ local function log_decide(key, max, w, cost, now)
       oldest = now
     end
     if oldest then
-      quota = math.max(oldest + w - now, 0)
+      quota = log_left(wv, ns, now, oldest)
     end
   end
   -- After a downgrade the log may hold more than the new maximum.
   return allowed, math.max(max - after, 0), retry, reset, quota
 end
 
-algo.l = {
-  -- A single-rule check, straight into the batch reply (no closures or
-  -- tables per check); a key of another type fails alone.
-  single = function(key, max, w, cost, now, out, n)
-    local ok, allowed, remaining, retry, reset, quota = pcall(log_decide, key, max, w, cost, now)
-    if not ok then
-      return nil, type(allowed) == 'table' and allowed.err or allowed
-    end
-    if allowed and cost > 0 then
-      log_add(key, w, cost, now)
-    end
-    out[n + 1] = 1
-    out[n + 2] = allowed and 1 or 0
-    out[n + 3] = remaining
-    out[n + 4] = retry
-    out[n + 5] = reset
-    out[n + 6] = quota
-    return n + 6
-  end,
+-- The log's widths for p2: (prune width, whole µs) of a window in µs, or in
+-- ns (see the top).
+local function log_widths(w, ns)
+  if not ns then
+    return w, w
+  end
+  local wq = fdiv(w, 1000)
+  return wq + 1, wq
+end
 
-  check = function(key, max, w, cost, _, now)
-    local allowed, remaining, retry, reset, quota = log_decide(key, max, w, cost, now)
-    local commit = nil
-    if allowed and cost > 0 then
-      commit = function()
-        log_add(key, w, cost, now)
+local function log_algo(ns)
+  return {
+    -- A single-rule check, straight into the batch reply (no closures or
+    -- tables per check); a key of another type fails alone.
+    single = function(key, max, w, cost, now, out, n)
+      local wp, wv = log_widths(w, ns)
+      local ok, allowed, remaining, retry, reset, quota =
+        pcall(log_decide, key, max, wp, wv, ns, cost, now)
+      if not ok then
+        return nil, type(allowed) == 'table' and allowed.err or allowed
       end
-    end
-    return allowed, { allowed and 1 or 0, remaining, retry, reset, quota }, commit
-  end,
+      if allowed and cost > 0 then
+        log_add(key, wp, cost, now)
+      end
+      out[n + 1] = 1
+      out[n + 2] = allowed and 1 or 0
+      out[n + 3] = remaining
+      out[n + 4] = retry
+      out[n + 5] = reset
+      out[n + 6] = quota
+      return n + 6
+    end,
 
-  refund = function(key, _, w, amount, now)
-    if log_prune(key, w, now) > 0 then
-      redis.call('ZREMRANGEBYRANK', key, int(-amount), -1)
-      log_expire(key, w, now)
-    end
-  end,
-}
+    check = function(key, max, w, cost, _, now)
+      local wp, wv = log_widths(w, ns)
+      local allowed, remaining, retry, reset, quota = log_decide(key, max, wp, wv, ns, cost, now)
+      local commit = nil
+      if allowed and cost > 0 then
+        commit = function()
+          log_add(key, wp, cost, now)
+        end
+      end
+      return allowed, { allowed and 1 or 0, remaining, retry, reset, quota }, commit
+    end,
+
+    refund = function(key, _, w, amount, now)
+      local wp = log_widths(w, ns)
+      if log_prune(key, wp, now) > 0 then
+        redis.call('ZREMRANGEBYRANK', key, int(-amount), -1)
+        log_expire(key, wp, now)
+      end
+    end,
+  }
+end
+
+algo.l = log_algo(false)
+algo.L = log_algo(true)

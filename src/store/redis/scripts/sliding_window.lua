@@ -1,7 +1,10 @@
 -- Sliding-window counter: a string "<window index>:<current>:<previous>".
--- p1 = max, p2 = window (µs). Admission compares integers scaled by the
--- window (prev*(w - elapsed) + cur*w + cost*w <= max*w); Rust guarantees
--- (3*max + 1)*w < 2^53 so every product is exact. The reply carries the
+-- p1 = max, p2 = window: in µs under code 's', in ns under code 'S' (windows
+-- that are not whole µs; index and elapsed ns come exactly from ns_divmod,
+-- and the index is the same number in either unit, so both codes share the
+-- key). Admission compares integers scaled by the window
+-- (prev*(w - elapsed) + cur*w + cost*w <= max*w); Rust guarantees
+-- (3*max + 2)*w <= 2^52 in the window's unit, so every product is exact. The reply carries the
 -- stored state; Rust renders the decision with
 -- crate::algorithm::sliding_window::check (its retry_after divides, which is
 -- not scale-free between µs and ns, so it is computed there, in ns).
@@ -22,8 +25,8 @@ local function sliding_parse(v)
 end
 
 -- The live window, its counts and the time into it, at `now`.
-local function sliding_live(sw, sc, sp, w, now)
-  local index = fdiv(now, w)
+local function sliding_live(sw, sc, sp, w, ns, now)
+  local index = win_index(now, w, ns)
   local win, cur, prev = sw, sc, sp
   if sw < index then
     if sw + 1 == index then
@@ -32,16 +35,21 @@ local function sliding_live(sw, sc, sp, w, now)
       win, cur, prev = index, 0, 0
     end
   end
-  local elapsed = now - win * w
-  if elapsed < 0 then
-    elapsed = 0
-  elseif elapsed > w then
-    elapsed = w
+  -- win >= index here: `now` is in window `win`, or before it (a clock
+  -- that went back) where elapsed is 0.
+  local elapsed = 0
+  if win == index then
+    if ns then
+      local _, r = ns_divmod(now, w)
+      elapsed = r
+    else
+      elapsed = now - win * w
+    end
   end
   return win, cur, prev, elapsed
 end
 
-local function sliding_write(key, now, w, win, cur, prev)
+local function sliding_write(key, now, w, ns, win, cur, prev)
   local left = 0
   if cur > 0 then
     left = 2
@@ -52,58 +60,66 @@ local function sliding_write(key, now, w, win, cur, prev)
     redis.call('DEL', key)
   else
     redis.call('SET', key, string.format(SLIDING_FORMAT, win, cur, prev),
-      'PX', ttl_ms((win + left) * w - now))
+      'PX', ttl_ms(win_until(now, w, ns, win + left)))
   end
 end
 
-algo.s = {
-  prefetch = string_state(sliding_states, sliding_dirty, sliding_parse, sliding_write),
+local sliding_prefetch = string_state(sliding_states, sliding_dirty, sliding_parse, sliding_write)
 
-  -- A single-rule check, straight into the batch reply (see fixed_window).
-  single = function(key, max, w, cost, now, out, n)
-    local s, err = cached_state(sliding_states, key, sliding_parse)
-    if not s then
-      return nil, err
-    end
-    local win, cur, prev, elapsed = sliding_live(s[1], s[2], s[3], w, now)
-    local allowed = 0
-    if prev * (w - elapsed) + cur * w + cost * w <= max * w then
-      allowed = 1
-      if cost > 0 then
-        sliding_states[key] = { win, cur + cost, prev }
-        sliding_dirty[key] = { w, win, cur + cost, prev }
+-- The algorithm for windows in µs (ns = false) or ns (ns = true).
+local function sliding_algo(ns)
+  return {
+    prefetch = sliding_prefetch,
+
+    -- A single-rule check, straight into the batch reply (see fixed_window).
+    single = function(key, max, w, cost, now, out, n)
+      local s, err = cached_state(sliding_states, key, sliding_parse)
+      if not s then
+        return nil, err
       end
-    end
-    out[n + 1] = 1
-    out[n + 2] = allowed
-    out[n + 3] = s[1]
-    out[n + 4] = s[2]
-    out[n + 5] = s[3]
-    return n + 5
-  end,
-
-  check = function(key, max, w, cost, _, now)
-    local s = state_or_raise(sliding_states, key, sliding_parse)
-    local win, cur, prev, elapsed = sliding_live(s[1], s[2], s[3], w, now)
-    local used = prev * (w - elapsed) + cur * w
-    local allowed = used + cost * w <= max * w
-    local commit = nil
-    if allowed and cost > 0 then
-      commit = function()
-        sliding_states[key] = { win, cur + cost, prev }
-        sliding_dirty[key] = { w, win, cur + cost, prev }
+      local win, cur, prev, elapsed = sliding_live(s[1], s[2], s[3], w, ns, now)
+      local allowed = 0
+      if prev * (w - elapsed) + cur * w + cost * w <= max * w then
+        allowed = 1
+        if cost > 0 then
+          sliding_states[key] = { win, cur + cost, prev }
+          sliding_dirty[key] = { w, ns, win, cur + cost, prev }
+        end
       end
-    end
-    return allowed, { allowed and 1 or 0, s[1], s[2], s[3] }, commit
-  end,
+      out[n + 1] = 1
+      out[n + 2] = allowed
+      out[n + 3] = s[1]
+      out[n + 4] = s[2]
+      out[n + 5] = s[3]
+      return n + 5
+    end,
 
-  refund = function(key, _, w, amount, now)
-    local v = redis.call('GET', key)
-    if not v then
-      return
-    end
-    local sw, sc, sp = sliding_parse(v)
-    local win, cur, prev = sliding_live(sw, sc, sp, w, now)
-    sliding_write(key, now, w, win, math.max(cur - amount, 0), prev)
-  end,
-}
+    check = function(key, max, w, cost, _, now)
+      local s = state_or_raise(sliding_states, key, sliding_parse)
+      local win, cur, prev, elapsed = sliding_live(s[1], s[2], s[3], w, ns, now)
+      local used = prev * (w - elapsed) + cur * w
+      local allowed = used + cost * w <= max * w
+      local commit = nil
+      if allowed and cost > 0 then
+        commit = function()
+          sliding_states[key] = { win, cur + cost, prev }
+          sliding_dirty[key] = { w, ns, win, cur + cost, prev }
+        end
+      end
+      return allowed, { allowed and 1 or 0, s[1], s[2], s[3] }, commit
+    end,
+
+    refund = function(key, _, w, amount, now)
+      local v = redis.call('GET', key)
+      if not v then
+        return
+      end
+      local sw, sc, sp = sliding_parse(v)
+      local win, cur, prev = sliding_live(sw, sc, sp, w, ns, now)
+      sliding_write(key, now, w, ns, win, math.max(cur - amount, 0), prev)
+    end,
+  }
+end
+
+algo.s = sliding_algo(false)
+algo.S = sliding_algo(true)
