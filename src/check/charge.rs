@@ -26,14 +26,7 @@ pub(crate) struct Charge<St: Store> {
 impl<St: Store> Charge<St> {
     pub(super) fn collect(shared: &Shared<St>, plan: &Plan) -> Option<Box<Self>> {
         let count_if = shared.settings.count_if.clone()?;
-        let charged: Vec<_> = plan
-            .actives()
-            .iter()
-            // Concurrency permits are released anyway; nothing to refund.
-            .map(|a| (a, plan.policy(shared, a)))
-            .filter(|(a, policy)| a.cost > 0 && !policy.is_concurrency())
-            .map(|(a, policy)| (plan.key(a).to_vec(), *policy, a.cost))
-            .collect();
+        let charged = plan.refundable(shared);
         (!charged.is_empty()).then(|| {
             Box::new(Charge {
                 store: shared.store.clone(),

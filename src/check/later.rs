@@ -168,13 +168,7 @@ struct Reserved<St: Store> {
 
 impl<St: Store> Reserved<St> {
     fn new(shared: &Shared<St>, plan: &Plan) -> Self {
-        let charged = plan
-            .actives()
-            .iter()
-            .map(|a| (a, plan.policy(shared, a)))
-            .filter(|(a, policy)| a.cost > 0 && !policy.is_concurrency())
-            .map(|(a, policy)| (plan.key(a).to_vec(), *policy, a.cost))
-            .collect();
+        let charged = plan.refundable(shared);
         Reserved {
             store: Some(shared.store.clone()),
             charged,

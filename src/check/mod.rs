@@ -179,6 +179,18 @@ impl Plan {
         &self.keys[a.start..a.end]
     }
 
+    /// What the request was charged that a refund can give back: every
+    /// rule's (key, policy, cost), concurrency permits excepted (they are
+    /// released anyway).
+    fn refundable<St>(&self, shared: &Shared<St>) -> Vec<(Vec<u8>, Policy, u64)> {
+        self.actives()
+            .iter()
+            .map(|a| (a, self.policy(shared, a)))
+            .filter(|(a, policy)| a.cost > 0 && !policy.is_concurrency())
+            .map(|(a, policy)| (self.key(a).to_vec(), *policy, a.cost))
+            .collect()
+    }
+
     /// The policy `a` applies: the request's, or its rule's.
     fn policy<'a, St>(&'a self, shared: &'a Shared<St>, a: &Active) -> &'a Policy {
         match a.chosen {
