@@ -34,7 +34,7 @@ use crate::store::{MemoryStore, Rule, RuleSpec, Store, StoreError};
 pub struct Limiter<S = MemoryStore> {
     store: Arc<S>,
     policy: Policy,
-    prefix: Option<Box<[u8]>>,
+    prefix: KeyPrefix,
 }
 
 impl<S> Clone for Limiter<S> {
@@ -86,7 +86,7 @@ impl<S: Store> Limiter<S> {
         Ok(Limiter {
             store,
             policy,
-            prefix: None,
+            prefix: KeyPrefix::default(),
         })
     }
 
@@ -94,9 +94,7 @@ impl<S: Store> Limiter<S> {
     /// (like the `@EntryTimes` annotation's prefix).
     #[must_use]
     pub fn with_prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
-        let mut p = prefix.as_ref().to_vec();
-        p.push(b':');
-        self.prefix = Some(p.into_boxed_slice());
+        self.prefix = KeyPrefix::new(prefix.as_ref());
         self
     }
 
@@ -111,10 +109,7 @@ impl<S: Store> Limiter<S> {
     }
 
     fn full_key<'k>(&self, key: &'k [u8]) -> Cow<'k, [u8]> {
-        match &self.prefix {
-            None => Cow::Borrowed(key),
-            Some(p) => Cow::Owned([&p[..], key].concat()),
-        }
+        self.prefix.apply(key)
     }
 
     /// Charges one unit to `key`.
@@ -176,9 +171,7 @@ impl<S: Store> Limiter<S> {
             return self.full_key(key);
         }
         let mut out = Vec::with_capacity(tag.len() + key.len() + 16);
-        if let Some(p) = &self.prefix {
-            out.extend_from_slice(&p[..p.len() - 1]);
-        }
+        out.extend_from_slice(self.prefix.name());
         out.extend_from_slice(&tag);
         out.push(b':');
         out.extend_from_slice(key);
@@ -369,5 +362,35 @@ pub(crate) fn release_detached<F: Future<Output = ()> + Send + 'static>(fut: F) 
         if let Ok(handle) = tokio::runtime::Handle::try_current() {
             handle.spawn(fut);
         }
+    }
+}
+
+/// The `prefix:` the direct limiters put before every key.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct KeyPrefix(Option<Box<[u8]>>);
+
+impl KeyPrefix {
+    /// `prefix` followed by `:`.
+    pub(crate) fn new(prefix: &[u8]) -> Self {
+        KeyPrefix(Some([prefix, b":"].concat().into_boxed_slice()))
+    }
+
+    /// `prefix:key`, or `key` without a prefix.
+    pub(crate) fn apply<'k>(&self, key: &'k [u8]) -> Cow<'k, [u8]> {
+        match &self.0 {
+            None => Cow::Borrowed(key),
+            Some(p) => Cow::Owned([&p[..], key].concat()),
+        }
+    }
+
+    /// `prefix:` (empty without a prefix).
+    pub(crate) fn with_colon(&self) -> &[u8] {
+        self.0.as_deref().unwrap_or_default()
+    }
+
+    /// `prefix` without its `:` (empty without a prefix).
+    pub(crate) fn name(&self) -> &[u8] {
+        let p = self.with_colon();
+        &p[..p.len().saturating_sub(1)]
     }
 }

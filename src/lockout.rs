@@ -35,6 +35,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::decision::Decision;
+use crate::limiter::KeyPrefix;
 use crate::policy::{Policy, PolicyError};
 use crate::store::{MemoryStore, Rule, Store, StoreError};
 
@@ -205,7 +206,7 @@ pub struct LockoutLimiter<S = MemoryStore> {
     store: Arc<S>,
     policy: Policy,
     penalty: Penalty,
-    prefix: Option<Box<[u8]>>,
+    prefix: KeyPrefix,
 }
 
 impl<S> Clone for LockoutLimiter<S> {
@@ -231,16 +232,14 @@ impl<S: Store> LockoutLimiter<S> {
             store,
             policy,
             penalty,
-            prefix: None,
+            prefix: KeyPrefix::default(),
         }
     }
 
     /// Prepends `prefix:` to every key (the penalty's keys include it too).
     #[must_use]
     pub fn with_prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
-        let mut p = prefix.as_ref().to_vec();
-        p.push(b':');
-        self.prefix = Some(p.into_boxed_slice());
+        self.prefix = KeyPrefix::new(prefix.as_ref());
         self
     }
 
@@ -260,10 +259,7 @@ impl<S: Store> LockoutLimiter<S> {
     }
 
     fn full_key<'k>(&self, key: &'k [u8]) -> Cow<'k, [u8]> {
-        match &self.prefix {
-            None => Cow::Borrowed(key),
-            Some(p) => Cow::Owned([&p[..], key].concat()),
-        }
+        self.prefix.apply(key)
     }
 
     /// Charges one unit to `key`, unless it is locked.

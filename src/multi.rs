@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::decision::Decision;
+use crate::limiter::KeyPrefix;
 use crate::mode::MAX_DELAY_ATTEMPTS;
 use crate::policy::Policy;
 use crate::rule::valid_name;
@@ -33,7 +34,7 @@ use crate::store::{all_allowed, MemoryStore, Rule, Store, StoreError};
 #[derive(Debug)]
 pub struct MultiLimiter<S = MemoryStore> {
     store: Arc<S>,
-    prefix: Option<Box<[u8]>>,
+    prefix: KeyPrefix,
     rules: Arc<[(Arc<str>, Policy)]>,
 }
 
@@ -116,7 +117,7 @@ impl<S: Store> MultiLimiter<S> {
     pub fn from_shared(store: Arc<S>, name: &str, policy: Policy) -> Self {
         MultiLimiter {
             store,
-            prefix: None,
+            prefix: KeyPrefix::default(),
             rules: Arc::new([]),
         }
         .and(name, policy)
@@ -147,9 +148,7 @@ impl<S: Store> MultiLimiter<S> {
     /// Prepends `prefix:` to every key.
     #[must_use]
     pub fn with_prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
-        let mut p = prefix.as_ref().to_vec();
-        p.push(b':');
-        self.prefix = Some(p.into_boxed_slice());
+        self.prefix = KeyPrefix::new(prefix.as_ref());
         self
     }
 
@@ -164,7 +163,7 @@ impl<S: Store> MultiLimiter<S> {
     }
 
     fn keys(&self, key: &[u8]) -> Vec<Vec<u8>> {
-        let prefix = self.prefix.as_deref().unwrap_or_default();
+        let prefix = self.prefix.with_colon();
         self.rules
             .iter()
             .map(|(name, _)| [prefix, name.as_bytes(), b":", key].concat())
