@@ -1,132 +1,28 @@
-//! Policies chosen per request: tiers, negotiated quotas.
-//!
-//! A [`Limit`](crate::Limit) normally applies one policy to every key. With
-//! [`Limit::policy_fn`](crate::Limit::policy_fn) (or
-//! [`Limit::policy_from_extension`](crate::Limit::policy_from_extension)) it
-//! takes the policy from the request, synchronously: a tier an
-//! authentication layer put in the extensions. With
-//! [`Limit::resolver`](crate::Limit::resolver) it asks a [`PolicyResolver`]
-//! with the rule's key (an API key, a customer id), asynchronously: a quota
-//! in a database, behind a [`CachedResolver`] so that the hot path reads a
-//! bounded in-process cache and not the database. `None` from either means
-//! the rule's own policy (the default tier).
-//!
-//! The `RateLimit-Policy` field, the 429 and
-//! [`RateLimitInfo`](crate::RateLimitInfo) show the policy actually applied.
-//! The direct API takes a policy per call:
-//! [`Limiter::check_with`](crate::Limiter::check_with).
-//!
-//! # A key whose policy changes
-//!
-//! A customer upgraded mid-window keeps their history; the new limit
-//! judges it. Per algorithm, on every store:
-//!
-//! | algorithm | state kept across a change | effect of an upgrade |
-//! |---|---|---|
-//! | GCRA (cell, funnel, token bucket) | the theoretical arrival time (an instant) | the larger burst applies at once to the same debt; a downgrade waits until the debt fits the smaller burst |
-//! | sliding log | the log of admitted instants | the new `max` and window count the same log |
-//! | fixed / sliding window, same window length | the window's counts | the new `max` applies to the units already counted |
-//! | fixed / sliding window, another length | none: a separate state | starts fresh (numbered windows of another length are other spans of time) |
-//! | concurrency | the leases in flight | the new maximum counts the same requests in flight |
-//! | another algorithm | none: a separate state | starts fresh |
-//!
-//! "Separate state" is a separate store key (`prefix:name~f3600000000000:key`,
-//! `~` never appearing in a rule name): switching back finds the old state
-//! where it was left, still expiring on its own. So a key moved between
-//! window lengths may be admitted up to the sum of both limits within one
-//! window; keep one window length per rule across tiers to avoid it.
+//! [`CachedResolver`]: a bounded TTL cache in front of a resolver, with one
+//! call in flight per key.
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use tokio::sync::OnceCell;
+
+use super::{PolicyResolver, ResolveFuture};
 use crate::clock::{Clock, SystemClock};
-use crate::key::RequestHead;
 use crate::policy::Policy;
-use crate::store::BoxError;
-
-/// A boxed future of a resolver.
-pub type ResolveFuture = Pin<Box<dyn Future<Output = Result<Option<Policy>, BoxError>> + Send>>;
-
-/// Finds the policy of a key asynchronously (a customer's quota in a
-/// database).
-///
-/// `Ok(None)` means the rule's own policy. An error is logged and the
-/// rule's own policy applies: a failing database degrades a customer to the
-/// default tier rather than opening or closing the API.
-pub trait PolicyResolver: Send + Sync + 'static {
-    /// The policy of `key` (the rule's key part, as its extractor wrote it).
-    fn resolve(&self, key: &[u8]) -> ResolveFuture;
-
-    /// The policy of `key` if known without waiting (a cache hit); `None`
-    /// sends the request to [`PolicyResolver::resolve`]. The default knows
-    /// nothing.
-    fn resolve_now(&self, key: &[u8]) -> Option<Option<Policy>> {
-        let _ = key;
-        None
-    }
-}
-
-/// A [`PolicyResolver`] from an async closure of the key; see [`resolver_fn`].
-#[derive(Clone)]
-pub struct ResolverFn<F>(F);
-
-/// A [`PolicyResolver`] calling `f` with the key.
-///
-/// ```
-/// use std::time::Duration;
-/// use tower_throttle::{resolve::{resolver_fn, CachedResolver}, Policy};
-///
-/// let quotas = CachedResolver::new(
-///     resolver_fn(|key: Vec<u8>| async move {
-///         // SELECT per_minute FROM customers WHERE api_key = $1
-///         let per_minute = if key.starts_with(b"acme") { 1000 } else { 60 };
-///         Ok(Some(Policy::sliding_window(per_minute, Duration::from_secs(60))?))
-///     }),
-///     10_000,                    // customers kept
-///     Duration::from_secs(60),   // how stale a quota may be
-/// );
-/// # let _ = quotas;
-/// ```
-pub fn resolver_fn<F, Fut>(f: F) -> ResolverFn<F>
-where
-    F: Fn(Vec<u8>) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<Option<Policy>, BoxError>> + Send + 'static,
-{
-    ResolverFn(f)
-}
-
-impl<F, Fut> PolicyResolver for ResolverFn<F>
-where
-    F: Fn(Vec<u8>) -> Fut + Send + Sync + 'static,
-    Fut: Future<Output = Result<Option<Policy>, BoxError>> + Send + 'static,
-{
-    fn resolve(&self, key: &[u8]) -> ResolveFuture {
-        Box::pin((self.0)(key.to_vec()))
-    }
-}
-
-impl<R: PolicyResolver> PolicyResolver for Arc<R> {
-    fn resolve(&self, key: &[u8]) -> ResolveFuture {
-        (**self).resolve(key)
-    }
-
-    fn resolve_now(&self, key: &[u8]) -> Option<Option<Policy>> {
-        (**self).resolve_now(key)
-    }
-}
 
 /// Caches another resolver's answers: at most `capacity` keys, each for at
 /// most `ttl` (a quota changed in the database applies within `ttl`).
 ///
-/// A hit answers in process, without a future; a miss asks the inner
-/// resolver, and concurrent misses of one key may each ask it (the answer
-/// is the same). Answers of "the default" are cached too; errors are not.
-/// When full, the oldest entry goes first, so a flood of new keys costs
-/// the database one call per key and never grows the cache.
+/// A hit answers in process, without a future. Misses are single-flight:
+/// concurrent misses of one key share one call of the inner resolver and
+/// its answer (or its error), so a hot key whose entry expired costs the
+/// database one query, not one per request. A caller dropped mid-call does
+/// not strand the others: the next one waiting takes the call over. Answers
+/// of "the default" are cached too; errors are not. When full, the oldest
+/// entry goes first, so a flood of new keys costs the database one call per
+/// key and never grows the cache.
 pub struct CachedResolver<R> {
     inner: Arc<R>,
     cache: Arc<Cache>,
@@ -155,7 +51,13 @@ struct Cache {
     ttl_ns: u64,
     clock: Arc<dyn Clock>,
     entries: Mutex<Entries>,
+    /// The calls of the inner resolver in flight, by key.
+    flights: Mutex<HashMap<Box<[u8]>, Arc<Flight>, foldhash::fast::RandomState>>,
 }
+
+/// One call of the inner resolver that every concurrent miss of its key
+/// awaits. The error is kept as text: every waiter gets its own copy.
+type Flight = OnceCell<Result<Option<Policy>, Arc<str>>>;
 
 /// A cached answer: the policy (`None`: the rule's own), when it was cached
 /// (ns), and its insertion number.
@@ -185,6 +87,7 @@ impl<R: PolicyResolver> CachedResolver<R> {
                 ttl_ns: u64::try_from(ttl.as_nanos()).unwrap_or(u64::MAX),
                 clock: Arc::new(clock),
                 entries: Mutex::default(),
+                flights: Mutex::default(),
             }),
         }
     }
@@ -206,8 +109,24 @@ impl<R: PolicyResolver> CachedResolver<R> {
 }
 
 impl Cache {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Entries> {
+    fn lock(&self) -> MutexGuard<'_, Entries> {
         self.entries.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn flights(
+        &self,
+    ) -> MutexGuard<'_, HashMap<Box<[u8]>, Arc<Flight>, foldhash::fast::RandomState>> {
+        self.flights.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The flight of `key`, joined or started.
+    fn board(self: &Arc<Self>, key: &[u8]) -> Boarded {
+        let flight = self.flights().entry(key.into()).or_default().clone();
+        Boarded {
+            cache: self.clone(),
+            key: key.into(),
+            flight,
+        }
     }
 
     fn get(&self, key: &[u8]) -> Option<Option<Policy>> {
@@ -251,15 +170,49 @@ impl Cache {
     }
 }
 
+/// A caller's seat on a flight. Leaving (answered or dropped), the last
+/// caller of a flight, or any caller of a finished one, takes it off the
+/// board, so a key's next miss after the TTL makes a fresh call and an
+/// abandoned flight holds no memory.
+struct Boarded {
+    cache: Arc<Cache>,
+    key: Box<[u8]>,
+    flight: Arc<Flight>,
+}
+
+impl Drop for Boarded {
+    fn drop(&mut self) {
+        let mut flights = self.cache.flights();
+        if let Some(on_board) = flights.get(&self.key) {
+            // Seats are taken under this lock: the count cannot rise meanwhile.
+            let last = Arc::strong_count(&self.flight) == 2;
+            if Arc::ptr_eq(on_board, &self.flight) && (last || self.flight.initialized()) {
+                flights.remove(&self.key);
+            }
+        }
+    }
+}
+
 impl<R: PolicyResolver> PolicyResolver for CachedResolver<R> {
     fn resolve(&self, key: &[u8]) -> ResolveFuture {
-        let inner = self.inner.resolve(key);
-        let cache = self.cache.clone();
-        let key = key.to_vec();
+        let seat = self.cache.board(key);
+        let inner = self.inner.clone();
         Box::pin(async move {
-            let policy = inner.await?;
-            cache.put(&key, policy);
-            Ok(policy)
+            let answer = seat
+                .flight
+                .get_or_init(|| async {
+                    let answer = inner.resolve(&seat.key).await;
+                    match answer {
+                        Ok(policy) => {
+                            seat.cache.put(&seat.key, policy);
+                            Ok(policy)
+                        }
+                        Err(e) => Err(Arc::from(e.to_string())),
+                    }
+                })
+                .await
+                .clone();
+            answer.map_err(|e| e.to_string().into())
         })
     }
 
@@ -268,20 +221,12 @@ impl<R: PolicyResolver> PolicyResolver for CachedResolver<R> {
     }
 }
 
-/// A policy chosen from the request, synchronously.
-pub(crate) type PolicyFn = Arc<dyn Fn(&RequestHead<'_>) -> Option<Policy> + Send + Sync>;
-
-/// Where a rule takes its policy from, besides its own.
-#[derive(Clone)]
-pub(crate) enum PolicySource {
-    Fn(PolicyFn),
-    Resolver(Arc<dyn PolicyResolver>),
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
+    use crate::resolve::resolver_fn;
+    use std::future::Future;
     use std::sync::atomic::{AtomicU64, Ordering};
 
     fn block_on<F: Future>(f: F) -> F::Output {
@@ -347,5 +292,88 @@ mod tests {
         }
         assert!(cached.cache.lock().order.len() <= 6);
         assert_eq!(cached.len(), 3);
+    }
+
+    /// A resolver whose calls wait for `gate`, counting them.
+    fn gated(gate: Arc<tokio::sync::Notify>) -> (Arc<AtomicU64>, impl PolicyResolver) {
+        let calls = Arc::new(AtomicU64::new(0));
+        let c = calls.clone();
+        let resolver = resolver_fn(move |key: Vec<u8>| {
+            c.fetch_add(1, Ordering::SeqCst);
+            let gate = gate.clone();
+            async move {
+                gate.notified().await;
+                if key == b"boom" {
+                    return Err("database down".into());
+                }
+                Ok(Some(
+                    Policy::fixed_window(7, Duration::from_secs(60)).unwrap(),
+                ))
+            }
+        });
+        (calls, resolver)
+    }
+
+    #[tokio::test]
+    async fn concurrent_misses_of_one_key_share_one_call() {
+        let gate = Arc::new(tokio::sync::Notify::new());
+        let (calls, inner) = gated(gate.clone());
+        let cached = CachedResolver::new(inner, 10, Duration::from_secs(60));
+        let waiters: Vec<_> = (0..50)
+            .map(|_| tokio::spawn(cached.resolve(b"hot")))
+            .chain((0..3).map(|_| tokio::spawn(cached.resolve(b"boom"))))
+            .collect();
+        tokio::task::yield_now().await;
+        while calls.load(Ordering::SeqCst) < 2 {
+            tokio::task::yield_now().await;
+        }
+        gate.notify_waiters();
+        let mut answers = Vec::new();
+        for w in waiters {
+            answers.push(w.await.unwrap());
+        }
+        assert_eq!(calls.load(Ordering::SeqCst), 2, "one call per key");
+        for a in &answers[..50] {
+            assert_eq!(a.as_ref().unwrap().unwrap().limit(), 7);
+        }
+        for a in &answers[50..] {
+            assert_eq!(a.as_ref().unwrap_err().to_string(), "database down");
+        }
+        assert!(cached.cache.flights().is_empty(), "finished flights leave");
+        assert_eq!(cached.resolve_now(b"hot").unwrap().unwrap().limit(), 7);
+        assert_eq!(cached.resolve_now(b"boom"), None, "errors are not cached");
+        // The error was not cached: the next miss asks again.
+        let retry = tokio::spawn(cached.resolve(b"boom"));
+        while calls.load(Ordering::SeqCst) < 3 {
+            tokio::task::yield_now().await;
+        }
+        gate.notify_waiters();
+        assert!(retry.await.unwrap().is_err());
+    }
+
+    #[tokio::test]
+    async fn a_dropped_caller_hands_the_call_to_the_next() {
+        let gate = Arc::new(tokio::sync::Notify::new());
+        let (calls, inner) = gated(gate.clone());
+        let cached = CachedResolver::new(inner, 10, Duration::from_secs(60));
+        let first = tokio::spawn(cached.resolve(b"k"));
+        let second = tokio::spawn(cached.resolve(b"k"));
+        while calls.load(Ordering::SeqCst) < 1 {
+            tokio::task::yield_now().await;
+        }
+        first.abort();
+        assert!(first.await.unwrap_err().is_cancelled());
+        while calls.load(Ordering::SeqCst) < 2 {
+            tokio::task::yield_now().await;
+        }
+        gate.notify_waiters();
+        assert_eq!(second.await.unwrap().unwrap().unwrap().limit(), 7);
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+        assert!(cached.cache.flights().is_empty());
+        // Every caller dropped before an answer: nothing is left behind.
+        let lone = cached.resolve(b"never");
+        assert_eq!(cached.cache.flights().len(), 1);
+        drop(lone);
+        assert!(cached.cache.flights().is_empty());
     }
 }
