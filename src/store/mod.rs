@@ -146,7 +146,7 @@ pub trait Store: Send + Sync + 'static {
 }
 
 /// True when the verdict of an all-or-nothing check admits the request.
-pub fn all_allowed(decisions: &[Decision]) -> bool {
+pub(crate) fn all_allowed(decisions: &[Decision]) -> bool {
     decisions.iter().all(|d| d.allowed)
 }
 
