@@ -193,9 +193,7 @@ fn plant(conn: &mut dyn ConnectionLike, key: &[u8], p: &Plant) {
 }
 
 fn expect_foreign<T: std::fmt::Debug>(r: Result<T, StoreError>, key: &[u8], what: &str) {
-    let Err(err) = r else {
-        panic!("{what}: {r:?}")
-    };
+    let Err(err) = r else { panic!("{what}: {r:?}") };
     let StoreError::ForeignData { key: named, .. } = &err else {
         panic!("{what}: {err:?}")
     };
@@ -239,7 +237,13 @@ where
             // A refund finding foreign data: the same typed error, repaired.
             plant(conn, &key, p);
             expect_foreign(store.refund(user, &policy, 1).await, &key, &what);
-            assert!(store.check(Rule::new(user, &policy, 1)).await.unwrap().allowed);
+            assert!(
+                store
+                    .check(Rule::new(user, &policy, 1))
+                    .await
+                    .unwrap()
+                    .allowed
+            );
         }
     }
 }
@@ -284,7 +288,11 @@ where
     let key = store.redis_key(user, &lease);
     let d = store.check(Rule::new(user, &lease, 1)).await.unwrap();
     plant(conn, &key, &bad(&[&["ZADD", "K", "inf", "1:1:1"]]));
-    expect_foreign(store.release(user, &lease, d.permit.unwrap()).await, &key, label);
+    expect_foreign(
+        store.release(user, &lease, d.permit.unwrap()).await,
+        &key,
+        label,
+    );
     let exists: u64 = redis::cmd("EXISTS").arg(&key).query(conn).unwrap();
     assert_eq!(exists, 0, "{label}");
 }
@@ -301,7 +309,7 @@ fn foreign_data_under_every_algorithm_is_repaired() {
         for batching in [true, false] {
             let store = RedisStore::builder()
                 .time_source(client_clock())
-            .hash_tag(HashTag::AfterFirst(b':'))
+                .hash_tag(HashTag::AfterFirst(b':'))
                 .batching(batching)
                 .connect(server.url().as_str())
                 .await

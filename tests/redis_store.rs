@@ -687,7 +687,13 @@ fn errors_are_typed() {
             .await
             .unwrap_err();
         assert!(matches!(err, StoreError::ForeignData { .. }), "{err:?}");
-        assert!(store.check(Rule::new(b"clobbered", &p, 1)).await.unwrap().allowed);
+        assert!(
+            store
+                .check(Rule::new(b"clobbered", &p, 1))
+                .await
+                .unwrap()
+                .allowed
+        );
     });
 }
 

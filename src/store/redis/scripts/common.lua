@@ -59,6 +59,26 @@ local function ns_divmod(now, w)
   return q, r
 end
 
+-- A script parameter of a log or a lease in ns (codes 'L', 'C'): a number
+-- where it is exact, else (a duration of 2^53 ns, 104 days, or more) the
+-- exact pair { µs, ns remainder } cut from its decimal digits.
+local function dur_param(v)
+  local x = tonumber(v)
+  if x and x < 9007199254740992 then
+    return x
+  end
+  return { tonumber(string.sub(v, 1, -4)), tonumber(string.sub(v, -3)) }
+end
+
+-- A duration from dur_param as (whole µs, ns remainder), exactly.
+local function dur_split(w)
+  if type(w) == 'table' then
+    return w[1], w[2]
+  end
+  local q = fdiv(w, 1000)
+  return q, w - 1000 * q
+end
+
 -- µs (rounded up) from `now` until the start of window index k >= q of a
 -- window of w ns: (k − q)·w − r ns. Exact while (k − q + 1)·w < 2^53 (the
 -- few windows a state spans); beyond, a TTL that long rounds harmlessly.

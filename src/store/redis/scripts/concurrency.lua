@@ -129,8 +129,7 @@ local function lease_algo(ns)
     -- The lease as a pair (µs, ns remainder).
     local lq, lr = lease, 0
     if ns then
-      lq = fdiv(lease, 1000)
-      lr = lease - 1000 * lq
+      lq, lr = dur_split(lease)
     end
     local leases = lease_load(key, now)
     local held, last_a, last_r, seq = 0, nil, 0, 0
@@ -240,3 +239,4 @@ end
 
 algo.c = lease_algo(false)
 algo.C = lease_algo(true)
+algo.C.param = dur_param

@@ -153,7 +153,7 @@ local function log_widths(w, ns)
   if not ns then
     return w, w
   end
-  local wq = fdiv(w, 1000)
+  local wq = dur_split(w)
   return wq + 1, wq
 end
 
@@ -209,3 +209,4 @@ end
 
 algo.l = log_algo(false)
 algo.L = log_algo(true)
+algo.L.param = dur_param
