@@ -155,3 +155,78 @@ fn governor_refuses_what_it_cannot_run_at_build() {
     assert!(layer.validate().is_err());
     assert!(Limiter::try_new(GovernorStore::new(), minute()).is_ok());
 }
+
+/// Issue 11's bounds: counts 1–10^6 (10,000 for logs, their Redis cap) and
+/// periods from 1 ns to a year, whole µs or not. Sampled: every period
+/// below 2 µs, then a geometric walk with odd offsets, and a year ± 1 ns.
+fn periods_ns() -> Vec<u64> {
+    let year = 365 * 86_400 * 1_000_000_000u64;
+    let mut out: Vec<u64> = (1..=2_000).collect();
+    let mut p = 2_000u64;
+    while p < year {
+        out.extend([p, p + 1, p + 333, p / 3 * 3 + 1]);
+        p = p * 17 / 10;
+    }
+    out.extend([year - 1, year, year + 1, year / 7, 60_000_000_000 / 7]);
+    out
+}
+
+fn refused(policy: &Policy) -> bool {
+    let store = redis(false, HashTag::PerKey);
+    store
+        .validate(&[tower_throttle::store::RuleSpec::new(policy, b"k:")])
+        .is_err()
+}
+
+#[test]
+fn no_log_or_lease_within_the_bounds_is_refused_on_redis() {
+    let mut out = Vec::new();
+    for ns in periods_ns() {
+        let d = Duration::from_nanos(ns);
+        for count in [1, 7, 999, 10_000] {
+            let log = Policy::sliding_log(count, d).unwrap();
+            if refused(&log) {
+                out.push(("log", count, ns));
+            }
+        }
+        for count in [1, 7, 999, 10_000, 1_000_000] {
+            let lease = Policy::concurrency_with_lease(count, d).unwrap();
+            if refused(&lease) {
+                out.push(("lease", count, ns));
+            }
+            if ns % 1000 == 0 || (1000..1 << 49).contains(&ns) {
+                // Fixed windows: any whole µs, and not whole µs from 1 µs
+                // to 2^49 ns (see the next test for the rest).
+                let fixed = Policy::fixed_window(count, d).unwrap();
+                if refused(&fixed) {
+                    out.push(("fixed", count, ns));
+                }
+            }
+        }
+    }
+    assert_eq!(out, []);
+}
+
+/// What Redis still refuses within the bounds, each a typed
+/// `Unsupported` error: fixed and sliding windows shorter than 1 µs (their
+/// index floor(1000·now / w) passes 2^53, beyond the doubles the scripts
+/// store it in), fixed and sliding windows that are not whole µs above
+/// 2^49 ns (the long division of `ns_divmod`), and sliding windows whose
+/// (3·max + 2)·window reaches 2^52 (the admission products).
+#[test]
+fn the_windows_redis_still_refuses_are_typed_errors() {
+    let store = redis(false, HashTag::PerKey);
+    let specs = [
+        Policy::fixed_window(1, Duration::from_nanos(999)).unwrap(),
+        Policy::sliding_window(1, Duration::from_nanos(1)).unwrap(),
+        Policy::fixed_window(7, Duration::from_nanos((1 << 49) + 1)).unwrap(),
+        Policy::sliding_window(1_000_000, Duration::from_secs(365 * 86_400)).unwrap(),
+    ];
+    for p in &specs {
+        let err = store
+            .validate(&[tower_throttle::store::RuleSpec::new(p, b"k:")])
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Unsupported(_)), "{p:?}: {err:?}");
+        assert!(err.to_string().contains("Redis"), "{err}");
+    }
+}

@@ -188,6 +188,51 @@ model_test!(
     window(Policy::concurrency_with_lease, 1)
 );
 
+/// Logs and leases that are not whole µs beyond 2^49 ns, up to a year
+/// and a day: the scripts take the duration's exact (µs, ns) pair from its
+/// digits. Each case starts at the same instant (fresh keys), so that the
+/// long advances stay below the clock bound.
+fn long_window(
+    f: fn(u64, Duration) -> Result<Policy, PolicyError>,
+) -> impl Strategy<Value = (Policy, Vec<Op>)> {
+    let year = 366 * 86_400 * 1_000_000_000u64;
+    let odd = prop_oneof![
+        4 => ((1u64 << 49)..=year).prop_map(|n| if n % 1000 == 0 { n + 1 } else { n }),
+        1 => Just((1u64 << 53) + 1),
+        1 => Just(year - 1),
+        1 => Just(365 * 86_400 * 1_000_000_000 / 7 + 1),
+    ];
+    (1u64..=6, odd)
+        .prop_flat_map(move |(max, w)| with_ops(f(max, Duration::from_nanos(w)).unwrap(), w / 1000))
+}
+
+macro_rules! long_model_test {
+    ($name:ident, $strategy:expr) => {
+        #[test]
+        fn $name() {
+            let bench = Bench::new();
+            let config = ProptestConfig {
+                cases: 64,
+                failure_persistence: None,
+                ..ProptestConfig::default()
+            };
+            proptest!(config, |((policy, ops) in $strategy)| {
+                bench.clock.set_ns(1_700_000_000_000_000_000);
+                bench.run(policy, ops)?;
+            });
+        }
+    };
+}
+
+long_model_test!(
+    sliding_log_up_to_a_year_in_ns_matches_memory_store,
+    long_window(Policy::sliding_log)
+);
+long_model_test!(
+    concurrency_with_a_lease_up_to_a_year_in_ns_matches_memory_store,
+    long_window(Policy::concurrency_with_lease)
+);
+
 /// Concurrent callers share batches (the uniform fast path for windows and
 /// logs, the general one for leases and mixed checks): each admission sees
 /// every earlier one, and a multi-rule check of all four algorithms in ns

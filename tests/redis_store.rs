@@ -674,7 +674,7 @@ fn errors_are_typed() {
         assert_eq!(named.as_bytes(), &key[..]);
         let d = store.check(Rule::new(b"clobbered", &p, 1)).await.unwrap();
         assert_eq!(d.to_cell_reply(), [0, 2, 1, -1, 1]);
-        // Other algorithms: a script error, not a panic.
+        // Every other algorithm likewise.
         let p = Policy::fixed_window(1, Duration::from_secs(1)).unwrap();
         let key = store.redis_key(b"clobbered", &p);
         let _: () = redis::cmd("LPUSH")
@@ -686,7 +686,14 @@ fn errors_are_typed() {
             .check(Rule::new(b"clobbered", &p, 1))
             .await
             .unwrap_err();
-        assert!(matches!(err, StoreError::Script(_)), "{err:?}");
+        assert!(matches!(err, StoreError::ForeignData { .. }), "{err:?}");
+        assert!(
+            store
+                .check(Rule::new(b"clobbered", &p, 1))
+                .await
+                .unwrap()
+                .allowed
+        );
     });
 }
 
@@ -876,6 +883,7 @@ async fn a_clobbered_key_fails_alone_in_a_uniform_batch() {
         ("gcra", Policy::cell(2, 1, minute).unwrap()), // 3 at once
         ("fixed", Policy::fixed_window(3, minute).unwrap()),
         ("sliding", Policy::sliding_window(3, minute).unwrap()),
+        ("log", Policy::sliding_log(3, minute).unwrap()),
     ];
     for (name, policy) in policies {
         let key = |u: u64| format!("{name}:u{u}");
@@ -902,25 +910,19 @@ async fn a_clobbered_key_fails_alone_in_a_uniform_batch() {
             let mut admitted = [0u64; 16];
             for t in tasks {
                 match t.await.unwrap() {
-                    // GCRA repairs foreign data: one typed error, then a
+                    // Foreign data is repaired: one typed error, then a
                     // fresh key like every other.
-                    (7, Err(StoreError::ForeignData { .. })) if name == "gcra" => {
-                        foreign += 1;
-                    }
-                    (7, r) if name != "gcra" => {
-                        assert!(matches!(r, Err(StoreError::Script(_))), "{name}: {r:?}")
-                    }
+                    (7, Err(StoreError::ForeignData { .. })) => foreign += 1,
                     (u, r) => admitted[u as usize] += u64::from(r.unwrap().allowed),
                 }
             }
-            let others = |&(u, _): &(usize, &u64)| u != 7 || name == "gcra";
-            for (u, &n) in admitted.iter().enumerate().filter(others) {
+            for (u, &n) in admitted.iter().enumerate() {
                 // 3 in the first round, none after: no time passes.
                 let want = if round == 0 { 3 } else { 0 };
                 assert_eq!(n, want, "{name}: user {u}, round {round}");
             }
         }
-        assert_eq!(foreign, u64::from(name == "gcra"), "{name}");
+        assert_eq!(foreign, 1, "{name}");
         let calls = evalsha_calls(&server) - calls0;
         assert!(
             calls < 4 * 64,

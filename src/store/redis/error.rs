@@ -27,6 +27,11 @@ pub(crate) fn map(e: RedisError, timeout: Duration) -> StoreError {
     if let Some(fix) = setup(&e) {
         return StoreError::Config(fix);
     }
+    // A refund or release that found foreign data at its key (deleted by
+    // the script): the same typed, logged error as a check's.
+    if e.code() == Some("FOREIGN") {
+        return super::reply::failed(format!("FOREIGN {}", e.detail().unwrap_or("")));
+    }
     match e.kind() {
         ErrorKind::Io
         | ErrorKind::AuthenticationFailed

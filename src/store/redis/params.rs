@@ -50,15 +50,22 @@ pub(crate) const MAX_NS_WINDOW: u64 = 1 << 49;
 
 /// A window or lease in ns the scripts handle exactly. A window counter's
 /// also needs `w ≥ 1000` ns, which keeps its index below 2^52 (`counter`).
+/// Logs and leases split it into an exact (µs, ns) pair from its digits
+/// (`dur_param` in common.lua), so they only need its µs below 2^50.
 fn ns_window(window_ns: u64, counter: bool) -> Result<u64, StoreError> {
     if counter && window_ns < 1000 {
         return Err(StoreError::Unsupported(
             "fixed and sliding windows shorter than 1 µs on Redis (the server clock counts µs)",
         ));
     }
-    if window_ns > MAX_NS_WINDOW {
+    if !counter && u128::from(window_ns / 1000) > MAX_SPAN_US {
         return Err(StoreError::Unsupported(
-            "windows and leases above 2^49 ns (6.5 days) that are not whole microseconds on \
+            "sliding logs and leases above 2^50 µs (35 years) on Redis",
+        ));
+    }
+    if counter && window_ns > MAX_NS_WINDOW {
+        return Err(StoreError::Unsupported(
+            "fixed and sliding windows above 2^49 ns (6.5 days) that are not whole microseconds on \
              Redis",
         ));
     }

@@ -59,6 +59,26 @@ local function ns_divmod(now, w)
   return q, r
 end
 
+-- A script parameter of a log or a lease in ns (codes 'L', 'C'): a number
+-- where it is exact, else (a duration of 2^53 ns, 104 days, or more) the
+-- exact pair { µs, ns remainder } cut from its decimal digits.
+local function dur_param(v)
+  local x = tonumber(v)
+  if x and x < 9007199254740992 then
+    return x
+  end
+  return { tonumber(string.sub(v, 1, -4)), tonumber(string.sub(v, -3)) }
+end
+
+-- A duration from dur_param as (whole µs, ns remainder), exactly.
+local function dur_split(w)
+  if type(w) == 'table' then
+    return w[1], w[2]
+  end
+  local q = fdiv(w, 1000)
+  return q, w - 1000 * q
+end
+
 -- µs (rounded up) from `now` until the start of window index k >= q of a
 -- window of w ns: (k − q)·w − r ns. Exact while (k − q + 1)·w < 2^53 (the
 -- few windows a state spans); beyond, a TTL that long rounds harmlessly.
@@ -125,29 +145,76 @@ local function finish(now, out)
   return out
 end
 
--- For algorithms whose state is one string read into a table by `parse`:
+-- Data this crate never writes at one of its keys (another program wrote
+-- there): the key is deleted, so the next check finds it fresh and nobody
+-- stays locked out, and the check fails alone with an error naming the key,
+-- which Rust reports as StoreError::ForeignData and logs.
+local function foreign(key, what)
+  redis.call('DEL', key)
+  return 'FOREIGN ' .. what .. ' at ' .. key
+end
+
+-- The message of an error raised by a Redis call on `key` (a table in
+-- Redis 7, a string before); a key of another type is foreign data.
+local function call_error(key, err)
+  if type(err) == 'table' then
+    err = err.err or 'error'
+  end
+  err = tostring(err)
+  if string.find(err, 'WRONGTYPE', 1, true) then
+    return foreign(key, 'a value of another type')
+  end
+  return err
+end
+
+-- A number this crate stores: digits only (the caller's pattern), exact,
+-- and at most `max`; nil for anything else.
+local function stored_int(digits, max)
+  local x = tonumber(digits)
+  if x and x <= max then
+    return x
+  end
+  return nil
+end
+
+-- Whether `key` has no expiry. Every key this crate writes has one, so
+-- state that would deny in the future (a window or a time after `now`)
+-- without an expiry was written by another program: it would never lapse.
+local function persistent(key)
+  return redis.call('PTTL', key) == -1
+end
+
+-- For algorithms whose state is one string read into a table by `parse`
+-- (nil first for a value that is no state of theirs, described by `what`):
 -- the state of `key` kept in `states` for this batch, or read now; nil and
--- the error for a key of another type.
-local function cached_state(states, key, parse)
+-- the error for foreign data, which is deleted.
+local function cached_state(states, key, parse, what)
   local s = states[key]
   if s == nil then
     local v = redis.pcall('GET', key)
     if type(v) == 'table' and v.err then
-      return nil, v.err
+      return nil, call_error(key, v.err)
     end
     s = { parse(v) }
+    if s[1] == nil then
+      return nil, foreign(key, what)
+    end
     states[key] = s
   end
   return s
 end
 
 -- Reads the states of `keys` with one MGET. A false (absent, or a key of
--- another type) is left for cached_state's GET, which reports the type.
+-- another type) or a value that is no state is left for cached_state's
+-- GET, which reports it.
 local function prefetch_states(states, keys, parse)
   local vals = redis.call('MGET', unpack(keys))
   for i = 1, #keys do
     if vals[i] then
-      states[keys[i]] = { parse(vals[i]) }
+      local s = { parse(vals[i]) }
+      if s[1] ~= nil then
+        states[keys[i]] = s
+      end
     end
   end
 end
@@ -164,13 +231,4 @@ local function string_state(states, dirty, parse, write)
   return function(keys)
     prefetch_states(states, keys, parse)
   end
-end
-
--- cached_state for code that raises (a multi-rule check's pcall reports it).
-local function state_or_raise(states, key, parse)
-  local s, err = cached_state(states, key, parse)
-  if not s then
-    error({ err = err })
-  end
-  return s
 end

@@ -34,13 +34,46 @@ local function lease_left(a, r, now)
   return int(a - now) .. string.format('%03d', r)
 end
 
+-- A valid lease set holds members '<seq>:<id>:<units>[:<r>]' (r < 1000,
+-- units at most 2^50, seq below 2^52) or tombstones 'x:<id>', scored by an
+-- expiry: an integer below 2^52 + 2^50 (`now` plus at most the longest
+-- lease). Anything else was written by another program.
+local LEASE_MAX_EXPIRY = 5629499534213120 -- 2^52 + 2^50
+local LEASE_MAX_UNITS = 1125899906842624 -- 2^50
+local LEASE_WHAT = 'a sorted set whose members are no leases'
+
+local function lease_expiry(key, a)
+  local x = tonumber(a)
+  if x and x >= 0 and x < LEASE_MAX_EXPIRY and x % 1 == 0 then
+    return x
+  end
+  error({ err = foreign(key, LEASE_WHAT) })
+end
+
+local function lease_valid(member)
+  if string.match(member, '^x:%d+$') then
+    return true
+  end
+  local seq, _, units, r = string.match(member, '^(%d+):(%d+):(%d+):?(%d*)$')
+  return seq ~= nil and stored_int(seq, LIMIT - 1) ~= nil
+    and stored_int(units, LEASE_MAX_UNITS) ~= nil and #r <= 3
+end
+
 -- Drops lapsed leases (expiry <= now); returns the live ones by expiry.
 local function lease_load(key, now)
   redis.call('ZREMRANGEBYSCORE', key, '-inf', '(' .. int(now))
   local raw = redis.call('ZRANGE', key, 0, -1, 'WITHSCORES')
+  -- Every write bounds leases with an expiry: leases without one would
+  -- deny until their scores, which another program chose.
+  if #raw > 0 and persistent(key) then
+    error({ err = foreign(key, 'leases without expiry') })
+  end
   local leases, fine = {}, false
   for i = 1, #raw, 2 do
-    local member, a = raw[i], tonumber(raw[i + 1])
+    local member, a = raw[i], lease_expiry(key, raw[i + 1])
+    if not lease_valid(member) then
+      error({ err = foreign(key, LEASE_WHAT) })
+    end
     if string.byte(member, 1) == 120 then -- 'x': a tombstone, no lease
       if a <= now then
         redis.call('ZREM', key, member)
@@ -68,7 +101,7 @@ end
 -- Sets the TTL to the latest expiry left, or deletes the emptied key.
 local function lease_expire(key, now)
   local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  local a = tonumber(last[2])
+  local a = last[2] and lease_expiry(key, last[2])
   if not a or a < now then
     redis.call('DEL', key)
     return
@@ -91,85 +124,94 @@ end
 
 -- The algorithm for leases in µs (ns = false) or ns (ns = true).
 local function lease_algo(ns)
-  return {
-    check = function(key, max, lease, cost, permit, now)
-      -- The lease as a pair (µs, ns remainder).
-      local lq, lr = lease, 0
-      if ns then
-        lq = fdiv(lease, 1000)
-        lr = lease - 1000 * lq
+  local check
+  check = function(key, max, lease, cost, permit, now)
+    -- The lease as a pair (µs, ns remainder).
+    local lq, lr = lease, 0
+    if ns then
+      lq, lr = dur_split(lease)
+    end
+    local leases = lease_load(key, now)
+    local held, last_a, last_r, seq = 0, nil, 0, 0
+    for _, l in ipairs(leases) do
+      held = held + l.units
+      if not last_a or lease_after(l.expiry, l.r, last_a, last_r) then
+        last_a, last_r = l.expiry, l.r
       end
-      local leases = lease_load(key, now)
-      local held, last_a, last_r, seq = 0, nil, 0, 0
+      seq = math.max(seq, l.seq)
+    end
+    local allowed = held + cost <= max
+    local reset_a, reset_r = last_a, last_r
+    if allowed and cost > 0 and (not last_a or lease_after(now + lq, lr, last_a, last_r)) then
+      reset_a, reset_r = now + lq, lr
+    end
+    local retry = -1
+    if not allowed and cost <= max then
+      local must_free, freed = held + cost - max, 0
       for _, l in ipairs(leases) do
-        held = held + l.units
-        if not last_a or lease_after(l.expiry, l.r, last_a, last_r) then
-          last_a, last_r = l.expiry, l.r
-        end
-        seq = math.max(seq, l.seq)
-      end
-      local allowed = held + cost <= max
-      local reset_a, reset_r = last_a, last_r
-      if allowed and cost > 0 and (not last_a or lease_after(now + lq, lr, last_a, last_r)) then
-        reset_a, reset_r = now + lq, lr
-      end
-      local retry = -1
-      if not allowed and cost <= max then
-        local must_free, freed = held + cost - max, 0
-        for _, l in ipairs(leases) do
-          freed = freed + l.units
-          if freed >= must_free then
-            retry = lease_left(l.expiry, l.r, now)
-            break
-          end
+        freed = freed + l.units
+        if freed >= must_free then
+          retry = lease_left(l.expiry, l.r, now)
+          break
         end
       end
-      local reset = 0
-      if reset_a then
-        reset = lease_left(reset_a, reset_r, now)
-      end
-      local after = held
-      if allowed then
-        after = held + cost
-      end
-      -- As the model: an estimate, the earliest lease to lapse.
-      local quota = 0
-      if max - after < max then
-        local first_a, first_r = nil, 0
-        for _, l in ipairs(leases) do
-          if l.units > 0 and (not first_a or lease_after(first_a, first_r, l.expiry, l.r)) then
-            first_a, first_r = l.expiry, l.r
-          end
-        end
-        if allowed and cost > 0
-          and (not first_a or lease_after(first_a, first_r, reset_a, reset_r)) then
-          first_a, first_r = reset_a, reset_r
-        end
-        if first_a then
-          quota = lease_left(first_a, first_r, now)
+    end
+    local reset = 0
+    if reset_a then
+      reset = lease_left(reset_a, reset_r, now)
+    end
+    local after = held
+    if allowed then
+      after = held + cost
+    end
+    -- As the model: an estimate, the earliest lease to lapse.
+    local quota = 0
+    if max - after < max then
+      local first_a, first_r = nil, 0
+      for _, l in ipairs(leases) do
+        if l.units > 0 and (not first_a or lease_after(first_a, first_r, l.expiry, l.r)) then
+          first_a, first_r = l.expiry, l.r
         end
       end
-      local commit = nil
-      if allowed and cost > 0 then
-        commit = function()
-          -- Released before it arrived: its caller is gone, nothing to hold.
-          if redis.call('ZREM', key, 'x:' .. permit) == 1 then
-            lease_expire(key, now)
-            return
-          end
-          local member = int(seq + 1) .. ':' .. permit .. ':' .. int(cost)
-          local pad = 0
-          if reset_r > 0 then
-            member, pad = member .. ':' .. int(reset_r), 1
-          end
-          -- reset_at = max(now + lease, newest expiry): a reading overtaken
-          -- by a check that pruned at a later time never gets a shorter lease.
-          redis.call('ZADD', key, int(reset_a), member)
-          redis.call('PEXPIRE', key, ttl_ms(reset_a - now + pad))
-        end
+      if allowed and cost > 0
+        and (not first_a or lease_after(first_a, first_r, reset_a, reset_r)) then
+        first_a, first_r = reset_a, reset_r
       end
-      -- After a downgrade more than the new maximum may be in flight.
-      return allowed, { allowed and 1 or 0, math.max(max - after, 0), retry, reset, quota }, commit
+      if first_a then
+        quota = lease_left(first_a, first_r, now)
+      end
+    end
+    local commit = nil
+    if allowed and cost > 0 then
+      commit = function()
+        -- Released before it arrived: its caller is gone, nothing to hold.
+        if redis.call('ZREM', key, 'x:' .. permit) == 1 then
+          lease_expire(key, now)
+          return
+        end
+        local member = int(seq + 1) .. ':' .. permit .. ':' .. int(cost)
+        local pad = 0
+        if reset_r > 0 then
+          member, pad = member .. ':' .. int(reset_r), 1
+        end
+        -- reset_at = max(now + lease, newest expiry): a reading overtaken
+        -- by a check that pruned at a later time never gets a shorter lease.
+        redis.call('ZADD', key, int(reset_a), member)
+        redis.call('PEXPIRE', key, ttl_ms(reset_a - now + pad))
+      end
+    end
+    -- After a downgrade more than the new maximum may be in flight.
+    return allowed, { allowed and 1 or 0, math.max(max - after, 0), retry, reset, quota }, commit
+  end
+  return {
+    -- A key of another type or foreign leases fail the check (alone in a
+    -- batch; the whole multi-rule check, which commits nothing).
+    check = function(key, max, lease, cost, permit, now)
+      local ok, allowed, reply, commit = pcall(check, key, max, lease, cost, permit, now)
+      if not ok then
+        error({ err = call_error(key, allowed) })
+      end
+      return allowed, reply, commit
     end,
 
     refund = function(key, _, _, amount, now)
@@ -197,3 +239,4 @@ end
 
 algo.c = lease_algo(false)
 algo.C = lease_algo(true)
+algo.C.param = dur_param

@@ -14,12 +14,35 @@ local fixed_states = {}
 local fixed_dirty = {}
 local FIXED_FORMAT = INT_FORMAT .. ':' .. INT_FORMAT
 
+-- Valid states: a window index below 2^52 (an index is at most `now` in µs)
+-- and a count of at most 2^50 (Rust's bound on a limit; a count never
+-- exceeds the limit it was admitted under). Anything else ("abc", "-5",
+-- "1e30", "1.5:2", a count beyond 2^50) is foreign: nil.
+local FIXED_WHAT = 'a value that is no fixed-window state'
+local MAX_COUNT = 1125899906842624 -- 2^50
+
 local function fixed_parse(v)
   if not v then
     return 0, 0
   end
   local w, c = string.match(v, '^(%d+):(%d+)$')
-  return tonumber(w) or 0, tonumber(c) or 0
+  local win, count = stored_int(w, LIMIT - 1), stored_int(c, MAX_COUNT)
+  if win and count then
+    return win, count
+  end
+  return nil
+end
+
+-- The state of `key` for this batch, or nil and the error of foreign data:
+-- a window after `now`'s (a clock that went back) is valid only with the
+-- expiry every write sets; without one it would deny forever.
+local function fixed_state(key, w, ns, now)
+  local s, err = cached_state(fixed_states, key, fixed_parse, FIXED_WHAT)
+  if s and s[1] > win_index(now, w, ns) and not fixed_dirty[key] and persistent(key) then
+    fixed_states[key] = nil
+    return nil, foreign(key, 'a future window without expiry')
+  end
+  return s, err
 end
 
 -- The live window and its count at `now` from a stored state.
@@ -51,7 +74,7 @@ local function fixed_algo(ns)
     -- `n` (no closures or tables per check); returns the new length, or nil
     -- and an error.
     single = function(key, max, w, cost, now, out, n)
-      local s, err = cached_state(fixed_states, key, fixed_parse)
+      local s, err = fixed_state(key, w, ns, now)
       if not s then
         return nil, err
       end
@@ -72,7 +95,10 @@ local function fixed_algo(ns)
     end,
 
     check = function(key, max, w, cost, _, now)
-      local s = state_or_raise(fixed_states, key, fixed_parse)
+      local s, err = fixed_state(key, w, ns, now)
+      if not s then
+        error({ err = err })
+      end
       local win, count = fixed_live(s[1], s[2], w, ns, now)
       local allowed = count + cost <= max
       local commit = nil
@@ -86,11 +112,11 @@ local function fixed_algo(ns)
     end,
 
     refund = function(key, _, w, amount, now)
-      local v = redis.call('GET', key)
-      if not v then
-        return
+      local s, err = fixed_state(key, w, ns, now)
+      if not s then
+        error({ err = err })
       end
-      local sw, sc = fixed_parse(v)
+      local sw, sc = s[1], s[2]
       local win, count = fixed_live(sw, sc, w, ns, now)
       fixed_write(key, now, w, ns, win, math.max(count - amount, 0))
     end,

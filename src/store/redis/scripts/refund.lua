@@ -7,5 +7,10 @@ if not a then
   return redis.error_reply('ERR tower-throttle: unknown algorithm')
 end
 local param = a.param or tonumber
-a.refund(KEYS[1], param(ARGV[4]), param(ARGV[5]), tonumber(ARGV[6]), now)
+-- Foreign data at the key (of another type, or no state of this crate) is
+-- deleted and answered as a FOREIGN error naming it (see `foreign`).
+local ok, err = pcall(a.refund, KEYS[1], param(ARGV[4]), param(ARGV[5]), tonumber(ARGV[6]), now)
+if not ok then
+  return redis.error_reply(call_error(KEYS[1], err))
+end
 return now

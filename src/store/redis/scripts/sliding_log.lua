@@ -23,9 +23,39 @@ local function log_prune(key, w, now)
   return redis.call('ZCARD', key)
 end
 
+-- A valid log holds scores that are times this crate recorded: integers
+-- in [0, 2^52). Every score a check reads is checked (the oldest and the
+-- newest are read whenever the log is not empty, which bounds all of them);
+-- a score such as 1e30 or inf would keep its unit in the window forever.
+-- Members are not parsed for decisions, so only their scores matter.
+local function log_valid_time(key, t)
+  local x = tonumber(t)
+  if x and x >= 0 and x < LIMIT and x % 1 == 0 then
+    return x
+  end
+  error({ err = foreign(key, 'a sorted set whose scores are no log times') })
+end
+
 -- Time of the unit at `rank` (0 = oldest, -1 = newest), or nil.
 local function log_time(key, rank)
-  return tonumber(redis.call('ZRANGE', key, rank, rank, 'WITHSCORES')[2])
+  local t = redis.call('ZRANGE', key, rank, rank, 'WITHSCORES')[2]
+  if t == nil then
+    return nil
+  end
+  return log_valid_time(key, t)
+end
+
+-- Checks both ends of a log that is not empty (bounding every score) and
+-- returns the newest time. A unit after `now` (a clock that went back) is
+-- valid only with the expiry every write sets; without one it would never
+-- leave.
+local function log_ends(key, now)
+  log_time(key, 0)
+  local last = log_time(key, -1)
+  if last > now and persistent(key) then
+    error({ err = foreign(key, 'a sorted set of future times without expiry') })
+  end
+  return last
 end
 
 local function log_expire(key, w, now)
@@ -44,7 +74,7 @@ local function log_add(key, w, cost, now)
   -- so the newest member's index + 1 is the count ZCOUNT would give.
   local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
   local at, base = now, 0
-  local newest_at = tonumber(newest[2])
+  local newest_at = newest[2] and log_valid_time(key, newest[2])
   if newest_at and newest_at >= now then
     at = newest_at
     local index = tonumber(string.match(newest[1], ':(%d+)$'))
@@ -77,12 +107,14 @@ local function log_decide(key, max, wp, wv, ns, cost, now)
   local total = log_prune(key, wp, now)
   local allowed = total + cost <= max
   local none = ns and -1 or 0
+  local last = nil
+  if total > 0 then
+    last = log_ends(key, now)
+  end
   -- As the model: an admission is reported as the newest entry.
-  local newest = nil
+  local newest = last
   if allowed and cost > 0 then
     newest = now
-  elseif total > 0 then
-    newest = log_time(key, -1)
   end
   local after = total
   if allowed then
@@ -121,7 +153,7 @@ local function log_widths(w, ns)
   if not ns then
     return w, w
   end
-  local wq = fdiv(w, 1000)
+  local wq = dur_split(w)
   return wq + 1, wq
 end
 
@@ -134,7 +166,7 @@ local function log_algo(ns)
       local ok, allowed, remaining, retry, reset, quota =
         pcall(log_decide, key, max, wp, wv, ns, cost, now)
       if not ok then
-        return nil, type(allowed) == 'table' and allowed.err or allowed
+        return nil, call_error(key, allowed)
       end
       if allowed and cost > 0 then
         log_add(key, wp, cost, now)
@@ -150,7 +182,11 @@ local function log_algo(ns)
 
     check = function(key, max, w, cost, _, now)
       local wp, wv = log_widths(w, ns)
-      local allowed, remaining, retry, reset, quota = log_decide(key, max, wp, wv, ns, cost, now)
+      local ok, allowed, remaining, retry, reset, quota =
+        pcall(log_decide, key, max, wp, wv, ns, cost, now)
+      if not ok then
+        error({ err = call_error(key, allowed) })
+      end
       local commit = nil
       if allowed and cost > 0 then
         commit = function()
@@ -163,6 +199,7 @@ local function log_algo(ns)
     refund = function(key, _, w, amount, now)
       local wp = log_widths(w, ns)
       if log_prune(key, wp, now) > 0 then
+        log_ends(key, now)
         redis.call('ZREMRANGEBYRANK', key, int(-amount), -1)
         log_expire(key, wp, now)
       end
@@ -172,3 +209,4 @@ end
 
 algo.l = log_algo(false)
 algo.L = log_algo(true)
+algo.L.param = dur_param

@@ -16,12 +16,33 @@ local sliding_states = {}
 local sliding_dirty = {}
 local SLIDING_FORMAT = INT_FORMAT .. ':' .. INT_FORMAT .. ':' .. INT_FORMAT
 
+-- Valid states: as a fixed window's (an index below 2^52, counts of at
+-- most 2^50); anything else is foreign: nil.
+local SLIDING_WHAT = 'a value that is no sliding-window state'
+local SLIDING_MAX_COUNT = 1125899906842624 -- 2^50
+
 local function sliding_parse(v)
   if not v then
     return 0, 0, 0
   end
   local w, c, p = string.match(v, '^(%d+):(%d+):(%d+)$')
-  return tonumber(w) or 0, tonumber(c) or 0, tonumber(p) or 0
+  local win = stored_int(w, LIMIT - 1)
+  local cur, prev = stored_int(c, SLIDING_MAX_COUNT), stored_int(p, SLIDING_MAX_COUNT)
+  if win and cur and prev then
+    return win, cur, prev
+  end
+  return nil
+end
+
+-- The state of `key` for this batch, or nil and the error of foreign data
+-- (a future window without expiry: see fixed_state).
+local function sliding_state(key, w, ns, now)
+  local s, err = cached_state(sliding_states, key, sliding_parse, SLIDING_WHAT)
+  if s and s[1] > win_index(now, w, ns) and not sliding_dirty[key] and persistent(key) then
+    sliding_states[key] = nil
+    return nil, foreign(key, 'a future window without expiry')
+  end
+  return s, err
 end
 
 -- The live window, its counts and the time into it, at `now`.
@@ -73,7 +94,7 @@ local function sliding_algo(ns)
 
     -- A single-rule check, straight into the batch reply (see fixed_window).
     single = function(key, max, w, cost, now, out, n)
-      local s, err = cached_state(sliding_states, key, sliding_parse)
+      local s, err = sliding_state(key, w, ns, now)
       if not s then
         return nil, err
       end
@@ -95,7 +116,10 @@ local function sliding_algo(ns)
     end,
 
     check = function(key, max, w, cost, _, now)
-      local s = state_or_raise(sliding_states, key, sliding_parse)
+      local s, err = sliding_state(key, w, ns, now)
+      if not s then
+        error({ err = err })
+      end
       local win, cur, prev, elapsed = sliding_live(s[1], s[2], s[3], w, ns, now)
       local used = prev * (w - elapsed) + cur * w
       local allowed = used + cost * w <= max * w
@@ -110,11 +134,11 @@ local function sliding_algo(ns)
     end,
 
     refund = function(key, _, w, amount, now)
-      local v = redis.call('GET', key)
-      if not v then
-        return
+      local s, err = sliding_state(key, w, ns, now)
+      if not s then
+        error({ err = err })
       end
-      local sw, sc, sp = sliding_parse(v)
+      local sw, sc, sp = s[1], s[2], s[3]
       local win, cur, prev = sliding_live(sw, sc, sp, w, ns, now)
       sliding_write(key, now, w, ns, win, math.max(cur - amount, 0), prev)
     end,
