@@ -18,7 +18,8 @@ use tokio::sync::oneshot;
 
 use super::batch::JobRule;
 use super::error::timed;
-use super::{Config, RELEASE};
+use super::registry::ScriptId;
+use super::Config;
 use crate::decision::PermitId;
 use crate::policy::Algorithm;
 use crate::store::StoreError;
@@ -135,7 +136,7 @@ async fn attempt<C>(conn: &C, cfg: &Config, p: &Abandoned) -> Result<(), StoreEr
 where
     C: ConnectionLike + Clone + Send + Sync,
 {
-    let mut inv = RELEASE.prepare_invoke();
+    let mut inv = ScriptId::Release.script().prepare_invoke();
     inv.key(&p.key[..])
         .arg(cfg.now_arg()?)
         .arg(cfg.ttl_padding_ms)

@@ -24,8 +24,9 @@ use tokio::sync::oneshot;
 use super::abandoned;
 use super::error::timed;
 use super::params::Params;
+use super::registry::{check_script, ScriptId, UniformBatch};
 use super::reply::{self, Checked, RuleReply};
-use super::{check_script, keys, Config, GCRA_BATCH, GCRA_NS_BATCH};
+use super::{keys, Config};
 use crate::decision::PermitId;
 use crate::policy::Policy;
 use crate::store::StoreError;
@@ -120,12 +121,15 @@ where
     C: ConnectionLike + Clone + Send,
 {
     let uniform = uniform(checks);
-    if let Some(rule) = uniform.filter(|r| matches!(r.params.code, "g" | "n")) {
-        return eval_uniform_gcra(conn, cfg, checks, rule, sent).await;
-    }
-    // Windows and logs have a single-rule fast path in the script too: a uniform
-    // batch of them sends no per-check arguments either.
-    let uniform = uniform.filter(|r| matches!(r.params.code, "f" | "F" | "s" | "S" | "l" | "L"));
+    let uniform = match uniform.map(|r| (r, r.params.code.uniform_batch())) {
+        Some((rule, UniformBatch::Gcra(script))) => {
+            return eval_uniform_gcra(conn, cfg, checks, rule, script, sent).await;
+        }
+        // Windows and logs have a single-rule fast path in the script too: a
+        // uniform batch of them sends no per-check arguments either.
+        Some((rule, UniformBatch::SharedArguments)) => Some(rule),
+        Some((_, UniformBatch::PerCheck)) | None => None,
+    };
     let script = check_script(checks.iter().flat_map(|c| c.iter()).map(|r| &r.policy));
     let n_keys: usize = checks.iter().map(|c| c.len()).sum();
     let mut cmd = redis::cmd("EVALSHA");
@@ -145,7 +149,9 @@ where
         .arg(cfg.ttl_padding_ms)
         .arg(policies.len());
     for r in &policies {
-        cmd.arg(r.params.code).arg(r.params.p1).arg(r.params.p2);
+        cmd.arg(r.params.code.wire())
+            .arg(r.params.p1)
+            .arg(r.params.p2);
     }
     if let Some(rule) = uniform {
         cmd.arg("U").arg(rule.params.script_cost(rule.cost));
@@ -220,16 +226,13 @@ async fn eval_uniform_gcra<C>(
     cfg: &Config,
     checks: &[&[JobRule]],
     rule: &JobRule,
+    script: ScriptId,
     sent: &AtomicBool,
 ) -> Result<(u64, Vec<Result<Checked, StoreError>>), StoreError>
 where
     C: ConnectionLike + Clone + Send,
 {
-    let script: &Script = if rule.params.code == "n" {
-        &GCRA_NS_BATCH
-    } else {
-        &GCRA_BATCH
-    };
+    let script = script.script();
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(script.get_hash()).arg(checks.len());
     for c in checks {

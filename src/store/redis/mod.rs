@@ -127,6 +127,7 @@ mod error;
 mod keys;
 mod params;
 mod preflight;
+mod registry;
 mod reply;
 mod sentinel;
 #[cfg(feature = "tls")]
@@ -136,12 +137,12 @@ mod validate;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
-use redis::{IntoConnectionInfo, Script, Value};
+use redis::{IntoConnectionInfo, Value};
 use tokio::sync::{mpsc, oneshot};
 
 pub use builder::{RedisStoreBuilder, TimeSource};
@@ -154,6 +155,7 @@ use self::builder::{BatchConfig, Config};
 use self::deny::DenyCache;
 use self::error::timed;
 use self::params::Params;
+use self::registry::ScriptId;
 use crate::decision::{Decision, PermitId};
 use crate::policy::{Algorithm, Policy};
 use crate::store::{Rule, RuleSpec, Store, StoreError};
@@ -172,60 +174,6 @@ pub const DEFAULT_BATCH_QUEUE: usize = 4096;
 pub const DEFAULT_BATCHES_IN_FLIGHT: usize = 2;
 /// Default capacity of the local denial cache (keys).
 pub const DEFAULT_DENY_CACHE: usize = 4096;
-
-macro_rules! script {
-    ($($file:literal),*) => {
-        LazyLock::new(|| Script::new(concat!(include_str!("scripts/common.lua"),
-            $(include_str!(concat!("scripts/", $file))),*)))
-    };
-}
-
-/// Every algorithm: for checks mixing algorithms.
-static CHECK: LazyLock<Script> = script!(
-    "gcra.lua",
-    "gcra_ns.lua",
-    "fixed_window.lua",
-    "sliding_window.lua",
-    "sliding_log.lua",
-    "concurrency.lua",
-    "check.lua"
-);
-static CHECK_G: LazyLock<Script> = script!("gcra.lua", "gcra_ns.lua", "check.lua");
-/// Single-rule GCRA checks under one policy and cost: see `gcra_batch.lua`.
-static GCRA_BATCH: LazyLock<Script> = script!("gcra.lua", "gcra_batch.lua");
-/// The same at nanosecond precision: see `gcra_ns_batch.lua`.
-static GCRA_NS_BATCH: LazyLock<Script> = script!("gcra.lua", "gcra_ns.lua", "gcra_ns_batch.lua");
-static CHECK_F: LazyLock<Script> = script!("fixed_window.lua", "check.lua");
-static CHECK_S: LazyLock<Script> = script!("sliding_window.lua", "check.lua");
-static CHECK_L: LazyLock<Script> = script!("sliding_log.lua", "check.lua");
-static CHECK_C: LazyLock<Script> = script!("concurrency.lua", "check.lua");
-static REFUND: LazyLock<Script> = script!(
-    "gcra.lua",
-    "gcra_ns.lua",
-    "fixed_window.lua",
-    "sliding_window.lua",
-    "sliding_log.lua",
-    "concurrency.lua",
-    "refund.lua"
-);
-static RELEASE: LazyLock<Script> = script!("concurrency.lua", "release.lua");
-
-/// The smallest check script that holds every algorithm of `policies`.
-fn check_script<'a>(policies: impl IntoIterator<Item = &'a Policy>) -> &'static Script {
-    let mut policies = policies.into_iter();
-    let code = policies.next().map_or("", keys::code);
-    if policies.any(|p| keys::code(p) != code) {
-        return &CHECK;
-    }
-    match code {
-        "g" => &CHECK_G,
-        "f" => &CHECK_F,
-        "s" => &CHECK_S,
-        "l" => &CHECK_L,
-        "c" => &CHECK_C,
-        _ => &CHECK,
-    }
-}
 
 /// Permit ids: a random per-store base plus a counter, so instances sharing
 /// a key never hand out the same id.
@@ -351,20 +299,8 @@ where
     /// the first checks need no reload round trip.
     pub async fn load_scripts(&self) -> Result<(), StoreError> {
         let mut conn = self.conn.clone();
-        let scripts = [
-            &CHECK,
-            &CHECK_G,
-            &GCRA_BATCH,
-            &GCRA_NS_BATCH,
-            &CHECK_F,
-            &CHECK_S,
-            &CHECK_L,
-            &CHECK_C,
-            &REFUND,
-            &RELEASE,
-        ];
-        for script in scripts.map(|s| &**s) {
-            timed(self.cfg.timeout, script.load_async(&mut conn)).await?;
+        for id in ScriptId::ALL {
+            timed(self.cfg.timeout, id.script().load_async(&mut conn)).await?;
         }
         Ok(())
     }
@@ -535,11 +471,11 @@ where
             return Ok(());
         }
         let rk = self.redis_key(key, policy);
-        let mut inv = REFUND.prepare_invoke();
+        let mut inv = ScriptId::Refund.script().prepare_invoke();
         inv.key(&rk[..])
             .arg(self.now_arg()?)
             .arg(self.cfg.ttl_padding_ms)
-            .arg(p.code)
+            .arg(p.code.wire())
             .arg(p.p1)
             .arg(p.p2)
             .arg(p.script_amount(amount));
