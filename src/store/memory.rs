@@ -278,10 +278,8 @@ impl<C: Clock> MemoryStore<C> {
         }
         // Absent, or held for another algorithm: decide on a fresh state and
         // insert only what an admission changes.
-        let mut fresh = Slot::fresh(rule.policy, 0); // its namespace is set on insertion
-        let decision = fresh
-            .check(rule.policy, now, rule.cost, permit)
-            .expect("a fresh slot matches its policy");
+        // Its namespace is set on insertion.
+        let (mut fresh, decision) = Slot::decide_fresh(rule.policy, now, rule.cost, permit, true);
         let mut shard = write(shard);
         if let Some(slot) = shard.slots.get(&hash) {
             // Inserted meanwhile by another caller.

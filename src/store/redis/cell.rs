@@ -174,7 +174,10 @@ impl CellStore {
     fn gcra(policy: &Policy) -> Result<GcraParams, StoreError> {
         match policy.algorithm() {
             Algorithm::Gcra(p) => Ok(*p),
-            _ => Err(StoreError::Unsupported(
+            Algorithm::SlidingLog(_)
+            | Algorithm::FixedWindow(_)
+            | Algorithm::SlidingWindow(_)
+            | Algorithm::Concurrency(_) => Err(StoreError::Unsupported(
                 "policies other than GCRA on CellStore (redis-cell)",
             )),
         }

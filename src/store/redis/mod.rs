@@ -497,11 +497,13 @@ where
         policy: &Policy,
         permit: PermitId,
     ) -> Result<(), StoreError> {
-        if !policy.is_concurrency() {
-            return Ok(());
-        }
-        let Algorithm::Concurrency(p) = policy.algorithm() else {
-            return Ok(());
+        // Only concurrency limits hold permits.
+        let p = match policy.algorithm() {
+            Algorithm::Concurrency(p) => p,
+            Algorithm::Gcra(_)
+            | Algorithm::FixedWindow(_)
+            | Algorithm::SlidingWindow(_)
+            | Algorithm::SlidingLog(_) => return Ok(()),
         };
         // In a task of its own, retried there after a failure that may be
         // passing (a stall, a broken connection): neither a dropped caller

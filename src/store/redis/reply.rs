@@ -87,7 +87,11 @@ impl RawState {
             (RawState::Sliding(s), Algorithm::SlidingWindow(p)) => {
                 Some(sliding_window::check(p, s, now_ns, cost))
             }
-            _ => None,
+            (_, Algorithm::Gcra(_))
+            | (_, Algorithm::FixedWindow(_))
+            | (_, Algorithm::SlidingWindow(_))
+            | (_, Algorithm::SlidingLog(_))
+            | (_, Algorithm::Concurrency(_)) => None,
         }
     }
 }
@@ -98,7 +102,7 @@ fn width(policy: &Policy) -> usize {
         Algorithm::Gcra(_) => 2,
         Algorithm::FixedWindow(_) => 3,
         Algorithm::SlidingWindow(_) => 4,
-        _ => 5,
+        Algorithm::SlidingLog(_) | Algorithm::Concurrency(_) => 5,
     }
 }
 
