@@ -130,7 +130,7 @@ impl Hasher for IdentityHasher {
 
 type Slots = HashMap<u64, Slot, BuildHasherDefault<IdentityHasher>>;
 
-struct Inner<C> {
+struct MemoryShared<C> {
     /// Unique per store, so thread caches never confuse two stores.
     id: u64,
     clock: C,
@@ -146,7 +146,7 @@ struct Inner<C> {
     namespaces: super::Namespaces,
 }
 
-impl<C> Drop for Inner<C> {
+impl<C> Drop for MemoryShared<C> {
     fn drop(&mut self) {
         if let Some(t) = self
             .janitor
@@ -175,7 +175,7 @@ impl<C> Drop for Inner<C> {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct MemoryStore<C: Clock = SystemClock> {
-    inner: Arc<Inner<C>>,
+    inner: Arc<MemoryShared<C>>,
 }
 
 impl<C: Clock> Clone for MemoryStore<C> {

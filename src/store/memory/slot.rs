@@ -24,7 +24,7 @@ pub(super) enum Slot {
     Gcra(AtomicU64, Ns),
     /// A hot GCRA key, also decided lock-free through thread caches (see `hot`).
     Hot(HotSlot, Ns),
-    Other(Box<Mutex<Other>>, Ns),
+    Other(Box<Mutex<LockedSlot>>, Ns),
 }
 
 /// The index of a key's namespace in the store's list of caps (0: the rest).
@@ -32,13 +32,13 @@ pub(super) type Ns = u32;
 
 const _: () = assert!(std::mem::size_of::<Slot>() == 16);
 
-pub(super) struct Other {
-    state: State,
+pub(super) struct LockedSlot {
+    state: LockedState,
     /// When `state` is back to fresh; kept here because computing it needs the policy.
     expires_at: u64,
 }
 
-enum State {
+enum LockedState {
     Log(SlidingLogState),
     Fixed(FixedWindowState),
     Sliding(SlidingWindowState),
@@ -47,11 +47,11 @@ enum State {
 
 impl Slot {
     pub(super) fn fresh(policy: &Policy, ns: Ns) -> Slot {
-        let Some(state) = State::fresh(policy) else {
+        let Some(state) = LockedState::fresh(policy) else {
             return Slot::Gcra(AtomicU64::new(0), ns);
         };
         Slot::Other(
-            Box::new(Mutex::new(Other {
+            Box::new(Mutex::new(LockedSlot {
                 state,
                 expires_at: 0,
             })),
@@ -83,25 +83,25 @@ impl Slot {
             Algorithm::SlidingLog(p) => {
                 let mut s = SlidingLogState::default();
                 let d = run_log(p, &mut s, now, cost, admit);
-                (State::Log(s), d)
+                (LockedState::Log(s), d)
             }
             Algorithm::FixedWindow(p) => {
                 let mut s = FixedWindowState::default();
                 let d = run_fixed(p, &mut s, now, cost, admit);
-                (State::Fixed(s), d)
+                (LockedState::Fixed(s), d)
             }
             Algorithm::SlidingWindow(p) => {
                 let mut s = SlidingWindowState::default();
                 let d = run_sliding(p, &mut s, now, cost, admit);
-                (State::Sliding(s), d)
+                (LockedState::Sliding(s), d)
             }
             Algorithm::Concurrency(p) => {
                 let mut s = ConcurrencyState::default();
                 let d = run_concurrency(p, &mut s, now, cost, permit, admit);
-                (State::Concurrency(s), d)
+                (LockedState::Concurrency(s), d)
             }
         };
-        let mut other = Other {
+        let mut other = LockedSlot {
             state,
             expires_at: 0,
         };
@@ -270,7 +270,7 @@ impl Slot {
     pub(super) fn release(&mut self, policy: &Policy, permit: PermitId) {
         if let Slot::Other(m, _) = self {
             let other = lock_mut(m);
-            if let State::Concurrency(s) = &mut other.state {
+            if let LockedState::Concurrency(s) = &mut other.state {
                 concurrency::release(s, permit);
                 other.refresh_expiry(policy);
             }
@@ -278,25 +278,25 @@ impl Slot {
     }
 }
 
-impl State {
+impl LockedState {
     /// A fresh state for `policy`'s algorithm, or `None` for GCRA (which
     /// lives in a [`Slot::Gcra`] word, not behind a mutex).
-    fn fresh(policy: &Policy) -> Option<State> {
+    fn fresh(policy: &Policy) -> Option<LockedState> {
         Some(match policy.algorithm() {
             Algorithm::Gcra(_) => return None,
-            Algorithm::SlidingLog(_) => State::Log(Default::default()),
-            Algorithm::FixedWindow(_) => State::Fixed(Default::default()),
-            Algorithm::SlidingWindow(_) => State::Sliding(Default::default()),
-            Algorithm::Concurrency(_) => State::Concurrency(Default::default()),
+            Algorithm::SlidingLog(_) => LockedState::Log(Default::default()),
+            Algorithm::FixedWindow(_) => LockedState::Fixed(Default::default()),
+            Algorithm::SlidingWindow(_) => LockedState::Sliding(Default::default()),
+            Algorithm::Concurrency(_) => LockedState::Concurrency(Default::default()),
         })
     }
 
     fn matches(&self, policy: &Policy) -> bool {
         match (self, policy.algorithm()) {
-            (State::Log(_), Algorithm::SlidingLog(_))
-            | (State::Fixed(_), Algorithm::FixedWindow(_))
-            | (State::Sliding(_), Algorithm::SlidingWindow(_))
-            | (State::Concurrency(_), Algorithm::Concurrency(_)) => true,
+            (LockedState::Log(_), Algorithm::SlidingLog(_))
+            | (LockedState::Fixed(_), Algorithm::FixedWindow(_))
+            | (LockedState::Sliding(_), Algorithm::SlidingWindow(_))
+            | (LockedState::Concurrency(_), Algorithm::Concurrency(_)) => true,
             (_, Algorithm::Gcra(_))
             | (_, Algorithm::SlidingLog(_))
             | (_, Algorithm::FixedWindow(_))
@@ -308,14 +308,16 @@ impl State {
     /// Gives `amount` units back; false if the state is another algorithm's.
     fn refund(&mut self, policy: &Policy, now: u64, amount: u64) -> bool {
         match (self, policy.algorithm()) {
-            (State::Log(s), Algorithm::SlidingLog(p)) => sliding_log::refund(p, s, now, amount),
-            (State::Fixed(s), Algorithm::FixedWindow(p)) => {
+            (LockedState::Log(s), Algorithm::SlidingLog(p)) => {
+                sliding_log::refund(p, s, now, amount)
+            }
+            (LockedState::Fixed(s), Algorithm::FixedWindow(p)) => {
                 *s = fixed_window::refund(p, s, now, amount)
             }
-            (State::Sliding(s), Algorithm::SlidingWindow(p)) => {
+            (LockedState::Sliding(s), Algorithm::SlidingWindow(p)) => {
                 *s = sliding_window::refund(p, s, now, amount)
             }
-            (State::Concurrency(s), Algorithm::Concurrency(_)) => {
+            (LockedState::Concurrency(s), Algorithm::Concurrency(_)) => {
                 concurrency::refund(s, now, amount)
             }
             (_, Algorithm::Gcra(_))
@@ -328,7 +330,7 @@ impl State {
     }
 }
 
-impl Other {
+impl LockedSlot {
     /// `None` when the state belongs to another algorithm.
     fn decide(
         &mut self,
@@ -339,10 +341,12 @@ impl Other {
         admit: bool,
     ) -> Option<Decision> {
         let d = match (&mut self.state, policy.algorithm()) {
-            (State::Log(s), Algorithm::SlidingLog(p)) => run_log(p, s, now, cost, admit),
-            (State::Fixed(s), Algorithm::FixedWindow(p)) => run_fixed(p, s, now, cost, admit),
-            (State::Sliding(s), Algorithm::SlidingWindow(p)) => run_sliding(p, s, now, cost, admit),
-            (State::Concurrency(s), Algorithm::Concurrency(p)) => {
+            (LockedState::Log(s), Algorithm::SlidingLog(p)) => run_log(p, s, now, cost, admit),
+            (LockedState::Fixed(s), Algorithm::FixedWindow(p)) => run_fixed(p, s, now, cost, admit),
+            (LockedState::Sliding(s), Algorithm::SlidingWindow(p)) => {
+                run_sliding(p, s, now, cost, admit)
+            }
+            (LockedState::Concurrency(s), Algorithm::Concurrency(p)) => {
                 run_concurrency(p, s, now, cost, permit, admit)
             }
             // A key held for another algorithm.
@@ -360,10 +364,12 @@ impl Other {
 
     fn refresh_expiry(&mut self, policy: &Policy) {
         self.expires_at = match (&self.state, policy.algorithm()) {
-            (State::Log(s), Algorithm::SlidingLog(p)) => sliding_log::expires_at(p, s),
-            (State::Fixed(s), Algorithm::FixedWindow(p)) => fixed_window::expires_at(p, s),
-            (State::Sliding(s), Algorithm::SlidingWindow(p)) => sliding_window::expires_at(p, s),
-            (State::Concurrency(s), Algorithm::Concurrency(_)) => concurrency::expires_at(s),
+            (LockedState::Log(s), Algorithm::SlidingLog(p)) => sliding_log::expires_at(p, s),
+            (LockedState::Fixed(s), Algorithm::FixedWindow(p)) => fixed_window::expires_at(p, s),
+            (LockedState::Sliding(s), Algorithm::SlidingWindow(p)) => {
+                sliding_window::expires_at(p, s)
+            }
+            (LockedState::Concurrency(s), Algorithm::Concurrency(_)) => concurrency::expires_at(s),
             // A key held for another algorithm: it keeps its expiry.
             (_, Algorithm::Gcra(_))
             | (_, Algorithm::SlidingLog(_))
@@ -437,6 +443,6 @@ fn run_concurrency(
     d
 }
 
-fn lock_mut(m: &mut Mutex<Other>) -> &mut Other {
+fn lock_mut(m: &mut Mutex<LockedSlot>) -> &mut LockedSlot {
     m.get_mut().unwrap_or_else(PoisonError::into_inner)
 }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 use tokio::sync::oneshot;
 
-use super::batch::JobRule;
+use super::batch::QueuedRule;
 use super::error::timed;
 use super::registry::ScriptId;
 use super::Config;
@@ -42,7 +42,7 @@ impl Abandoned {
 }
 
 /// The permits `rules` asked for (none unless a rule is a concurrency one).
-pub(crate) fn permits_of(rules: &[JobRule]) -> Vec<Abandoned> {
+pub(crate) fn permits_of(rules: &[QueuedRule]) -> Vec<Abandoned> {
     rules
         .iter()
         .filter_map(|r| {
@@ -59,7 +59,7 @@ pub(crate) fn permits_of(rules: &[JobRule]) -> Vec<Abandoned> {
 }
 
 /// True when a check of `rules` may be granted a lease.
-pub(crate) fn holds_permits(rules: &[JobRule]) -> bool {
+pub(crate) fn holds_permits(rules: &[QueuedRule]) -> bool {
     rules.iter().any(|r| r.permit.is_some())
 }
 

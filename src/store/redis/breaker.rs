@@ -72,7 +72,7 @@ impl Breaker {
         {
             return Err(StoreError::Timeout(timeout));
         }
-        let claim = ProbeClaim(&self.probing);
+        let claim = BreakerProbeClaim(&self.probing);
         let mut conn = conn.clone();
         let probe = timed(timeout, async move {
             conn.req_packed_command(&redis::cmd("PING")).await
@@ -102,9 +102,9 @@ impl Breaker {
 
 /// The right to send the probe; given back when dropped, however the probing
 /// future ends (answered, timed out, or dropped by its caller).
-struct ProbeClaim<'a>(&'a AtomicBool);
+struct BreakerProbeClaim<'a>(&'a AtomicBool);
 
-impl Drop for ProbeClaim<'_> {
+impl Drop for BreakerProbeClaim<'_> {
     fn drop(&mut self) {
         self.0.store(false, Ordering::Release);
     }

@@ -150,7 +150,7 @@ pub use cell::CellStore;
 pub use keys::{HashTag, MAX_RAW_KEY};
 pub use sentinel::{RedisSentinelStore, SentinelConnection};
 
-use self::batch::{Job, JobRule, Outcome};
+use self::batch::{CheckOutcome, Job, QueuedRule};
 use self::builder::{BatchConfig, Config};
 use self::deny::DenyCache;
 use self::error::timed;
@@ -178,19 +178,19 @@ pub const DEFAULT_DENY_CACHE: usize = 4096;
 /// Permit ids: a random per-store base plus a counter, so instances sharing
 /// a key never hand out the same id.
 #[derive(Debug)]
-struct Permits {
+struct PermitIdSource {
     base: u64,
     next: AtomicU64,
 }
 
-impl Permits {
+impl PermitIdSource {
     fn new() -> Self {
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();
         h.write_u32(std::process::id());
         if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
             h.write_u128(t.as_nanos());
         }
-        Permits {
+        PermitIdSource {
             base: h.finish(),
             next: AtomicU64::new(0),
         }
@@ -210,7 +210,7 @@ impl Permits {
 pub struct RedisStore<C = ConnectionManager> {
     conn: C,
     cfg: Arc<Config>,
-    permits: Arc<Permits>,
+    permits: Arc<PermitIdSource>,
     /// The batcher's queue, started by the first batched check.
     batcher: Arc<OnceLock<mpsc::Sender<Job>>>,
     deny: Arc<DenyCache>,
@@ -289,7 +289,7 @@ where
             conn,
             deny: Arc::new(DenyCache::new(cfg.deny_cache, &cfg.time)),
             cfg: Arc::new(cfg),
-            permits: Arc::new(Permits::new()),
+            permits: Arc::new(PermitIdSource::new()),
             batcher: Arc::new(OnceLock::new()),
             namespaces: Default::default(),
         }
@@ -341,7 +341,11 @@ where
     }
 
     /// Sends one check, through the batcher or alone.
-    async fn run_check(&self, rules: Vec<JobRule>, slot: u16) -> Result<Outcome, StoreError> {
+    async fn run_check(
+        &self,
+        rules: Vec<QueuedRule>,
+        slot: u16,
+    ) -> Result<CheckOutcome, StoreError> {
         // A check that may be granted a lease runs in a task of its own, so
         // that its reply is seen even if the caller is gone (see abandoned.rs).
         if !self.cfg.batch.enabled && !abandoned::holds_permits(&rules) {
@@ -351,7 +355,7 @@ where
             let checked = r
                 .pop()
                 .ok_or_else(|| StoreError::Protocol("no check in the reply".into()))??;
-            return Ok(Outcome {
+            return Ok(CheckOutcome {
                 checked,
                 now_ns,
                 leases: None,
@@ -426,7 +430,7 @@ where
                     "rules of one check must share a hash tag on a cluster (see HashTag)",
                 ));
             }
-            job.push(JobRule {
+            job.push(QueuedRule {
                 key: keys::redis_key(&self.cfg.prefix, tag, rule.policy, rule.key),
                 policy: *rule.policy,
                 params,
@@ -449,7 +453,7 @@ where
                 return Ok(vec![d]);
             }
         }
-        let Outcome {
+        let CheckOutcome {
             checked: (decisions, state),
             now_ns,
             leases,
