@@ -50,7 +50,21 @@ impl Breaker {
         if cfg.cluster {
             return call.await;
         }
-        self.admit(conn, cfg.timeout).await?;
+        self.guard_single(conn, cfg.timeout, call).await
+    }
+
+    /// [`guard`](Self::guard) for a store on one server, whose calls are
+    /// bounded by `timeout`.
+    pub(crate) async fn guard_single<C, T>(
+        &self,
+        conn: &C,
+        timeout: Duration,
+        call: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError>
+    where
+        C: ConnectionLike + Clone + Send,
+    {
+        self.admit(conn, timeout).await?;
         let result = call.await;
         self.record(&result);
         result

@@ -122,6 +122,7 @@ mod batcher;
 mod breaker;
 mod builder;
 mod cell;
+mod cell_builder;
 mod deny;
 mod error;
 mod keys;
@@ -146,6 +147,7 @@ use tokio::sync::mpsc;
 
 pub use builder::{RedisStoreBuilder, TimeSource};
 pub use cell::CellStore;
+pub use cell_builder::CellStoreBuilder;
 pub use keys::{HashTag, MAX_RAW_KEY};
 pub use sentinel::{RedisSentinelStore, SentinelConnection};
 
