@@ -3,7 +3,7 @@
 //!
 //! * **Atomic, one round trip.** Every check is evaluated by a Lua script
 //!   (loaded at connect, reloaded on `NOSCRIPT`) that decides every rule and
-//!   commits them only if all allow: [`Store::check_all`] is all-or-nothing.
+//!   commits them only if all allow: [`Store::check_all`](crate::Store::check_all) is all-or-nothing.
 //!   Checks waiting at the same moment share one `EVALSHA` (see
 //!   [Batching](#batching)).
 //! * **Server time.** Scripts read the server's `TIME` in microseconds (Lua
@@ -172,7 +172,7 @@ pub const DEFAULT_BATCHES_IN_FLIGHT: usize = 2;
 /// Default capacity of the local denial cache (keys).
 pub const DEFAULT_DENY_CACHE: usize = 4096;
 
-/// A [`Store`] on Redis: see the [module docs](self).
+/// A [`Store`](crate::Store) on Redis: see the [module docs](self).
 ///
 /// Clones share the connection.
 pub struct RedisStore<C = ConnectionManager> {

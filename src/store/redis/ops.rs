@@ -170,7 +170,7 @@ where
     /// Refuses policies the scripts cannot evaluate exactly (sub-microsecond
     /// times, products reaching 2^50 µs, sliding logs above 10,000) and, on a
     /// cluster, rules whose keys cannot share a hash slot under the store's
-    /// [`HashTag`].
+    /// [`HashTag`](super::HashTag).
     fn validate(&self, rules: &[RuleSpec<'_>]) -> Result<(), StoreError> {
         validate::rules(rules, &self.cfg.tag, self.cfg.cluster)
     }
