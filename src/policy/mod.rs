@@ -302,7 +302,10 @@ impl Policy {
     pub fn cell_args(&self) -> Option<CellArgs> {
         match self.algorithm {
             Algorithm::Gcra(p) => p.cell,
-            _ => None,
+            Algorithm::SlidingLog(_)
+            | Algorithm::FixedWindow(_)
+            | Algorithm::SlidingWindow(_)
+            | Algorithm::Concurrency(_) => None,
         }
     }
 

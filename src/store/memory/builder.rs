@@ -4,7 +4,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
-use super::{Inner, MemoryStore, Overflow, Shard, Space, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_INTERVAL};
+use super::{
+    MemoryShared, MemoryStore, Overflow, Shard, Space, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_INTERVAL,
+};
 use crate::clock::{Clock, SystemClock};
 
 /// Builds a [`MemoryStore`] with explicit limits and clock.
@@ -111,7 +113,7 @@ impl<C: Clock> MemoryStoreBuilder<C> {
             .chain(prefix_caps.into_iter().map(|(p, n)| Space::new(p, n)))
             .collect();
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-        let inner = Arc::new(Inner {
+        let inner = Arc::new(MemoryShared {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             clock: self.clock,
             hasher: foldhash::fast::RandomState::default(),
@@ -130,8 +132,8 @@ impl<C: Clock> MemoryStoreBuilder<C> {
     }
 }
 
-fn spawn_janitor<C: Clock>(inner: &Arc<Inner<C>>, every: Duration) {
-    let weak: Weak<Inner<C>> = Arc::downgrade(inner);
+fn spawn_janitor<C: Clock>(inner: &Arc<MemoryShared<C>>, every: Duration) {
+    let weak: Weak<MemoryShared<C>> = Arc::downgrade(inner);
     let spawned = std::thread::Builder::new()
         .name("tower-throttle-janitor".into())
         .spawn(move || loop {

@@ -123,7 +123,7 @@ impl Drop for HotSlot {
 /// What a thread remembers: the hot cell it uses, and the key it has been
 /// checking lately (to decide a promotion). Cells, not a `RefCell`: the
 /// fast path is a few loads and no borrow flag.
-struct Cache {
+struct ThreadHotCache {
     store: Cell<u64>,
     hash: Cell<u64>,
     cell: Cell<Option<Arc<HotCell>>>,
@@ -131,8 +131,8 @@ struct Cache {
 }
 
 thread_local! {
-    static CACHE: Cache = const {
-        Cache {
+    static CACHE: ThreadHotCache = const {
+        ThreadHotCache {
             store: Cell::new(0),
             hash: Cell::new(0),
             cell: Cell::new(None),

@@ -177,7 +177,5 @@ enum Place {
 }
 
 fn fresh_peek(rule: &Rule<'_>, now: u64, cost: u64, permit: Option<PermitId>) -> Decision {
-    Slot::fresh(rule.policy, 0)
-        .peek_as(rule.policy, now, cost, permit)
-        .expect("a fresh slot matches its policy")
+    Slot::decide_fresh(rule.policy, now, cost, permit, false).1
 }

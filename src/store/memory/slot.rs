@@ -11,7 +11,7 @@ use crate::algorithm::gcra;
 use crate::algorithm::sliding_log::{self, SlidingLogState};
 use crate::algorithm::sliding_window::{self, SlidingWindowState};
 use crate::decision::{Decision, PermitId};
-use crate::policy::{Algorithm, Policy};
+use crate::policy::{Algorithm, ConcurrencyParams, Policy, WindowParams};
 
 /// A key's state. GCRA is one atomic word (16 bytes with the tag); the others
 /// sit behind a per-key mutex so the shard lock is only ever read-locked.
@@ -24,7 +24,7 @@ pub(super) enum Slot {
     Gcra(AtomicU64, Ns),
     /// A hot GCRA key, also decided lock-free through thread caches (see `hot`).
     Hot(HotSlot, Ns),
-    Other(Box<Mutex<Other>>, Ns),
+    Other(Box<Mutex<LockedSlot>>, Ns),
 }
 
 /// The index of a key's namespace in the store's list of caps (0: the rest).
@@ -32,13 +32,13 @@ pub(super) type Ns = u32;
 
 const _: () = assert!(std::mem::size_of::<Slot>() == 16);
 
-pub(super) struct Other {
-    state: State,
+pub(super) struct LockedSlot {
+    state: LockedState,
     /// When `state` is back to fresh; kept here because computing it needs the policy.
     expires_at: u64,
 }
 
-enum State {
+enum LockedState {
     Log(SlidingLogState),
     Fixed(FixedWindowState),
     Sliding(SlidingWindowState),
@@ -47,20 +47,68 @@ enum State {
 
 impl Slot {
     pub(super) fn fresh(policy: &Policy, ns: Ns) -> Slot {
-        let state = match policy.algorithm() {
-            Algorithm::Gcra(_) => return Slot::Gcra(AtomicU64::new(0), ns),
-            Algorithm::SlidingLog(_) => State::Log(Default::default()),
-            Algorithm::FixedWindow(_) => State::Fixed(Default::default()),
-            Algorithm::SlidingWindow(_) => State::Sliding(Default::default()),
-            Algorithm::Concurrency(_) => State::Concurrency(Default::default()),
+        let Some(state) = LockedState::fresh(policy) else {
+            return Slot::Gcra(AtomicU64::new(0), ns);
         };
         Slot::Other(
-            Box::new(Mutex::new(Other {
+            Box::new(Mutex::new(LockedSlot {
                 state,
                 expires_at: 0,
             })),
             ns,
         )
+    }
+
+    /// A fresh slot for `policy` (namespace 0) and the decision on it: what
+    /// [`check`](Self::check) (or, without `admit`, a peek) on
+    /// [`Slot::fresh`] gives, which always matches its policy.
+    pub(super) fn decide_fresh(
+        policy: &Policy,
+        now: u64,
+        cost: u64,
+        permit: Option<PermitId>,
+        admit: bool,
+    ) -> (Slot, Decision) {
+        let permit = permit.unwrap_or(PermitId(0));
+        let (state, d) = match policy.algorithm() {
+            Algorithm::Gcra(p) => {
+                let d = gcra::check(p, 0, now, cost);
+                let tat = if admit && d.allowed && cost > 0 {
+                    gcra::admit(p, 0, now, cost)
+                } else {
+                    0
+                };
+                return (Slot::Gcra(AtomicU64::new(tat), 0), d);
+            }
+            Algorithm::SlidingLog(p) => {
+                let mut s = SlidingLogState::default();
+                let d = run_log(p, &mut s, now, cost, admit);
+                (LockedState::Log(s), d)
+            }
+            Algorithm::FixedWindow(p) => {
+                let mut s = FixedWindowState::default();
+                let d = run_fixed(p, &mut s, now, cost, admit);
+                (LockedState::Fixed(s), d)
+            }
+            Algorithm::SlidingWindow(p) => {
+                let mut s = SlidingWindowState::default();
+                let d = run_sliding(p, &mut s, now, cost, admit);
+                (LockedState::Sliding(s), d)
+            }
+            Algorithm::Concurrency(p) => {
+                let mut s = ConcurrencyState::default();
+                let d = run_concurrency(p, &mut s, now, cost, permit, admit);
+                (LockedState::Concurrency(s), d)
+            }
+        };
+        let mut other = LockedSlot {
+            state,
+            expires_at: 0,
+        };
+        if admit && d.allowed && cost > 0 {
+            other.refresh_expiry(policy);
+        }
+        (Slot::Other(Box::new(Mutex::new(other)), 0), d)
     }
 
     /// The namespace the key counts toward.
@@ -101,7 +149,7 @@ impl Slot {
     pub(super) fn retire_if_cold(&mut self, now: u64) -> bool {
         match self {
             Slot::Hot(hot, _) => hot.0.retire_if_cold(now),
-            _ => self.expires_at() <= now,
+            Slot::Gcra(..) | Slot::Other(..) => self.expires_at() <= now,
         }
     }
 
@@ -188,7 +236,14 @@ impl Slot {
                 let permit = permit.unwrap_or(PermitId(0));
                 other.decide(policy, now, cost, permit, admit)
             }
-            (Slot::Gcra(..) | Slot::Hot(..), _) => None,
+            // A key held for another algorithm.
+            (
+                Slot::Gcra(..) | Slot::Hot(..),
+                Algorithm::SlidingLog(_)
+                | Algorithm::FixedWindow(_)
+                | Algorithm::SlidingWindow(_)
+                | Algorithm::Concurrency(_),
+            ) => None,
         }
     }
 
@@ -202,24 +257,12 @@ impl Slot {
             }
             (Slot::Other(m, _), _) => {
                 let other = lock_mut(m);
-                match (&mut other.state, policy.algorithm()) {
-                    (State::Log(s), Algorithm::SlidingLog(p)) => {
-                        sliding_log::refund(p, s, now, amount)
-                    }
-                    (State::Fixed(s), Algorithm::FixedWindow(p)) => {
-                        *s = fixed_window::refund(p, s, now, amount)
-                    }
-                    (State::Sliding(s), Algorithm::SlidingWindow(p)) => {
-                        *s = sliding_window::refund(p, s, now, amount)
-                    }
-                    (State::Concurrency(s), Algorithm::Concurrency(_)) => {
-                        concurrency::refund(s, now, amount)
-                    }
-                    _ => return,
+                if other.state.refund(policy, now, amount) {
+                    other.refresh_expiry(policy);
                 }
-                other.refresh_expiry(policy);
             }
-            _ => {}
+            // Demoted above; or a key held for another algorithm.
+            (Slot::Gcra(..) | Slot::Hot(..), _) => {}
         }
     }
 
@@ -227,7 +270,7 @@ impl Slot {
     pub(super) fn release(&mut self, policy: &Policy, permit: PermitId) {
         if let Slot::Other(m, _) = self {
             let other = lock_mut(m);
-            if let State::Concurrency(s) = &mut other.state {
+            if let LockedState::Concurrency(s) = &mut other.state {
                 concurrency::release(s, permit);
                 other.refresh_expiry(policy);
             }
@@ -235,19 +278,59 @@ impl Slot {
     }
 }
 
-impl State {
+impl LockedState {
+    /// A fresh state for `policy`'s algorithm, or `None` for GCRA (which
+    /// lives in a [`Slot::Gcra`] word, not behind a mutex).
+    fn fresh(policy: &Policy) -> Option<LockedState> {
+        Some(match policy.algorithm() {
+            Algorithm::Gcra(_) => return None,
+            Algorithm::SlidingLog(_) => LockedState::Log(Default::default()),
+            Algorithm::FixedWindow(_) => LockedState::Fixed(Default::default()),
+            Algorithm::SlidingWindow(_) => LockedState::Sliding(Default::default()),
+            Algorithm::Concurrency(_) => LockedState::Concurrency(Default::default()),
+        })
+    }
+
     fn matches(&self, policy: &Policy) -> bool {
-        matches!(
-            (self, policy.algorithm()),
-            (State::Log(_), Algorithm::SlidingLog(_))
-                | (State::Fixed(_), Algorithm::FixedWindow(_))
-                | (State::Sliding(_), Algorithm::SlidingWindow(_))
-                | (State::Concurrency(_), Algorithm::Concurrency(_))
-        )
+        match (self, policy.algorithm()) {
+            (LockedState::Log(_), Algorithm::SlidingLog(_))
+            | (LockedState::Fixed(_), Algorithm::FixedWindow(_))
+            | (LockedState::Sliding(_), Algorithm::SlidingWindow(_))
+            | (LockedState::Concurrency(_), Algorithm::Concurrency(_)) => true,
+            (_, Algorithm::Gcra(_))
+            | (_, Algorithm::SlidingLog(_))
+            | (_, Algorithm::FixedWindow(_))
+            | (_, Algorithm::SlidingWindow(_))
+            | (_, Algorithm::Concurrency(_)) => false,
+        }
+    }
+
+    /// Gives `amount` units back; false if the state is another algorithm's.
+    fn refund(&mut self, policy: &Policy, now: u64, amount: u64) -> bool {
+        match (self, policy.algorithm()) {
+            (LockedState::Log(s), Algorithm::SlidingLog(p)) => {
+                sliding_log::refund(p, s, now, amount)
+            }
+            (LockedState::Fixed(s), Algorithm::FixedWindow(p)) => {
+                *s = fixed_window::refund(p, s, now, amount)
+            }
+            (LockedState::Sliding(s), Algorithm::SlidingWindow(p)) => {
+                *s = sliding_window::refund(p, s, now, amount)
+            }
+            (LockedState::Concurrency(s), Algorithm::Concurrency(_)) => {
+                concurrency::refund(s, now, amount)
+            }
+            (_, Algorithm::Gcra(_))
+            | (_, Algorithm::SlidingLog(_))
+            | (_, Algorithm::FixedWindow(_))
+            | (_, Algorithm::SlidingWindow(_))
+            | (_, Algorithm::Concurrency(_)) => return false,
+        }
+        true
     }
 }
 
-impl Other {
+impl LockedSlot {
     /// `None` when the state belongs to another algorithm.
     fn decide(
         &mut self,
@@ -257,41 +340,23 @@ impl Other {
         permit: PermitId,
         admit: bool,
     ) -> Option<Decision> {
-        let commit = |d: &Decision| admit && d.allowed;
         let d = match (&mut self.state, policy.algorithm()) {
-            (State::Log(s), Algorithm::SlidingLog(p)) => {
-                sliding_log::prune(p, s, now);
-                let d = sliding_log::check(p, s, now, cost);
-                if commit(&d) {
-                    sliding_log::admit(p, s, now, cost);
-                }
-                d
+            (LockedState::Log(s), Algorithm::SlidingLog(p)) => run_log(p, s, now, cost, admit),
+            (LockedState::Fixed(s), Algorithm::FixedWindow(p)) => run_fixed(p, s, now, cost, admit),
+            (LockedState::Sliding(s), Algorithm::SlidingWindow(p)) => {
+                run_sliding(p, s, now, cost, admit)
             }
-            (State::Fixed(s), Algorithm::FixedWindow(p)) => {
-                let d = fixed_window::check(p, s, now, cost);
-                if commit(&d) {
-                    *s = fixed_window::admit(p, s, now, cost);
-                }
-                d
+            (LockedState::Concurrency(s), Algorithm::Concurrency(p)) => {
+                run_concurrency(p, s, now, cost, permit, admit)
             }
-            (State::Sliding(s), Algorithm::SlidingWindow(p)) => {
-                let d = sliding_window::check(p, s, now, cost);
-                if commit(&d) {
-                    *s = sliding_window::admit(p, s, now, cost);
-                }
-                d
-            }
-            (State::Concurrency(s), Algorithm::Concurrency(p)) => {
-                concurrency::prune(s, now);
-                let d = concurrency::check(p, s, now, cost, permit);
-                if commit(&d) {
-                    concurrency::admit(p, s, now, cost, permit);
-                }
-                d
-            }
-            _ => return None,
+            // A key held for another algorithm.
+            (_, Algorithm::Gcra(_))
+            | (_, Algorithm::SlidingLog(_))
+            | (_, Algorithm::FixedWindow(_))
+            | (_, Algorithm::SlidingWindow(_))
+            | (_, Algorithm::Concurrency(_)) => return None,
         };
-        if commit(&d) && cost > 0 {
+        if admit && d.allowed && cost > 0 {
             self.refresh_expiry(policy);
         }
         Some(d)
@@ -299,15 +364,85 @@ impl Other {
 
     fn refresh_expiry(&mut self, policy: &Policy) {
         self.expires_at = match (&self.state, policy.algorithm()) {
-            (State::Log(s), Algorithm::SlidingLog(p)) => sliding_log::expires_at(p, s),
-            (State::Fixed(s), Algorithm::FixedWindow(p)) => fixed_window::expires_at(p, s),
-            (State::Sliding(s), Algorithm::SlidingWindow(p)) => sliding_window::expires_at(p, s),
-            (State::Concurrency(s), _) => concurrency::expires_at(s),
-            _ => self.expires_at,
+            (LockedState::Log(s), Algorithm::SlidingLog(p)) => sliding_log::expires_at(p, s),
+            (LockedState::Fixed(s), Algorithm::FixedWindow(p)) => fixed_window::expires_at(p, s),
+            (LockedState::Sliding(s), Algorithm::SlidingWindow(p)) => {
+                sliding_window::expires_at(p, s)
+            }
+            (LockedState::Concurrency(s), Algorithm::Concurrency(_)) => concurrency::expires_at(s),
+            // A key held for another algorithm: it keeps its expiry.
+            (_, Algorithm::Gcra(_))
+            | (_, Algorithm::SlidingLog(_))
+            | (_, Algorithm::FixedWindow(_))
+            | (_, Algorithm::SlidingWindow(_))
+            | (_, Algorithm::Concurrency(_)) => self.expires_at,
         };
     }
 }
 
-fn lock_mut(m: &mut Mutex<Other>) -> &mut Other {
+/// Decides (and admits when `admit`) on a sliding log.
+fn run_log(
+    p: &WindowParams,
+    s: &mut SlidingLogState,
+    now: u64,
+    cost: u64,
+    admit: bool,
+) -> Decision {
+    sliding_log::prune(p, s, now);
+    let d = sliding_log::check(p, s, now, cost);
+    if admit && d.allowed {
+        sliding_log::admit(p, s, now, cost);
+    }
+    d
+}
+
+/// Decides (and admits when `admit`) on a fixed window.
+fn run_fixed(
+    p: &WindowParams,
+    s: &mut FixedWindowState,
+    now: u64,
+    cost: u64,
+    admit: bool,
+) -> Decision {
+    let d = fixed_window::check(p, s, now, cost);
+    if admit && d.allowed {
+        *s = fixed_window::admit(p, s, now, cost);
+    }
+    d
+}
+
+/// Decides (and admits when `admit`) on a sliding window.
+fn run_sliding(
+    p: &WindowParams,
+    s: &mut SlidingWindowState,
+    now: u64,
+    cost: u64,
+    admit: bool,
+) -> Decision {
+    let d = sliding_window::check(p, s, now, cost);
+    if admit && d.allowed {
+        *s = sliding_window::admit(p, s, now, cost);
+    }
+    d
+}
+
+/// Decides (and admits when `admit`) on a concurrency limit.
+fn run_concurrency(
+    p: &ConcurrencyParams,
+    s: &mut ConcurrencyState,
+    now: u64,
+    cost: u64,
+    permit: PermitId,
+    admit: bool,
+) -> Decision {
+    concurrency::prune(s, now);
+    let d = concurrency::check(p, s, now, cost, permit);
+    if admit && d.allowed {
+        concurrency::admit(p, s, now, cost, permit);
+    }
+    d
+}
+
+fn lock_mut(m: &mut Mutex<LockedSlot>) -> &mut LockedSlot {
     m.get_mut().unwrap_or_else(PoisonError::into_inner)
 }

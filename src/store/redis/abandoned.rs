@@ -16,9 +16,10 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 use tokio::sync::oneshot;
 
-use super::batch::JobRule;
+use super::batch::QueuedRule;
 use super::error::timed;
-use super::{Config, RELEASE};
+use super::registry::ScriptId;
+use super::Config;
 use crate::decision::PermitId;
 use crate::policy::Algorithm;
 use crate::store::StoreError;
@@ -41,7 +42,7 @@ impl Abandoned {
 }
 
 /// The permits `rules` asked for (none unless a rule is a concurrency one).
-pub(crate) fn permits_of(rules: &[JobRule]) -> Vec<Abandoned> {
+pub(crate) fn permits_of(rules: &[QueuedRule]) -> Vec<Abandoned> {
     rules
         .iter()
         .filter_map(|r| {
@@ -58,7 +59,7 @@ pub(crate) fn permits_of(rules: &[JobRule]) -> Vec<Abandoned> {
 }
 
 /// True when a check of `rules` may be granted a lease.
-pub(crate) fn holds_permits(rules: &[JobRule]) -> bool {
+pub(crate) fn holds_permits(rules: &[QueuedRule]) -> bool {
     rules.iter().any(|r| r.permit.is_some())
 }
 
@@ -135,7 +136,7 @@ async fn attempt<C>(conn: &C, cfg: &Config, p: &Abandoned) -> Result<(), StoreEr
 where
     C: ConnectionLike + Clone + Send + Sync,
 {
-    let mut inv = RELEASE.prepare_invoke();
+    let mut inv = ScriptId::Release.script().prepare_invoke();
     inv.key(&p.key[..])
         .arg(cfg.now_arg()?)
         .arg(cfg.ttl_padding_ms)

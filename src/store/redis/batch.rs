@@ -24,14 +24,15 @@ use tokio::sync::oneshot;
 use super::abandoned;
 use super::error::timed;
 use super::params::Params;
-use super::reply::{self, Checked, RuleReply};
-use super::{check_script, keys, Config, GCRA_BATCH, GCRA_NS_BATCH};
+use super::registry::{check_script, ScriptId, UniformBatch};
+use super::reply::{self, Checked, SentRule};
+use super::{keys, Config};
 use crate::decision::PermitId;
 use crate::policy::Policy;
 use crate::store::StoreError;
 
 /// One rule of a queued check, owning what the script call needs.
-pub(crate) struct JobRule {
+pub(crate) struct QueuedRule {
     pub key: Vec<u8>,
     pub policy: Policy,
     pub params: Params,
@@ -41,15 +42,15 @@ pub(crate) struct JobRule {
 
 /// A check waiting for the batcher.
 pub(crate) struct Job {
-    pub rules: Vec<JobRule>,
+    pub rules: Vec<QueuedRule>,
     /// The cluster slot of its keys (0 on a single server).
     pub slot: u16,
-    pub reply: oneshot::Sender<Result<Outcome, StoreError>>,
+    pub reply: oneshot::Sender<Result<CheckOutcome, StoreError>>,
 }
 
 /// A check's answer: its decisions (and first rule's state), and the
 /// script's `now` in ns.
-pub(crate) struct Outcome {
+pub(crate) struct CheckOutcome {
     pub checked: Checked,
     pub now_ns: u64,
     /// Releases the check's leases unless the caller takes the decisions.
@@ -58,19 +59,19 @@ pub(crate) struct Outcome {
 
 /// A copy of an error that several callers share.
 #[derive(Debug)]
-struct Shared(String);
+struct SharedBatchError(String);
 
-impl std::fmt::Display for Shared {
+impl std::fmt::Display for SharedBatchError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.0)
     }
 }
 
-impl std::error::Error for Shared {}
+impl std::error::Error for SharedBatchError {}
 
 /// The same kind of error, for another caller of a failed batch.
 pub(crate) fn replicate(e: &StoreError) -> StoreError {
-    let boxed = |e: &crate::store::BoxError| Box::new(Shared(e.to_string()));
+    let boxed = |e: &crate::store::BoxError| Box::new(SharedBatchError(e.to_string()));
     match e {
         StoreError::Full { max_keys } => StoreError::Full {
             max_keys: *max_keys,
@@ -113,19 +114,22 @@ async fn query<C: ConnectionLike>(
 pub(crate) async fn eval_checks<C>(
     conn: &C,
     cfg: &Config,
-    checks: &[&[JobRule]],
+    checks: &[&[QueuedRule]],
     sent: &AtomicBool,
 ) -> Result<(u64, Vec<Result<Checked, StoreError>>), StoreError>
 where
     C: ConnectionLike + Clone + Send,
 {
     let uniform = uniform(checks);
-    if let Some(rule) = uniform.filter(|r| matches!(r.params.code, "g" | "n")) {
-        return eval_uniform_gcra(conn, cfg, checks, rule, sent).await;
-    }
-    // Windows and logs have a single-rule fast path in the script too: a uniform
-    // batch of them sends no per-check arguments either.
-    let uniform = uniform.filter(|r| matches!(r.params.code, "f" | "F" | "s" | "S" | "l" | "L"));
+    let uniform = match uniform.map(|r| (r, r.params.code.uniform_batch())) {
+        Some((rule, UniformBatch::Gcra(script))) => {
+            return eval_uniform_gcra(conn, cfg, checks, rule, script, sent).await;
+        }
+        // Windows and logs have a single-rule fast path in the script too: a
+        // uniform batch of them sends no per-check arguments either.
+        Some((rule, UniformBatch::SharedArguments)) => Some(rule),
+        Some((_, UniformBatch::PerCheck)) | None => None,
+    };
     let script = check_script(checks.iter().flat_map(|c| c.iter()).map(|r| &r.policy));
     let n_keys: usize = checks.iter().map(|c| c.len()).sum();
     let mut cmd = redis::cmd("EVALSHA");
@@ -134,18 +138,21 @@ where
         cmd.arg(&r.key[..]);
     }
     // Each distinct policy once; rules name theirs by index (from 1).
-    let mut policies: Vec<&JobRule> = Vec::new();
+    let mut policies: Vec<&QueuedRule> = Vec::new();
     for r in checks.iter().flat_map(|c| c.iter()) {
         if !policies.iter().any(|p| p.policy == r.policy) {
             policies.push(r);
         }
     }
-    let index_of = |r: &JobRule| 1 + policies.iter().take_while(|p| p.policy != r.policy).count();
+    let index_of =
+        |r: &QueuedRule| 1 + policies.iter().take_while(|p| p.policy != r.policy).count();
     cmd.arg(cfg.now_arg()?)
         .arg(cfg.ttl_padding_ms)
         .arg(policies.len());
     for r in &policies {
-        cmd.arg(r.params.code).arg(r.params.p1).arg(r.params.p2);
+        cmd.arg(r.params.code.wire())
+            .arg(r.params.p1)
+            .arg(r.params.p2);
     }
     if let Some(rule) = uniform {
         cmd.arg("U").arg(rule.params.script_cost(rule.cost));
@@ -176,9 +183,9 @@ where
             out.push(Err(StoreError::Protocol(why.clone())));
             continue;
         }
-        let rules: Vec<RuleReply<'_>> = c
+        let rules: Vec<SentRule<'_>> = c
             .iter()
-            .map(|r| RuleReply {
+            .map(|r| SentRule {
                 policy: &r.policy,
                 cost: r.cost,
                 permit: r.permit,
@@ -204,12 +211,12 @@ where
 
 /// The one rule every check has, when every check is a single rule of one
 /// policy and cost.
-fn uniform<'a>(checks: &[&'a [JobRule]]) -> Option<&'a JobRule> {
+fn uniform<'a>(checks: &[&'a [QueuedRule]]) -> Option<&'a QueuedRule> {
     let [first] = checks.first()? else {
         return None;
     };
     let same =
-        |c: &&[JobRule]| matches!(c, [r] if r.policy == first.policy && r.cost == first.cost);
+        |c: &&[QueuedRule]| matches!(c, [r] if r.policy == first.policy && r.cost == first.cost);
     checks.iter().all(same).then_some(first)
 }
 
@@ -218,18 +225,15 @@ fn uniform<'a>(checks: &[&'a [JobRule]]) -> Option<&'a JobRule> {
 async fn eval_uniform_gcra<C>(
     conn: &C,
     cfg: &Config,
-    checks: &[&[JobRule]],
-    rule: &JobRule,
+    checks: &[&[QueuedRule]],
+    rule: &QueuedRule,
+    script: ScriptId,
     sent: &AtomicBool,
 ) -> Result<(u64, Vec<Result<Checked, StoreError>>), StoreError>
 where
     C: ConnectionLike + Clone + Send,
 {
-    let script: &Script = if rule.params.code == "n" {
-        &GCRA_NS_BATCH
-    } else {
-        &GCRA_BATCH
-    };
+    let script = script.script();
     let mut cmd = redis::cmd("EVALSHA");
     cmd.arg(script.get_hash()).arg(checks.len());
     for c in checks {
@@ -268,7 +272,7 @@ where
 {
     let sent = AtomicBool::new(false);
     let result = {
-        let checks: Vec<&[JobRule]> = jobs.iter().map(|j| &j.rules[..]).collect();
+        let checks: Vec<&[QueuedRule]> = jobs.iter().map(|j| &j.rules[..]).collect();
         eval_checks(&conn, &cfg, &checks, &sent).await
     };
     match result {
@@ -280,7 +284,7 @@ where
                     // Leases its caller never takes are released: the
                     // guard goes back unsent, or is dropped unread with the
                     // caller's channel (see abandoned::LeaseGuard).
-                    (Ok(checked), Some(leases)) => Ok(Outcome {
+                    (Ok(checked), Some(leases)) => Ok(CheckOutcome {
                         checked,
                         now_ns,
                         leases: Some(abandoned::LeaseGuard::new(
@@ -289,7 +293,7 @@ where
                             leases,
                         )),
                     }),
-                    (Ok(checked), None) => Ok(Outcome {
+                    (Ok(checked), None) => Ok(CheckOutcome {
                         checked,
                         now_ns,
                         leases: None,

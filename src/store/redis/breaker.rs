@@ -50,7 +50,21 @@ impl Breaker {
         if cfg.cluster {
             return call.await;
         }
-        self.admit(conn, cfg.timeout).await?;
+        self.guard_single(conn, cfg.timeout, call).await
+    }
+
+    /// [`guard`](Self::guard) for a store on one server, whose calls are
+    /// bounded by `timeout`.
+    pub(crate) async fn guard_single<C, T>(
+        &self,
+        conn: &C,
+        timeout: Duration,
+        call: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError>
+    where
+        C: ConnectionLike + Clone + Send,
+    {
+        self.admit(conn, timeout).await?;
         let result = call.await;
         self.record(&result);
         result
@@ -72,7 +86,7 @@ impl Breaker {
         {
             return Err(StoreError::Timeout(timeout));
         }
-        let claim = ProbeClaim(&self.probing);
+        let claim = BreakerProbeClaim(&self.probing);
         let mut conn = conn.clone();
         let probe = timed(timeout, async move {
             conn.req_packed_command(&redis::cmd("PING")).await
@@ -102,9 +116,9 @@ impl Breaker {
 
 /// The right to send the probe; given back when dropped, however the probing
 /// future ends (answered, timed out, or dropped by its caller).
-struct ProbeClaim<'a>(&'a AtomicBool);
+struct BreakerProbeClaim<'a>(&'a AtomicBool);
 
-impl Drop for ProbeClaim<'_> {
+impl Drop for BreakerProbeClaim<'_> {
     fn drop(&mut self) {
         self.0.store(false, Ordering::Release);
     }

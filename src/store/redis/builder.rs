@@ -5,10 +5,15 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::IntoConnectionInfo;
 
-use super::*;
+use super::error::{self, timed};
+use super::{breaker, params, preflight, HashTag, RedisClusterStore, RedisStore};
+use super::{
+    DEFAULT_BATCHES_IN_FLIGHT, DEFAULT_BATCH_QUEUE, DEFAULT_DENY_CACHE, DEFAULT_MAX_BATCH,
+    DEFAULT_PREFIX, DEFAULT_TIMEOUT,
+};
 use crate::clock::Clock;
 use crate::store::StoreError;
 
@@ -125,6 +130,35 @@ pub(crate) struct MasterAuth(pub(crate) Option<String>, pub(crate) String);
 impl fmt::Debug for MasterAuth {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("MasterAuth(<redacted>)")
+    }
+}
+
+impl Default for RedisStoreBuilder {
+    /// The defaults, each a constant of this module: [`DEFAULT_PREFIX`],
+    /// [`DEFAULT_TIMEOUT`], [`TimeSource::Server`], [`HashTag::PerKey`], no
+    /// TTL padding, batching on ([`DEFAULT_MAX_BATCH`],
+    /// [`DEFAULT_BATCH_QUEUE`], [`DEFAULT_BATCHES_IN_FLIGHT`]), a denial cache
+    /// of [`DEFAULT_DENY_CACHE`] keys, eviction checked with a warning only.
+    fn default() -> Self {
+        RedisStoreBuilder {
+            prefix: DEFAULT_PREFIX.to_owned(),
+            timeout: DEFAULT_TIMEOUT,
+            time: TimeSource::Server,
+            tag: HashTag::PerKey,
+            ttl_padding: Duration::ZERO,
+            batch: BatchConfig {
+                enabled: true,
+                max: DEFAULT_MAX_BATCH,
+                queue: DEFAULT_BATCH_QUEUE,
+                in_flight: DEFAULT_BATCHES_IN_FLIGHT,
+            },
+            deny_cache: DEFAULT_DENY_CACHE,
+            require_safe_eviction: false,
+            #[cfg(feature = "tls")]
+            tls: Default::default(),
+            sentinel_auth: None,
+            sentinel_poll: Duration::from_secs(1),
+        }
     }
 }
 

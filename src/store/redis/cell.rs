@@ -1,12 +1,14 @@
 //! [`CellStore`]: GCRA through redis-cell's native `CL.THROTTLE`.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 use redis::{IntoConnectionInfo, Value};
 
+use super::breaker::Breaker;
 use super::error::timed;
-use super::{keys, reply, RedisStoreBuilder};
+use super::{keys, reply, CellStoreBuilder};
 use crate::decision::{Decision, PermitId};
 use crate::policy::{Algorithm, GcraParams, Policy};
 use crate::store::{Rule, RuleSpec, Store, StoreError};
@@ -28,12 +30,18 @@ const NOT_LOADED: StoreError = StoreError::Unsupported(
 /// (redis-cell has no refund); [`Store::reset`] deletes the key.
 /// [`CellStore::connect`] fails with a clear [`StoreError::Unsupported`] when
 /// the module is not loaded. Keys are `<prefix>:<key>`, encoded as in
-/// [`RedisStore`](super::RedisStore).
+/// [`RedisStore`](super::RedisStore). Configure it with
+/// [`CellStore::builder`]. As with `RedisStore`, a call that times out
+/// makes the next calls fail at once until the server answers again, so
+/// nothing queues behind an unresponsive server.
+///
+/// Clones share the connection.
 #[derive(Clone)]
 pub struct CellStore {
     conn: ConnectionManager,
     prefix: String,
     timeout: Duration,
+    breaker: Arc<Breaker>,
 }
 
 impl std::fmt::Debug for CellStore {
@@ -132,22 +140,29 @@ fn is_unknown_command(e: &redis::RedisError) -> bool {
 }
 
 impl CellStore {
-    /// Connects with the builder's prefix and timeout, checks credentials
-    /// and the eviction policy as [`RedisStoreBuilder::connect`] does (not
-    /// the scripts' ACL permissions: this store runs none), then checks that
-    /// the module is loaded (`COMMAND INFO CL.THROTTLE`).
+    /// Configures a store: prefix, timeout, eviction check, TLS.
+    pub fn builder() -> CellStoreBuilder {
+        CellStoreBuilder::default()
+    }
+
+    /// Connects with `builder`'s settings: a [`CellStoreBuilder`], or the
+    /// [`RedisStoreBuilder`](super::RedisStoreBuilder) settings that apply
+    /// (prefix, timeout, eviction check, TLS). See
+    /// [`CellStoreBuilder::connect`].
     pub async fn connect(
-        builder: RedisStoreBuilder,
+        builder: impl Into<CellStoreBuilder>,
         info: impl IntoConnectionInfo,
     ) -> Result<CellStore, StoreError> {
-        let (conn, cfg) = builder.connect_plain(info).await?;
-        let cell = CellStore {
+        builder.into().connect(info).await
+    }
+
+    pub(crate) fn new(conn: ConnectionManager, prefix: String, timeout: Duration) -> CellStore {
+        CellStore {
             conn,
-            prefix: cfg.prefix,
-            timeout: cfg.timeout,
-        };
-        cell.probe().await?;
-        Ok(cell)
+            prefix,
+            timeout,
+            breaker: Arc::default(),
+        }
     }
 
     /// Fails with [`StoreError::Unsupported`] unless `CL.THROTTLE` exists.
@@ -174,7 +189,10 @@ impl CellStore {
     fn gcra(policy: &Policy) -> Result<GcraParams, StoreError> {
         match policy.algorithm() {
             Algorithm::Gcra(p) => Ok(*p),
-            _ => Err(StoreError::Unsupported(
+            Algorithm::SlidingLog(_)
+            | Algorithm::FixedWindow(_)
+            | Algorithm::SlidingWindow(_)
+            | Algorithm::Concurrency(_) => Err(StoreError::Unsupported(
                 "policies other than GCRA on CellStore (redis-cell)",
             )),
         }
@@ -197,11 +215,17 @@ impl Store for CellStore {
             .arg(period)
             .arg(rule.cost);
         let mut conn = self.conn.clone();
-        let v: Value = match tokio::time::timeout(self.timeout, cmd.query_async(&mut conn)).await {
-            Err(_) => return Err(StoreError::Timeout(self.timeout)),
-            Ok(Err(e)) if is_unknown_command(&e) => return Err(NOT_LOADED),
-            Ok(r) => r.map_err(|e| super::error::map(e, self.timeout))?,
+        let call = async {
+            match tokio::time::timeout(self.timeout, cmd.query_async(&mut conn)).await {
+                Err(_) => Err(StoreError::Timeout(self.timeout)),
+                Ok(Err(e)) if is_unknown_command(&e) => Err(NOT_LOADED),
+                Ok(r) => r.map_err(|e| super::error::map(e, self.timeout)),
+            }
         };
+        let v: Value = self
+            .breaker
+            .guard_single(&self.conn, self.timeout, call)
+            .await?;
         decision(&v).map(|d| with_quota_after(&params, d))
     }
 
@@ -223,7 +247,9 @@ impl Store for CellStore {
         let mut conn = self.conn.clone();
         let mut del = redis::cmd("DEL");
         del.arg(self.redis_key(key));
-        timed(self.timeout, del.query_async::<Value>(&mut conn))
+        let call = timed(self.timeout, del.query_async::<Value>(&mut conn));
+        self.breaker
+            .guard_single(&self.conn, self.timeout, call)
             .await
             .map(drop)
     }

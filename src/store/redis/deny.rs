@@ -38,7 +38,7 @@ use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::policy::Policy;
 
-struct Entry {
+struct DeniedKey {
     state: RawState,
     /// Server time (ns) minus local time (ns) at the start of the check
     /// that brought the state: adding it to local time over-estimates the
@@ -48,8 +48,8 @@ struct Entry {
     until: u64,
 }
 
-struct Inner {
-    map: HashMap<Vec<u8>, Entry, foldhash::fast::RandomState>,
+struct DenyMap {
+    map: HashMap<Vec<u8>, DeniedKey, foldhash::fast::RandomState>,
     last_sweep: u64,
 }
 
@@ -59,7 +59,7 @@ pub(crate) struct DenyCache {
     len: AtomicUsize,
     /// Bumped (under the lock) by every invalidation.
     epoch: AtomicU64,
-    inner: Mutex<Inner>,
+    inner: Mutex<DenyMap>,
     clock: Option<Arc<dyn Clock>>,
     base: Instant,
 }
@@ -80,7 +80,7 @@ impl DenyCache {
             capacity,
             len: AtomicUsize::new(0),
             epoch: AtomicU64::new(0),
-            inner: Mutex::new(Inner {
+            inner: Mutex::new(DenyMap {
                 map: HashMap::default(),
                 last_sweep: 0,
             }),
@@ -106,7 +106,7 @@ impl DenyCache {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, DenyMap> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -168,7 +168,7 @@ impl DenyCache {
             return; // a refund, reset or release raced this check
         }
         let retry = u64::try_from(retry.as_nanos()).unwrap_or(u64::MAX);
-        let entry = Entry {
+        let entry = DeniedKey {
             state,
             offset: i128::from(server_now_ns) - i128::from(ticket.start),
             until: ticket.start.saturating_add(retry),

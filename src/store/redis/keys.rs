@@ -12,7 +12,8 @@
 //!   followed by the 40-hex-digit SHA-1 of the key, so 10 KB ids cost 60 bytes.
 //!   The two markers keep raw and hashed keys from ever colliding.
 
-use crate::policy::{Algorithm, Policy};
+use super::registry::ScriptAlgorithm;
+use crate::policy::Policy;
 
 /// User keys longer than this are stored as their SHA-1.
 pub const MAX_RAW_KEY: usize = 128;
@@ -105,17 +106,6 @@ fn digest(bytes: &[u8]) -> String {
     redis::Script::new(&hex(bytes)).get_hash().to_owned()
 }
 
-/// Short name of an algorithm in keys and script arguments.
-pub(crate) fn code(policy: &Policy) -> &'static str {
-    match policy.algorithm() {
-        Algorithm::Gcra(_) => "g",
-        Algorithm::SlidingLog(_) => "l",
-        Algorithm::FixedWindow(_) => "f",
-        Algorithm::SlidingWindow(_) => "s",
-        Algorithm::Concurrency(_) => "c",
-    }
-}
-
 /// Appends the encoded user key: `=raw` or `#sha1`.
 pub(crate) fn push_user_key(out: &mut Vec<u8>, key: &[u8]) {
     if key.len() <= MAX_RAW_KEY {
@@ -134,7 +124,7 @@ pub(crate) fn redis_key(prefix: &str, tag: [u8; 8], policy: &Policy, key: &[u8])
     out.extend_from_slice(b":{");
     out.extend_from_slice(&tag);
     out.extend_from_slice(b"}:");
-    out.extend_from_slice(code(policy).as_bytes());
+    out.extend_from_slice(ScriptAlgorithm::of(policy).key_code().as_bytes());
     out.push(b':');
     push_user_key(&mut out, key);
     out

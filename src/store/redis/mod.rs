@@ -3,7 +3,7 @@
 //!
 //! * **Atomic, one round trip.** Every check is evaluated by a Lua script
 //!   (loaded at connect, reloaded on `NOSCRIPT`) that decides every rule and
-//!   commits them only if all allow: [`Store::check_all`] is all-or-nothing.
+//!   commits them only if all allow: [`Store::check_all`](crate::Store::check_all) is all-or-nothing.
 //!   Checks waiting at the same moment share one `EVALSHA` (see
 //!   [Batching](#batching)).
 //! * **Server time.** Scripts read the server's `TIME` in microseconds (Lua
@@ -122,11 +122,14 @@ mod batcher;
 mod breaker;
 mod builder;
 mod cell;
+mod cell_builder;
 mod deny;
 mod error;
 mod keys;
+mod ops;
 mod params;
 mod preflight;
+mod registry;
 mod reply;
 mod sentinel;
 #[cfg(feature = "tls")]
@@ -134,29 +137,25 @@ mod tls;
 mod validate;
 
 use std::fmt;
-use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::aio::ConnectionManager;
 use redis::cluster_async::ClusterConnection;
-use redis::{IntoConnectionInfo, Script, Value};
-use tokio::sync::{mpsc, oneshot};
+use redis::IntoConnectionInfo;
+use tokio::sync::mpsc;
 
 pub use builder::{RedisStoreBuilder, TimeSource};
 pub use cell::CellStore;
+pub use cell_builder::CellStoreBuilder;
 pub use keys::{HashTag, MAX_RAW_KEY};
 pub use sentinel::{RedisSentinelStore, SentinelConnection};
 
-use self::batch::{Job, JobRule, Outcome};
-use self::builder::{BatchConfig, Config};
+use self::batch::Job;
+use self::builder::Config;
 use self::deny::DenyCache;
-use self::error::timed;
-use self::params::Params;
-use crate::decision::{Decision, PermitId};
-use crate::policy::{Algorithm, Policy};
-use crate::store::{Rule, RuleSpec, Store, StoreError};
+use self::ops::PermitIdSource;
+use crate::store::StoreError;
 
 /// Default key prefix.
 pub const DEFAULT_PREFIX: &str = "throttle";
@@ -173,96 +172,13 @@ pub const DEFAULT_BATCHES_IN_FLIGHT: usize = 2;
 /// Default capacity of the local denial cache (keys).
 pub const DEFAULT_DENY_CACHE: usize = 4096;
 
-macro_rules! script {
-    ($($file:literal),*) => {
-        LazyLock::new(|| Script::new(concat!(include_str!("scripts/common.lua"),
-            $(include_str!(concat!("scripts/", $file))),*)))
-    };
-}
-
-/// Every algorithm: for checks mixing algorithms.
-static CHECK: LazyLock<Script> = script!(
-    "gcra.lua",
-    "gcra_ns.lua",
-    "fixed_window.lua",
-    "sliding_window.lua",
-    "sliding_log.lua",
-    "concurrency.lua",
-    "check.lua"
-);
-static CHECK_G: LazyLock<Script> = script!("gcra.lua", "gcra_ns.lua", "check.lua");
-/// Single-rule GCRA checks under one policy and cost: see `gcra_batch.lua`.
-static GCRA_BATCH: LazyLock<Script> = script!("gcra.lua", "gcra_batch.lua");
-/// The same at nanosecond precision: see `gcra_ns_batch.lua`.
-static GCRA_NS_BATCH: LazyLock<Script> = script!("gcra.lua", "gcra_ns.lua", "gcra_ns_batch.lua");
-static CHECK_F: LazyLock<Script> = script!("fixed_window.lua", "check.lua");
-static CHECK_S: LazyLock<Script> = script!("sliding_window.lua", "check.lua");
-static CHECK_L: LazyLock<Script> = script!("sliding_log.lua", "check.lua");
-static CHECK_C: LazyLock<Script> = script!("concurrency.lua", "check.lua");
-static REFUND: LazyLock<Script> = script!(
-    "gcra.lua",
-    "gcra_ns.lua",
-    "fixed_window.lua",
-    "sliding_window.lua",
-    "sliding_log.lua",
-    "concurrency.lua",
-    "refund.lua"
-);
-static RELEASE: LazyLock<Script> = script!("concurrency.lua", "release.lua");
-
-/// The smallest check script that holds every algorithm of `policies`.
-fn check_script<'a>(policies: impl IntoIterator<Item = &'a Policy>) -> &'static Script {
-    let mut policies = policies.into_iter();
-    let code = policies.next().map_or("", keys::code);
-    if policies.any(|p| keys::code(p) != code) {
-        return &CHECK;
-    }
-    match code {
-        "g" => &CHECK_G,
-        "f" => &CHECK_F,
-        "s" => &CHECK_S,
-        "l" => &CHECK_L,
-        "c" => &CHECK_C,
-        _ => &CHECK,
-    }
-}
-
-/// Permit ids: a random per-store base plus a counter, so instances sharing
-/// a key never hand out the same id.
-#[derive(Debug)]
-struct Permits {
-    base: u64,
-    next: AtomicU64,
-}
-
-impl Permits {
-    fn new() -> Self {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u32(std::process::id());
-        if let Ok(t) = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH) {
-            h.write_u128(t.as_nanos());
-        }
-        Permits {
-            base: h.finish(),
-            next: AtomicU64::new(0),
-        }
-    }
-
-    fn next(&self) -> PermitId {
-        PermitId(
-            self.base
-                .wrapping_add(self.next.fetch_add(1, Ordering::Relaxed)),
-        )
-    }
-}
-
-/// A [`Store`] on Redis: see the [module docs](self).
+/// A [`Store`](crate::Store) on Redis: see the [module docs](self).
 ///
 /// Clones share the connection.
 pub struct RedisStore<C = ConnectionManager> {
     conn: C,
     cfg: Arc<Config>,
-    permits: Arc<Permits>,
+    permits: Arc<PermitIdSource>,
     /// The batcher's queue, started by the first batched check.
     batcher: Arc<OnceLock<mpsc::Sender<Job>>>,
     deny: Arc<DenyCache>,
@@ -294,27 +210,10 @@ impl<C> fmt::Debug for RedisStore<C> {
 }
 
 impl RedisStore {
-    /// Configures a store: prefix, timeout, time source, hash tags.
+    /// Configures a store: prefix, timeout, time source, hash tags (the
+    /// defaults are [`RedisStoreBuilder::default`]).
     pub fn builder() -> RedisStoreBuilder {
-        RedisStoreBuilder {
-            prefix: DEFAULT_PREFIX.to_owned(),
-            timeout: DEFAULT_TIMEOUT,
-            time: TimeSource::Server,
-            tag: HashTag::PerKey,
-            ttl_padding: Duration::ZERO,
-            batch: BatchConfig {
-                enabled: true,
-                max: DEFAULT_MAX_BATCH,
-                queue: DEFAULT_BATCH_QUEUE,
-                in_flight: DEFAULT_BATCHES_IN_FLIGHT,
-            },
-            deny_cache: DEFAULT_DENY_CACHE,
-            require_safe_eviction: false,
-            #[cfg(feature = "tls")]
-            tls: Default::default(),
-            sentinel_auth: None,
-            sentinel_poll: Duration::from_secs(1),
-        }
+        RedisStoreBuilder::default()
     }
 
     /// Connects to one server with the defaults.
@@ -329,263 +228,5 @@ impl RedisClusterStore {
         nodes: impl IntoIterator<Item = T>,
     ) -> Result<RedisClusterStore, StoreError> {
         RedisStore::builder().connect_cluster(nodes).await
-    }
-}
-
-impl<C> RedisStore<C>
-where
-    C: ConnectionLike + Clone + Send + Sync + 'static,
-{
-    fn with_config(conn: C, cfg: Config) -> Self {
-        RedisStore {
-            conn,
-            deny: Arc::new(DenyCache::new(cfg.deny_cache, &cfg.time)),
-            cfg: Arc::new(cfg),
-            permits: Arc::new(Permits::new()),
-            batcher: Arc::new(OnceLock::new()),
-            namespaces: Default::default(),
-        }
-    }
-
-    /// Loads the scripts (`SCRIPT LOAD`; on a cluster, on every master), so
-    /// the first checks need no reload round trip.
-    pub async fn load_scripts(&self) -> Result<(), StoreError> {
-        let mut conn = self.conn.clone();
-        let scripts = [
-            &CHECK,
-            &CHECK_G,
-            &GCRA_BATCH,
-            &GCRA_NS_BATCH,
-            &CHECK_F,
-            &CHECK_S,
-            &CHECK_L,
-            &CHECK_C,
-            &REFUND,
-            &RELEASE,
-        ];
-        for script in scripts.map(|s| &**s) {
-            timed(self.cfg.timeout, script.load_async(&mut conn)).await?;
-        }
-        Ok(())
-    }
-
-    /// The underlying connection.
-    pub fn connection(&self) -> &C {
-        &self.conn
-    }
-
-    /// The Redis key holding `key`'s state under `policy`: for operations
-    /// (inspect with `PTTL`, `CLUSTER KEYSLOT`) and tests.
-    pub fn redis_key(&self, key: &[u8], policy: &Policy) -> Vec<u8> {
-        keys::redis_key(&self.cfg.prefix, self.cfg.tag.tag(key), policy, key)
-    }
-
-    /// `now` for the scripts: empty for server time, else µs.
-    fn now_arg(&self) -> Result<String, StoreError> {
-        self.cfg.now_arg()
-    }
-
-    /// Runs `call`, which relaxes `key`'s state, dropping the key from the
-    /// denial cache before and after (so a check reply that raced the call
-    /// cannot bring back the state from before it).
-    async fn invalidating<T>(
-        &self,
-        key: &[u8],
-        call: impl std::future::Future<Output = Result<T, StoreError>>,
-    ) -> Result<T, StoreError> {
-        self.deny.invalidate(key);
-        let r = call.await;
-        self.deny.invalidate(key);
-        r
-    }
-
-    /// Keys held by the local denial cache.
-    pub fn deny_cache_len(&self) -> usize {
-        self.deny.len()
-    }
-
-    /// Sends one check, through the batcher or alone.
-    async fn run_check(&self, rules: Vec<JobRule>, slot: u16) -> Result<Outcome, StoreError> {
-        // A check that may be granted a lease runs in a task of its own, so
-        // that its reply is seen even if the caller is gone (see abandoned.rs).
-        if !self.cfg.batch.enabled && !abandoned::holds_permits(&rules) {
-            let sent = std::sync::atomic::AtomicBool::new(false);
-            let (now_ns, mut r) =
-                batch::eval_checks(&self.conn, &self.cfg, &[&rules], &sent).await?;
-            let checked = r
-                .pop()
-                .ok_or_else(|| StoreError::Protocol("no check in the reply".into()))??;
-            return Ok(Outcome {
-                checked,
-                now_ns,
-                leases: None,
-            });
-        }
-        let (reply, answer) = oneshot::channel();
-        let job = Job { rules, slot, reply };
-        let stopped = || StoreError::Connection("the Redis batcher task has stopped".into());
-        let call = async {
-            if self.cfg.batch.enabled {
-                let tx = self
-                    .batcher
-                    .get_or_init(|| batcher::spawn(self.conn.clone(), self.cfg.clone()));
-                tx.send(job).await.map_err(|_| stopped())?;
-            } else {
-                let (conn, cfg) = (self.conn.clone(), self.cfg.clone());
-                tokio::spawn(batch::execute(conn, cfg, vec![job]));
-            }
-            answer.await.map_err(|_| stopped())?
-        };
-        match tokio::time::timeout(self.cfg.timeout, call).await {
-            Ok(r) => r,
-            Err(_) => Err(StoreError::Timeout(self.cfg.timeout)),
-        }
-    }
-
-    async fn eval(&self, inv: &redis::ScriptInvocation<'_>) -> Result<Value, StoreError> {
-        let mut conn = self.conn.clone();
-        let call = timed(self.cfg.timeout, inv.invoke_async::<Value>(&mut conn));
-        self.cfg.breaker.guard(&self.conn, &self.cfg, call).await
-    }
-}
-
-impl<C> Store for RedisStore<C>
-where
-    C: ConnectionLike + Clone + Send + Sync + 'static,
-{
-    fn namespaces(&self) -> Option<&crate::store::Namespaces> {
-        Some(&self.namespaces)
-    }
-
-    /// Refuses policies the scripts cannot evaluate exactly (sub-microsecond
-    /// times, products reaching 2^50 µs, sliding logs above 10,000) and, on a
-    /// cluster, rules whose keys cannot share a hash slot under the store's
-    /// [`HashTag`].
-    fn validate(&self, rules: &[RuleSpec<'_>]) -> Result<(), StoreError> {
-        validate::rules(rules, &self.cfg.tag, self.cfg.cluster)
-    }
-
-    async fn check(&self, rule: Rule<'_>) -> Result<Decision, StoreError> {
-        let mut d = self.check_all(&[rule]).await?;
-        d.pop()
-            .ok_or_else(|| StoreError::Protocol("no decision in the reply".into()))
-    }
-
-    async fn check_all(&self, rules: &[Rule<'_>]) -> Result<Vec<Decision>, StoreError> {
-        if rules.is_empty() {
-            return Ok(Vec::new());
-        }
-        for (i, a) in rules.iter().enumerate() {
-            if rules[..i].iter().any(|b| b.key == a.key) {
-                return Err(StoreError::InvalidRequest("two rules name the same key"));
-            }
-        }
-        let first_tag = self.cfg.tag.tag(rules[0].key);
-        let mut job = Vec::with_capacity(rules.len());
-        for rule in rules {
-            let params = Params::of(rule.policy)?;
-            let tag = self.cfg.tag.tag(rule.key);
-            if self.cfg.cluster && tag != first_tag {
-                return Err(StoreError::InvalidRequest(
-                    "rules of one check must share a hash tag on a cluster (see HashTag)",
-                ));
-            }
-            job.push(JobRule {
-                key: keys::redis_key(&self.cfg.prefix, tag, rule.policy, rule.key),
-                policy: *rule.policy,
-                params,
-                cost: rule.cost,
-                permit: rule.policy.is_concurrency().then(|| self.permits.next()),
-            });
-        }
-        let slot = if self.cfg.cluster {
-            batch::slot_of(&first_tag)
-        } else {
-            0
-        };
-        // A single rule may be answered by, or teach, the denial cache.
-        let cached = (rules.len() == 1 && self.deny.enabled()).then(|| {
-            let r = &job[0];
-            (r.key.clone(), r.cost, self.deny.ticket())
-        });
-        if let Some((key, cost, _)) = &cached {
-            if let Some(d) = self.deny.lookup(key, rules[0].policy, *cost) {
-                return Ok(vec![d]);
-            }
-        }
-        let Outcome {
-            checked: (decisions, state),
-            now_ns,
-            leases,
-        } = self.run_check(job, slot).await?;
-        // From here to the caller there is no await: the decisions, and the
-        // permits in them, are the caller's now.
-        if let Some(leases) = leases {
-            leases.disarm();
-        }
-        if let (Some((key, cost, ticket)), Some(d)) = (cached, decisions.first()) {
-            self.deny.offer(ticket, &key, cost, d, state, now_ns);
-        }
-        Ok(decisions)
-    }
-
-    async fn refund(&self, key: &[u8], policy: &Policy, amount: u64) -> Result<(), StoreError> {
-        let p = Params::of(policy)?;
-        if amount == 0 {
-            return Ok(());
-        }
-        let rk = self.redis_key(key, policy);
-        let mut inv = REFUND.prepare_invoke();
-        inv.key(&rk[..])
-            .arg(self.now_arg()?)
-            .arg(self.cfg.ttl_padding_ms)
-            .arg(p.code)
-            .arg(p.p1)
-            .arg(p.p2)
-            .arg(p.script_amount(amount));
-        self.invalidating(&rk, self.eval(&inv)).await.map(drop)
-    }
-
-    async fn reset(&self, key: &[u8], policy: &Policy) -> Result<(), StoreError> {
-        let mut conn = self.conn.clone();
-        let rk = self.redis_key(key, policy);
-        let mut del = redis::cmd("DEL");
-        del.arg(&rk[..]);
-        let call = timed(self.cfg.timeout, del.query_async::<Value>(&mut conn));
-        self.invalidating(&rk, call).await.map(drop)
-    }
-
-    async fn release(
-        &self,
-        key: &[u8],
-        policy: &Policy,
-        permit: PermitId,
-    ) -> Result<(), StoreError> {
-        if !policy.is_concurrency() {
-            return Ok(());
-        }
-        let Algorithm::Concurrency(p) = policy.algorithm() else {
-            return Ok(());
-        };
-        // In a task of its own, retried there after a failure that may be
-        // passing (a stall, a broken connection): neither a dropped caller
-        // nor a fault leaves the permit held until its lease runs out.
-        let lease = abandoned::Abandoned::new(
-            self.redis_key(key, policy),
-            permit,
-            Duration::from_nanos(p.lease_ns),
-        );
-        let (tx, first) = oneshot::channel();
-        tokio::spawn(abandoned::release_reporting(
-            self.conn.clone(),
-            self.cfg.clone(),
-            lease,
-            tx,
-        ));
-        first.await.unwrap_or_else(|_| {
-            Err(StoreError::Connection(
-                "the release task has stopped".into(),
-            ))
-        })
     }
 }

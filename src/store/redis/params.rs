@@ -7,7 +7,8 @@
 //! at or beyond 2^52, in the year 2112); each policy is checked here so that
 //! nothing a script computes from it can reach 2^53.
 
-use crate::policy::{Algorithm, Policy};
+use super::registry::{Code, ScriptAlgorithm};
+use crate::policy::{Algorithm, Policy, WindowParams};
 use crate::store::StoreError;
 
 /// Largest duration a policy may span in the scripts: 2^50 µs (about 35 years).
@@ -28,7 +29,7 @@ pub(crate) const MAX_LOG_ENTRIES: u64 = 10_000;
 /// A policy's two script parameters and its limit, validated.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Params {
-    pub code: &'static str,
+    pub code: Code,
     pub p1: u64,
     pub p2: u64,
     pub limit: u64,
@@ -72,14 +73,33 @@ fn ns_window(window_ns: u64, counter: bool) -> Result<u64, StoreError> {
     Ok(window_ns)
 }
 
+/// A log's or fixed window's window in whole µs, within the exact range.
+fn whole_window(p: &WindowParams) -> Result<u64, StoreError> {
+    let w = micros(
+        p.window_ns,
+        "windows that are not whole microseconds on Redis",
+    )?;
+    if u128::from(w) > MAX_SPAN_US || u128::from(p.max) > MAX_SPAN_US {
+        return Err(StoreError::Unsupported(TOO_BIG));
+    }
+    Ok(w)
+}
+
+/// Why a policy outside the exact range is refused.
+const TOO_BIG: &str =
+    "policies whose limit × window reaches 2^50 µs on Redis (Lua numbers are doubles)";
+
 impl Params {
     /// Validates `policy` for the scripts.
     pub(crate) fn of(policy: &Policy) -> Result<Params, StoreError> {
-        let code = super::keys::code(policy);
-        let too_big = StoreError::Unsupported(
-            "policies whose limit × window reaches 2^50 µs on Redis (Lua numbers are doubles)",
-        );
-        let (p1, p2, limit) = match *policy.algorithm() {
+        let params = Self::encode(policy)?;
+        debug_assert_eq!(params.code.algorithm(), ScriptAlgorithm::of(policy));
+        Ok(params)
+    }
+
+    fn encode(policy: &Policy) -> Result<Params, StoreError> {
+        let too_big = StoreError::Unsupported(TOO_BIG);
+        let (code, p1, p2, limit) = match *policy.algorithm() {
             Algorithm::Gcra(p)
                 if p.emission_interval_ns % 1000 == 0 && p.tolerance_ns % 1000 == 0 =>
             {
@@ -88,7 +108,7 @@ impl Params {
                 if u128::from(t) * (u128::from(p.limit) + 2) > MAX_SPAN_US {
                     return Err(too_big);
                 }
-                (t, tau, p.limit)
+                (Code::Gcra, t, tau, p.limit)
             }
             Algorithm::Gcra(p) => {
                 // Nanosecond precision (gcra_ns.lua): T and tau travel in ns
@@ -100,7 +120,7 @@ impl Params {
                     return Err(too_big);
                 }
                 return Ok(Params {
-                    code: "n",
+                    code: Code::GcraNs,
                     p1: p.emission_interval_ns,
                     p2: p.tolerance_ns,
                     limit: p.limit,
@@ -119,7 +139,7 @@ impl Params {
                     return Err(too_big);
                 }
                 return Ok(Params {
-                    code: "F",
+                    code: Code::FixedWindowNs,
                     p1: p.max,
                     p2: w,
                     limit: p.max,
@@ -132,7 +152,7 @@ impl Params {
                     return Err(too_big);
                 }
                 return Ok(Params {
-                    code: "S",
+                    code: Code::SlidingWindowNs,
                     p1: p.max,
                     p2: w,
                     limit: p.max,
@@ -143,22 +163,14 @@ impl Params {
                 // (see sliding_log.lua).
                 let w = ns_window(p.window_ns, false)?;
                 return Ok(Params {
-                    code: "L",
+                    code: Code::SlidingLogNs,
                     p1: p.max,
                     p2: w,
                     limit: p.max,
                 });
             }
-            Algorithm::SlidingLog(p) | Algorithm::FixedWindow(p) => {
-                let w = micros(
-                    p.window_ns,
-                    "windows that are not whole microseconds on Redis",
-                )?;
-                if u128::from(w) > MAX_SPAN_US || u128::from(p.max) > MAX_SPAN_US {
-                    return Err(too_big);
-                }
-                (p.max, w, p.max)
-            }
+            Algorithm::SlidingLog(p) => (Code::SlidingLog, p.max, whole_window(&p)?, p.max),
+            Algorithm::FixedWindow(p) => (Code::FixedWindow, p.max, whole_window(&p)?, p.max),
             Algorithm::SlidingWindow(p) => {
                 let w = micros(
                     p.window_ns,
@@ -168,7 +180,7 @@ impl Params {
                 if (3 * u128::from(p.max) + 2) * u128::from(w) > MAX_SPAN_US * 4 {
                     return Err(too_big);
                 }
-                (p.max, w, p.max)
+                (Code::SlidingWindow, p.max, w, p.max)
             }
             Algorithm::Concurrency(p) if !p.lease_ns.is_multiple_of(1000) => {
                 // Code 'C': expiries as exact (µs, ns) pairs (concurrency.lua).
@@ -177,7 +189,7 @@ impl Params {
                     return Err(too_big);
                 }
                 return Ok(Params {
-                    code: "C",
+                    code: Code::ConcurrencyNs,
                     p1: p.max_in_flight,
                     p2: lease,
                     limit: p.max_in_flight,
@@ -191,7 +203,7 @@ impl Params {
                 if u128::from(lease) > MAX_SPAN_US || u128::from(p.max_in_flight) > MAX_SPAN_US {
                     return Err(too_big);
                 }
-                (p.max_in_flight, lease, p.max_in_flight)
+                (Code::Concurrency, p.max_in_flight, lease, p.max_in_flight)
             }
         };
         Ok(Params {
@@ -213,12 +225,19 @@ impl Params {
     pub(crate) fn script_amount(&self, amount: u64) -> u64 {
         let cap = match self.code {
             // tat − T·amount: beyond 2^52 / T units tat is at `now` anyway.
-            "g" => (MAX_NOW_US / self.p1.max(1)).saturating_add(2),
+            Code::Gcra => (MAX_NOW_US / self.p1.max(1)).saturating_add(2),
             // The same bound for a T in ns, and the exact ns limb's.
-            "n" => (MAX_NOW_US / (self.p1 / 1000).max(1))
+            Code::GcraNs => (MAX_NOW_US / (self.p1 / 1000).max(1))
                 .saturating_add(2)
                 .min(MAX_NS_UNITS as u64 - 1),
-            _ => MAX_NOW_US,
+            Code::FixedWindow
+            | Code::FixedWindowNs
+            | Code::SlidingWindow
+            | Code::SlidingWindowNs
+            | Code::SlidingLog
+            | Code::SlidingLogNs
+            | Code::Concurrency
+            | Code::ConcurrencyNs => MAX_NOW_US,
         };
         amount.min(cap)
     }
@@ -235,7 +254,10 @@ mod tests {
         assert_eq!(Params::of(&ok).unwrap().p1, 2_000_000);
         let thirds = Policy::funnel(3, 3.0).unwrap(); // T = 333_333_333 ns
         let p = Params::of(&thirds).unwrap();
-        assert_eq!((p.code, p.p1, p.p2), ("n", 333_333_333, 999_999_999));
+        assert_eq!(
+            (p.code, p.p1, p.p2),
+            (Code::GcraNs, 333_333_333, 999_999_999)
+        );
         let huge_log = Policy::sliding_log(MAX_LOG_ENTRIES + 1, Duration::from_secs(60)).unwrap();
         assert!(matches!(
             Params::of(&huge_log),
@@ -245,19 +267,19 @@ mod tests {
         assert!(Params::of(&log).is_ok());
         let ns = Policy::fixed_window(1, Duration::from_nanos(1500)).unwrap();
         let p = Params::of(&ns).unwrap();
-        assert_eq!((p.code, p.p2), ("F", 1500));
+        assert_eq!((p.code, p.p2), (Code::FixedWindowNs, 1500));
         let third = Policy::sliding_window(10, Duration::from_nanos(333_333_333)).unwrap();
-        assert_eq!(Params::of(&third).unwrap().code, "S");
+        assert_eq!(Params::of(&third).unwrap().code, Code::SlidingWindowNs);
         let whole = Policy::sliding_window(10, Duration::from_micros(1500)).unwrap();
-        assert_eq!(Params::of(&whole).unwrap().code, "s");
+        assert_eq!(Params::of(&whole).unwrap().code, Code::SlidingWindow);
         for odd in [999, MAX_NS_WINDOW + 1] {
             let p = Policy::fixed_window(1, Duration::from_nanos(odd)).unwrap();
             assert!(matches!(Params::of(&p), Err(StoreError::Unsupported(_))));
         }
         let short = Policy::sliding_log(1, Duration::from_nanos(999)).unwrap();
-        assert_eq!(Params::of(&short).unwrap().code, "L");
+        assert_eq!(Params::of(&short).unwrap().code, Code::SlidingLogNs);
         let lease = Policy::concurrency_with_lease(1, Duration::from_nanos(1)).unwrap();
-        assert_eq!(Params::of(&lease).unwrap().code, "C");
+        assert_eq!(Params::of(&lease).unwrap().code, Code::ConcurrencyNs);
         let odd = Policy::sliding_window(1 << 20, Duration::from_nanos(1 << 40 | 1)).unwrap();
         assert!(Params::of(&odd).is_err());
         let big = Policy::sliding_window(1 << 40, Duration::from_secs(3600)).unwrap();

@@ -57,7 +57,7 @@ pub(crate) fn array(v: &Value) -> Result<&[Value], StoreError> {
 
 /// One rule as the check script saw it.
 #[derive(Clone, Copy)]
-pub(crate) struct RuleReply<'a> {
+pub(crate) struct SentRule<'a> {
     pub policy: &'a Policy,
     pub cost: u64,
     pub permit: Option<PermitId>,
@@ -87,7 +87,11 @@ impl RawState {
             (RawState::Sliding(s), Algorithm::SlidingWindow(p)) => {
                 Some(sliding_window::check(p, s, now_ns, cost))
             }
-            _ => None,
+            (_, Algorithm::Gcra(_))
+            | (_, Algorithm::FixedWindow(_))
+            | (_, Algorithm::SlidingWindow(_))
+            | (_, Algorithm::SlidingLog(_))
+            | (_, Algorithm::Concurrency(_)) => None,
         }
     }
 }
@@ -98,7 +102,7 @@ fn width(policy: &Policy) -> usize {
         Algorithm::Gcra(_) => 2,
         Algorithm::FixedWindow(_) => 3,
         Algorithm::SlidingWindow(_) => 4,
-        _ => 5,
+        Algorithm::SlidingLog(_) | Algorithm::Concurrency(_) => 5,
     }
 }
 
@@ -107,7 +111,7 @@ fn width(policy: &Policy) -> usize {
 /// rendered by the same pure function the memory store runs; the script's
 /// own verdict must agree.
 pub(crate) fn decision(
-    rule: &RuleReply<'_>,
+    rule: &SentRule<'_>,
     items: &[Value],
     now_ns: u64,
 ) -> Result<(Decision, Option<RawState>), StoreError> {
@@ -274,7 +278,7 @@ pub(crate) fn head(v: &Value) -> Result<(u64, &[Value]), StoreError> {
 /// past it. The outer error means the reply cannot be read any further; the
 /// inner one is this check's own failure.
 pub(crate) fn check(
-    rules: &[RuleReply<'_>],
+    rules: &[SentRule<'_>],
     items: &[Value],
     pos: &mut usize,
     now_ns: u64,
@@ -314,7 +318,7 @@ pub(crate) fn check(
     let mut out = Vec::with_capacity(rules.len());
     let mut first = None;
     for (i, ((r, f), verdict)) in rules.iter().zip(fields).zip(verdicts).enumerate() {
-        let peek = RuleReply {
+        let peek = SentRule {
             cost: 0,
             permit: None,
             ..*r
@@ -368,7 +372,7 @@ pub(crate) fn uniform_gcra(
 
 /// Parses the reply of a batch of one check.
 #[cfg(test)]
-pub(crate) fn decisions(rules: &[RuleReply<'_>], v: &Value) -> Result<Vec<Decision>, StoreError> {
+pub(crate) fn decisions(rules: &[SentRule<'_>], v: &Value) -> Result<Vec<Decision>, StoreError> {
     let (now, items) = head(v)?;
     let mut pos = 0;
     let d = check(rules, items, &mut pos, now)??;
@@ -389,7 +393,7 @@ mod tests {
     #[test]
     fn odd_replies_are_protocol_errors_not_panics() {
         let p = Policy::cell(1, 1, Duration::from_secs(1)).unwrap();
-        let r = [RuleReply {
+        let r = [SentRule {
             policy: &p,
             cost: 1,
             permit: None,

@@ -37,10 +37,10 @@ pub type RedisSentinelStore = RedisStore<SentinelConnection>;
 /// the new master after a failover. Clones share it.
 #[derive(Clone)]
 pub struct SentinelConnection {
-    inner: Arc<Inner>,
+    inner: Arc<SentinelShared>,
 }
 
-struct Inner {
+struct SentinelShared {
     sentinel: tokio::sync::Mutex<SentinelClient>,
     /// The connection generation, the master's address and connection.
     current: RwLock<(u64, String, ConnectionManager)>,
@@ -242,7 +242,7 @@ impl RedisStoreBuilder {
         )
         .await?;
         let conn = SentinelConnection {
-            inner: Arc::new(Inner {
+            inner: Arc::new(SentinelShared {
                 sentinel: tokio::sync::Mutex::new(client),
                 current: RwLock::new((0, addr, conn)),
                 config,

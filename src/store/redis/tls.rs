@@ -23,6 +23,14 @@ impl std::fmt::Debug for Tls {
 }
 
 impl Tls {
+    pub(crate) fn set_root_cert(&mut self, pem: Vec<u8>) {
+        self.root_cert = Some(pem);
+    }
+
+    pub(crate) fn set_client_cert(&mut self, cert_pem: Vec<u8>, key_pem: Vec<u8>) {
+        self.client = Some((cert_pem, key_pem));
+    }
+
     fn certificates(&self) -> Option<redis::TlsCertificates> {
         if self.root_cert.is_none() && self.client.is_none() {
             return None;
@@ -74,7 +82,7 @@ impl RedisStoreBuilder {
     /// instead of the system's roots (feature `tls`): a private CA, as
     /// managed services and self-hosted TLS use.
     pub fn tls_root_cert(mut self, pem: impl Into<Vec<u8>>) -> Self {
-        self.tls.root_cert = Some(pem.into());
+        self.tls.set_root_cert(pem.into());
         self
     }
 
@@ -86,7 +94,7 @@ impl RedisStoreBuilder {
         cert_pem: impl Into<Vec<u8>>,
         key_pem: impl Into<Vec<u8>>,
     ) -> Self {
-        self.tls.client = Some((cert_pem.into(), key_pem.into()));
+        self.tls.set_client_cert(cert_pem.into(), key_pem.into());
         self
     }
 }

@@ -130,7 +130,7 @@ impl Hasher for IdentityHasher {
 
 type Slots = HashMap<u64, Slot, BuildHasherDefault<IdentityHasher>>;
 
-struct Inner<C> {
+struct MemoryShared<C> {
     /// Unique per store, so thread caches never confuse two stores.
     id: u64,
     clock: C,
@@ -146,7 +146,7 @@ struct Inner<C> {
     namespaces: super::Namespaces,
 }
 
-impl<C> Drop for Inner<C> {
+impl<C> Drop for MemoryShared<C> {
     fn drop(&mut self) {
         if let Some(t) = self
             .janitor
@@ -175,7 +175,7 @@ impl<C> Drop for Inner<C> {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct MemoryStore<C: Clock = SystemClock> {
-    inner: Arc<Inner<C>>,
+    inner: Arc<MemoryShared<C>>,
 }
 
 impl<C: Clock> Clone for MemoryStore<C> {
@@ -278,10 +278,8 @@ impl<C: Clock> MemoryStore<C> {
         }
         // Absent, or held for another algorithm: decide on a fresh state and
         // insert only what an admission changes.
-        let mut fresh = Slot::fresh(rule.policy, 0); // its namespace is set on insertion
-        let decision = fresh
-            .check(rule.policy, now, rule.cost, permit)
-            .expect("a fresh slot matches its policy");
+        // Its namespace is set on insertion.
+        let (mut fresh, decision) = Slot::decide_fresh(rule.policy, now, rule.cost, permit, true);
         let mut shard = write(shard);
         if let Some(slot) = shard.slots.get(&hash) {
             // Inserted meanwhile by another caller.

@@ -84,7 +84,7 @@ pub const DEFAULT_PROBE_INTERVAL: Duration = Duration::from_secs(1);
 pub struct FallbackStore<P, F = MemoryStore> {
     primary: P,
     fallback: F,
-    shared: Arc<Shared>,
+    shared: Arc<FallbackShared>,
 }
 
 impl<P: Clone, F: Clone> Clone for FallbackStore<P, F> {
@@ -105,7 +105,7 @@ impl<P, F> std::fmt::Debug for FallbackStore<P, F> {
     }
 }
 
-struct Shared {
+struct FallbackShared {
     clock: Box<dyn Clock>,
     probe_ns: u64,
     /// 0 while the primary answers; else the clock reading until which the
@@ -113,11 +113,11 @@ struct Shared {
     open_until: AtomicU64,
     /// One probe of the primary at a time once `open_until` has passed.
     probing: AtomicBool,
-    permits: Mutex<Permits>,
+    permits: Mutex<FallbackPermits>,
 }
 
 /// Ids handed out for permits the fallback granted: ours → the fallback's.
-struct Permits {
+struct FallbackPermits {
     map: HashMap<PermitId, (PermitId, u64)>,
     base: u64,
     next: u64,
@@ -136,12 +136,12 @@ impl<P: Store, F: Store> FallbackStore<P, F> {
         FallbackStore {
             primary,
             fallback,
-            shared: Arc::new(Shared {
+            shared: Arc::new(FallbackShared {
                 clock: Box::new(SystemClock::new()),
                 probe_ns: nanos(DEFAULT_PROBE_INTERVAL),
                 open_until: AtomicU64::new(0),
                 probing: AtomicBool::new(false),
-                permits: Mutex::new(Permits {
+                permits: Mutex::new(FallbackPermits {
                     map: HashMap::new(),
                     base: h.finish(),
                     next: 0,
@@ -168,7 +168,7 @@ impl<P: Store, F: Store> FallbackStore<P, F> {
         self
     }
 
-    fn shared_mut(&mut self) -> &mut Shared {
+    fn shared_mut(&mut self) -> &mut FallbackShared {
         Arc::get_mut(&mut self.shared).expect("configure a FallbackStore before cloning it")
     }
 
@@ -193,20 +193,20 @@ impl<P, F> FallbackStore<P, F> {
 
 /// Where a call goes.
 enum Route<'a> {
-    Primary(Option<ProbeClaim<'a>>),
+    Primary(Option<PrimaryProbeClaim<'a>>),
     Fallback,
 }
 
 /// The probe claim, given back however the probing call ends (dropped included).
-struct ProbeClaim<'a>(&'a AtomicBool);
+struct PrimaryProbeClaim<'a>(&'a AtomicBool);
 
-impl Drop for ProbeClaim<'_> {
+impl Drop for PrimaryProbeClaim<'_> {
     fn drop(&mut self) {
         self.0.store(false, Ordering::Release);
     }
 }
 
-impl Shared {
+impl FallbackShared {
     fn route(&self) -> Route<'_> {
         let until = self.open_until.load(Ordering::Acquire);
         if until == 0 {
@@ -219,7 +219,7 @@ impl Shared {
             .probing
             .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
         {
-            Ok(_) => Route::Primary(Some(ProbeClaim(&self.probing))),
+            Ok(_) => Route::Primary(Some(PrimaryProbeClaim(&self.probing))),
             Err(_) => Route::Fallback,
         }
     }

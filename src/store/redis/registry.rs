@@ -1,0 +1,345 @@
+//! The one table of what the Redis store runs: the algorithms, the encodings
+//! their policies travel in ([`Code`]) and the Lua scripts ([`ScriptId`]).
+//!
+//! Every script is assembled here from the Lua sources its algorithms need,
+//! [`RedisStore::load_scripts`](super::RedisStore::load_scripts) loads
+//! [`ScriptId::ALL`], the batch code picks its script from a [`Code`], and
+//! the parameter encoding (`params.rs`) names a [`Code`]. Every `match` here
+//! is exhaustive: a new algorithm does not compile until it has a key code,
+//! Lua sources, a check script and a batch mode.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+use crate::policy::{Algorithm, Policy};
+
+/// The Lua sources, each included once.
+mod lua {
+    pub(super) const COMMON: &str = include_str!("scripts/common.lua");
+    pub(super) const GCRA: &str = include_str!("scripts/gcra.lua");
+    pub(super) const GCRA_NS: &str = include_str!("scripts/gcra_ns.lua");
+    pub(super) const FIXED_WINDOW: &str = include_str!("scripts/fixed_window.lua");
+    pub(super) const SLIDING_WINDOW: &str = include_str!("scripts/sliding_window.lua");
+    pub(super) const SLIDING_LOG: &str = include_str!("scripts/sliding_log.lua");
+    pub(super) const CONCURRENCY: &str = include_str!("scripts/concurrency.lua");
+    pub(super) const CHECK: &str = include_str!("scripts/check.lua");
+    pub(super) const GCRA_BATCH: &str = include_str!("scripts/gcra_batch.lua");
+    pub(super) const GCRA_NS_BATCH: &str = include_str!("scripts/gcra_ns_batch.lua");
+    pub(super) const REFUND: &str = include_str!("scripts/refund.lua");
+    pub(super) const RELEASE: &str = include_str!("scripts/release.lua");
+}
+
+/// An algorithm as the scripts know it: one per [`Algorithm`] variant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ScriptAlgorithm {
+    Gcra,
+    FixedWindow,
+    SlidingWindow,
+    SlidingLog,
+    Concurrency,
+}
+
+impl ScriptAlgorithm {
+    /// Every algorithm, in the order the full scripts include them.
+    pub(crate) const ALL: [ScriptAlgorithm; 5] = [
+        ScriptAlgorithm::Gcra,
+        ScriptAlgorithm::FixedWindow,
+        ScriptAlgorithm::SlidingWindow,
+        ScriptAlgorithm::SlidingLog,
+        ScriptAlgorithm::Concurrency,
+    ];
+
+    /// The algorithm of `policy`.
+    pub(crate) fn of(policy: &Policy) -> ScriptAlgorithm {
+        match policy.algorithm() {
+            Algorithm::Gcra(_) => ScriptAlgorithm::Gcra,
+            Algorithm::FixedWindow(_) => ScriptAlgorithm::FixedWindow,
+            Algorithm::SlidingWindow(_) => ScriptAlgorithm::SlidingWindow,
+            Algorithm::SlidingLog(_) => ScriptAlgorithm::SlidingLog,
+            Algorithm::Concurrency(_) => ScriptAlgorithm::Concurrency,
+        }
+    }
+
+    /// Its name in Redis keys (`<prefix>:{<tag>}:<code>:<key>`): stable,
+    /// since changing it orphans every stored state.
+    pub(crate) fn key_code(self) -> &'static str {
+        match self {
+            ScriptAlgorithm::Gcra => "g",
+            ScriptAlgorithm::FixedWindow => "f",
+            ScriptAlgorithm::SlidingWindow => "s",
+            ScriptAlgorithm::SlidingLog => "l",
+            ScriptAlgorithm::Concurrency => "c",
+        }
+    }
+
+    /// The Lua library files defining it (after `common.lua`).
+    fn sources(self) -> &'static [&'static str] {
+        match self {
+            ScriptAlgorithm::Gcra => &[lua::GCRA, lua::GCRA_NS],
+            ScriptAlgorithm::FixedWindow => &[lua::FIXED_WINDOW],
+            ScriptAlgorithm::SlidingWindow => &[lua::SLIDING_WINDOW],
+            ScriptAlgorithm::SlidingLog => &[lua::SLIDING_LOG],
+            ScriptAlgorithm::Concurrency => &[lua::CONCURRENCY],
+        }
+    }
+
+    /// The check script holding only this algorithm.
+    pub(crate) fn check_script(self) -> ScriptId {
+        match self {
+            ScriptAlgorithm::Gcra => ScriptId::CheckGcra,
+            ScriptAlgorithm::FixedWindow => ScriptId::CheckFixedWindow,
+            ScriptAlgorithm::SlidingWindow => ScriptId::CheckSlidingWindow,
+            ScriptAlgorithm::SlidingLog => ScriptId::CheckSlidingLog,
+            ScriptAlgorithm::Concurrency => ScriptId::CheckConcurrency,
+        }
+    }
+}
+
+/// How a policy travels to the scripts: its algorithm and the unit of its
+/// durations. The Lua side names each by a one-letter [`wire`](Code::wire)
+/// code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Code {
+    /// GCRA, T and tau in µs.
+    Gcra,
+    /// GCRA, T and tau in ns (`gcra_ns.lua`).
+    GcraNs,
+    /// Fixed window in µs.
+    FixedWindow,
+    /// Fixed window in ns.
+    FixedWindowNs,
+    /// Sliding window in µs.
+    SlidingWindow,
+    /// Sliding window in ns.
+    SlidingWindowNs,
+    /// Sliding log in µs.
+    SlidingLog,
+    /// Sliding log, window in ns.
+    SlidingLogNs,
+    /// Concurrency, lease in µs.
+    Concurrency,
+    /// Concurrency, lease in ns.
+    ConcurrencyNs,
+}
+
+/// How a batch of identical single-rule checks (one policy and cost) is sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum UniformBatch {
+    /// A GCRA batch script of its own: no per-check arguments, one number
+    /// per check in the reply.
+    Gcra(ScriptId),
+    /// The check script's `U` mode: no per-check arguments.
+    SharedArguments,
+    /// Per-check arguments, as a mixed batch.
+    PerCheck,
+}
+
+impl Code {
+    /// Every code.
+    #[cfg(test)]
+    pub(crate) const ALL: [Code; 10] = [
+        Code::Gcra,
+        Code::GcraNs,
+        Code::FixedWindow,
+        Code::FixedWindowNs,
+        Code::SlidingWindow,
+        Code::SlidingWindowNs,
+        Code::SlidingLog,
+        Code::SlidingLogNs,
+        Code::Concurrency,
+        Code::ConcurrencyNs,
+    ];
+
+    /// The code as the scripts read it (`algo[code]` in `common.lua`).
+    pub(crate) fn wire(self) -> &'static str {
+        match self {
+            Code::Gcra => "g",
+            Code::GcraNs => "n",
+            Code::FixedWindow => "f",
+            Code::FixedWindowNs => "F",
+            Code::SlidingWindow => "s",
+            Code::SlidingWindowNs => "S",
+            Code::SlidingLog => "l",
+            Code::SlidingLogNs => "L",
+            Code::Concurrency => "c",
+            Code::ConcurrencyNs => "C",
+        }
+    }
+
+    /// The algorithm it encodes.
+    pub(crate) fn algorithm(self) -> ScriptAlgorithm {
+        match self {
+            Code::Gcra | Code::GcraNs => ScriptAlgorithm::Gcra,
+            Code::FixedWindow | Code::FixedWindowNs => ScriptAlgorithm::FixedWindow,
+            Code::SlidingWindow | Code::SlidingWindowNs => ScriptAlgorithm::SlidingWindow,
+            Code::SlidingLog | Code::SlidingLogNs => ScriptAlgorithm::SlidingLog,
+            Code::Concurrency | Code::ConcurrencyNs => ScriptAlgorithm::Concurrency,
+        }
+    }
+
+    /// How a uniform batch of it is sent. Concurrency checks carry a permit
+    /// id each, so they always go per check.
+    pub(crate) fn uniform_batch(self) -> UniformBatch {
+        match self {
+            Code::Gcra => UniformBatch::Gcra(ScriptId::GcraBatch),
+            Code::GcraNs => UniformBatch::Gcra(ScriptId::GcraNsBatch),
+            Code::FixedWindow
+            | Code::FixedWindowNs
+            | Code::SlidingWindow
+            | Code::SlidingWindowNs
+            | Code::SlidingLog
+            | Code::SlidingLogNs => UniformBatch::SharedArguments,
+            Code::Concurrency | Code::ConcurrencyNs => UniformBatch::PerCheck,
+        }
+    }
+}
+
+/// Every script the store runs. The discriminant indexes [`SCRIPTS`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ScriptId {
+    /// Every algorithm: for checks mixing algorithms.
+    Check,
+    /// Checks whose rules are all GCRA.
+    CheckGcra,
+    /// Checks whose rules are all fixed windows.
+    CheckFixedWindow,
+    /// Checks whose rules are all sliding windows.
+    CheckSlidingWindow,
+    /// Checks whose rules are all sliding logs.
+    CheckSlidingLog,
+    /// Checks whose rules are all concurrency limits.
+    CheckConcurrency,
+    /// Single-rule GCRA checks under one policy and cost (`gcra_batch.lua`).
+    GcraBatch,
+    /// The same at nanosecond precision (`gcra_ns_batch.lua`).
+    GcraNsBatch,
+    /// Refunds, any algorithm.
+    Refund,
+    /// Concurrency releases.
+    Release,
+}
+
+impl ScriptId {
+    /// Every script, in discriminant order: what `load_scripts` loads.
+    pub(crate) const ALL: [ScriptId; 10] = [
+        ScriptId::Check,
+        ScriptId::CheckGcra,
+        ScriptId::CheckFixedWindow,
+        ScriptId::CheckSlidingWindow,
+        ScriptId::CheckSlidingLog,
+        ScriptId::CheckConcurrency,
+        ScriptId::GcraBatch,
+        ScriptId::GcraNsBatch,
+        ScriptId::Refund,
+        ScriptId::Release,
+    ];
+
+    /// The Lua source files, in order (after `common.lua`).
+    fn sources(self) -> Vec<&'static str> {
+        let only = |a: ScriptAlgorithm, main: &'static str| [a.sources(), &[main]].concat();
+        let every = |main: &'static str| {
+            let all = ScriptAlgorithm::ALL.iter().flat_map(|a| a.sources());
+            all.copied().chain([main]).collect()
+        };
+        match self {
+            ScriptId::Check => every(lua::CHECK),
+            ScriptId::CheckGcra => only(ScriptAlgorithm::Gcra, lua::CHECK),
+            ScriptId::CheckFixedWindow => only(ScriptAlgorithm::FixedWindow, lua::CHECK),
+            ScriptId::CheckSlidingWindow => only(ScriptAlgorithm::SlidingWindow, lua::CHECK),
+            ScriptId::CheckSlidingLog => only(ScriptAlgorithm::SlidingLog, lua::CHECK),
+            ScriptId::CheckConcurrency => only(ScriptAlgorithm::Concurrency, lua::CHECK),
+            // The batch scripts need GCRA's helpers, not the check loop.
+            ScriptId::GcraBatch => vec![lua::GCRA, lua::GCRA_BATCH],
+            ScriptId::GcraNsBatch => vec![lua::GCRA, lua::GCRA_NS, lua::GCRA_NS_BATCH],
+            ScriptId::Refund => every(lua::REFUND),
+            ScriptId::Release => only(ScriptAlgorithm::Concurrency, lua::RELEASE),
+        }
+    }
+
+    /// The loaded-once script.
+    pub(crate) fn script(self) -> &'static Script {
+        &SCRIPTS[self as usize]
+    }
+}
+
+/// The scripts, indexed by [`ScriptId`], each `common.lua` and its sources.
+static SCRIPTS: LazyLock<[Script; ScriptId::ALL.len()]> = LazyLock::new(|| {
+    ScriptId::ALL.map(|id| {
+        Script::new(
+            &[lua::COMMON]
+                .into_iter()
+                .chain(id.sources())
+                .collect::<String>(),
+        )
+    })
+});
+
+/// The smallest check script that holds every algorithm of `policies`.
+pub(crate) fn check_script<'a>(policies: impl IntoIterator<Item = &'a Policy>) -> &'static Script {
+    let mut algorithms = policies.into_iter().map(ScriptAlgorithm::of);
+    let id = match algorithms.next() {
+        Some(first) if algorithms.all(|a| a == first) => first.check_script(),
+        _ => ScriptId::Check,
+    };
+    id.script()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{lua, Code, ScriptAlgorithm, ScriptId, UniformBatch, SCRIPTS};
+
+    #[test]
+    fn every_script_is_in_the_table_and_every_code_maps_to_one() {
+        // ALL holds each variant once, at its discriminant: load_scripts
+        // (which loads ALL) loads every script.
+        for (i, id) in ScriptId::ALL.iter().enumerate() {
+            assert_eq!(*id as usize, i, "{id:?}");
+        }
+        assert_eq!(ScriptId::ALL.len(), ScriptId::Release as usize + 1);
+        assert_eq!(SCRIPTS.len(), ScriptId::ALL.len());
+        let mut hashes: Vec<&str> = SCRIPTS.iter().map(|s| s.get_hash()).collect();
+        hashes.sort_unstable();
+        hashes.dedup();
+        assert_eq!(
+            hashes.len(),
+            ScriptId::ALL.len(),
+            "two scripts are identical"
+        );
+        // Every code's algorithm has a check script that defines it, and its
+        // uniform batches a script in the table.
+        let mut wires = Vec::new();
+        for code in Code::ALL {
+            let algorithm = code.algorithm();
+            assert!(ScriptAlgorithm::ALL.contains(&algorithm));
+            let check = algorithm.check_script();
+            assert!(ScriptId::ALL.contains(&check));
+            for source in algorithm.sources() {
+                assert!(check.sources().contains(source), "{code:?}");
+                assert!(ScriptId::Check.sources().contains(source), "{code:?}");
+                assert!(ScriptId::Refund.sources().contains(source), "{code:?}");
+            }
+            if let UniformBatch::Gcra(id) = code.uniform_batch() {
+                assert!(ScriptId::ALL.contains(&id));
+            }
+            wires.push(code.wire());
+        }
+        wires.sort_unstable();
+        wires.dedup();
+        assert_eq!(wires.len(), Code::ALL.len(), "two codes share a wire code");
+        // Each algorithm has codes; each Lua source is used by some script.
+        for a in ScriptAlgorithm::ALL {
+            assert!(Code::ALL.iter().any(|c| c.algorithm() == a), "{a:?}");
+        }
+        let all: Vec<&str> = ScriptId::ALL.iter().flat_map(|id| id.sources()).collect();
+        for source in [
+            lua::GCRA_BATCH,
+            lua::GCRA_NS_BATCH,
+            lua::RELEASE,
+            lua::CHECK,
+        ] {
+            assert!(all.contains(&source));
+        }
+        assert!(ScriptId::Release.sources().contains(&lua::CONCURRENCY));
+    }
+}
