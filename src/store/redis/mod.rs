@@ -184,6 +184,7 @@ macro_rules! script {
 static CHECK: LazyLock<Script> = script!(
     "gcra.lua",
     "gcra_ns.lua",
+    "window.lua",
     "fixed_window.lua",
     "sliding_window.lua",
     "sliding_log.lua",
@@ -195,13 +196,14 @@ static CHECK_G: LazyLock<Script> = script!("gcra.lua", "gcra_ns.lua", "check.lua
 static GCRA_BATCH: LazyLock<Script> = script!("gcra.lua", "gcra_batch.lua");
 /// The same at nanosecond precision: see `gcra_ns_batch.lua`.
 static GCRA_NS_BATCH: LazyLock<Script> = script!("gcra.lua", "gcra_ns.lua", "gcra_ns_batch.lua");
-static CHECK_F: LazyLock<Script> = script!("fixed_window.lua", "check.lua");
-static CHECK_S: LazyLock<Script> = script!("sliding_window.lua", "check.lua");
+static CHECK_F: LazyLock<Script> = script!("window.lua", "fixed_window.lua", "check.lua");
+static CHECK_S: LazyLock<Script> = script!("window.lua", "sliding_window.lua", "check.lua");
 static CHECK_L: LazyLock<Script> = script!("sliding_log.lua", "check.lua");
 static CHECK_C: LazyLock<Script> = script!("concurrency.lua", "check.lua");
 static REFUND: LazyLock<Script> = script!(
     "gcra.lua",
     "gcra_ns.lua",
+    "window.lua",
     "fixed_window.lua",
     "sliding_window.lua",
     "sliding_log.lua",
