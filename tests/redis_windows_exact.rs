@@ -27,7 +27,10 @@ fn large_sliding() -> impl Strategy<Value = (Policy, Vec<Op>)> {
     ];
     let max = prop_oneof![1u64..=6, 1_000u64..=1_000_000, Just(1_000_000)];
     (max, w).prop_flat_map(|(max, w)| {
-        with_ops(Policy::sliding_window(max, Duration::from_nanos(w)).unwrap(), w / 1000)
+        with_ops(
+            Policy::sliding_window(max, Duration::from_nanos(w)).unwrap(),
+            w / 1000,
+        )
     })
 }
 
@@ -65,7 +68,11 @@ fn a_day_long_million_sliding_window_admits_at_the_exact_instant() {
             match op {
                 Op::Advance(n) => bench.clock.advance(Duration::from_micros(n)),
                 Op::Check(c) => {
-                    let d = bench.redis.check(Rule::new(b"tie", &policy, c)).await.unwrap();
+                    let d = bench
+                        .redis
+                        .check(Rule::new(b"tie", &policy, c))
+                        .await
+                        .unwrap();
                     allowed.push(d.allowed);
                 }
                 _ => unreachable!(),

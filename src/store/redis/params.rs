@@ -227,7 +227,10 @@ mod tests {
             assert_eq!(Params::of(&p).unwrap().code, "F");
         }
         let beyond = Policy::fixed_window(1, Duration::from_nanos((1 << 60) + 1)).unwrap();
-        assert!(matches!(Params::of(&beyond), Err(StoreError::Unsupported(_))));
+        assert!(matches!(
+            Params::of(&beyond),
+            Err(StoreError::Unsupported(_))
+        ));
         let short = Policy::sliding_log(1, Duration::from_nanos(999)).unwrap();
         assert_eq!(Params::of(&short).unwrap().code, "L");
         let lease = Policy::concurrency_with_lease(1, Duration::from_nanos(1)).unwrap();
