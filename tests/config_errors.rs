@@ -83,10 +83,10 @@ fn sliding_log_above_the_redis_cap_is_refused_at_build() {
 #[test]
 fn policies_outside_the_exact_range_are_refused_at_build() {
     for p in [
-        // Shorter than the server clock's µs: the window index would not be
-        // exact in Lua's doubles.
-        Policy::fixed_window(1, Duration::from_nanos(999)).unwrap(),
-        Policy::sliding_window(1 << 40, Duration::from_secs(3600)).unwrap(),
+        // Beyond 2^50 µs (35 years) or a count of 2^50: far outside issue
+        // 11's bounds, where the scripts' doubles would no longer be exact.
+        Policy::fixed_window(1, Duration::from_secs(40 * 365 * 86_400)).unwrap(),
+        Policy::sliding_window((1 << 50) + 1, Duration::from_secs(3600)).unwrap(),
     ] {
         let err = Limiter::try_new(redis(false, HashTag::PerKey), p).unwrap_err();
         assert!(matches!(err, StoreError::Unsupported(_)), "{err:?}");
@@ -179,7 +179,7 @@ fn refused(policy: &Policy) -> bool {
 }
 
 #[test]
-fn no_log_or_lease_within_the_bounds_is_refused_on_redis() {
+fn no_window_log_or_lease_within_the_bounds_is_refused_on_redis() {
     let mut out = Vec::new();
     for ns in periods_ns() {
         let d = Duration::from_nanos(ns);
@@ -194,33 +194,34 @@ fn no_log_or_lease_within_the_bounds_is_refused_on_redis() {
             if refused(&lease) {
                 out.push(("lease", count, ns));
             }
-            if ns % 1000 == 0 || (1000..1 << 49).contains(&ns) {
-                // Fixed windows: any whole µs, and not whole µs from 1 µs
-                // to 2^49 ns (see the next test for the rest).
-                let fixed = Policy::fixed_window(count, d).unwrap();
-                if refused(&fixed) {
-                    out.push(("fixed", count, ns));
-                }
+            let fixed = Policy::fixed_window(count, d).unwrap();
+            if refused(&fixed) {
+                out.push(("fixed", count, ns));
+            }
+            let sliding = Policy::sliding_window(count, d).unwrap();
+            if refused(&sliding) {
+                out.push(("sliding", count, ns));
             }
         }
     }
     assert_eq!(out, []);
 }
 
-/// What Redis still refuses within the bounds, each a typed
-/// `Unsupported` error: fixed and sliding windows shorter than 1 µs (their
-/// index floor(1000·now / w) passes 2^53, beyond the doubles the scripts
-/// store it in), fixed and sliding windows that are not whole µs above
-/// 2^49 ns (the long division of `ns_divmod`), and sliding windows whose
-/// (3·max + 2)·window reaches 2^52 (the admission products).
+/// Nothing within the bounds is refused any more; what Redis refuses lies
+/// beyond them, each a typed `Unsupported` error naming Redis: windows,
+/// logs and leases above 2^50 µs (35 years; durations are exact (µs, ns)
+/// pairs of doubles), and limits above 2^50 (counts are doubles).
 #[test]
-fn the_windows_redis_still_refuses_are_typed_errors() {
+fn what_redis_refuses_lies_beyond_the_bounds() {
     let store = redis(false, HashTag::PerKey);
+    let beyond = Duration::from_micros((1 << 50) + 1);
     let specs = [
-        Policy::fixed_window(1, Duration::from_nanos(999)).unwrap(),
-        Policy::sliding_window(1, Duration::from_nanos(1)).unwrap(),
-        Policy::fixed_window(7, Duration::from_nanos((1 << 49) + 1)).unwrap(),
-        Policy::sliding_window(1_000_000, Duration::from_secs(365 * 86_400)).unwrap(),
+        Policy::fixed_window(1, beyond).unwrap(),
+        Policy::sliding_window(1, beyond + Duration::from_nanos(1)).unwrap(),
+        Policy::sliding_log(1, beyond).unwrap(),
+        Policy::concurrency_with_lease(1, beyond + Duration::from_nanos(1)).unwrap(),
+        Policy::fixed_window((1 << 50) + 1, Duration::from_nanos(1)).unwrap(),
+        Policy::sliding_window((1 << 50) + 1, Duration::from_secs(1)).unwrap(),
     ];
     for p in &specs {
         let err = store
@@ -228,5 +229,14 @@ fn the_windows_redis_still_refuses_are_typed_errors() {
             .unwrap_err();
         assert!(matches!(err, StoreError::Unsupported(_)), "{p:?}: {err:?}");
         assert!(err.to_string().contains("Redis"), "{err}");
+    }
+    // Just inside: 2^50 µs and counts of 2^50 run.
+    let edge = Duration::from_micros(1 << 50);
+    for p in [
+        Policy::fixed_window(1 << 50, edge).unwrap(),
+        Policy::sliding_window(1 << 50, edge).unwrap(),
+        Policy::sliding_window(1 << 50, edge + Duration::from_nanos(999)).unwrap(),
+    ] {
+        assert!(!refused(&p), "{p:?}");
     }
 }

@@ -648,12 +648,20 @@ fn errors_are_typed() {
     let server = RedisServer::start();
     runtime().block_on(async {
         let store = RedisStore::connect(server.url()).await.unwrap();
+        // Beyond 2^50 µs or a count of 2^50: refused; a window under a µs
+        // and a sliding window's products past 2^53 run.
+        for p in [
+            Policy::fixed_window(1, Duration::from_micros((1 << 50) + 1)).unwrap(),
+            Policy::sliding_window((1 << 50) + 1, Duration::from_secs(3600)).unwrap(),
+        ] {
+            let err = store.check(Rule::new(b"k", &p, 1)).await.unwrap_err();
+            assert!(matches!(err, StoreError::Unsupported(_)), "{err:?}");
+        }
         for p in [
             Policy::fixed_window(1, Duration::from_nanos(999)).unwrap(),
             Policy::sliding_window(1 << 40, Duration::from_secs(3600)).unwrap(),
         ] {
-            let err = store.check(Rule::new(b"k", &p, 1)).await.unwrap_err();
-            assert!(matches!(err, StoreError::Unsupported(_)), "{err:?}");
+            assert!(store.check(Rule::new(b"k", &p, 1)).await.unwrap().allowed);
         }
         // A key of another type under a GCRA name: a typed error naming
         // the key, which is repaired (deleted): the next check is fresh.

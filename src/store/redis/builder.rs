@@ -315,8 +315,8 @@ impl RedisStoreBuilder {
     ///
     /// ```text
     /// ACL SETUSER throttle on >secret ~throttle:* +ping +evalsha +script|load +del
-    ///     +time +get +mget +set +incrby +pexpire +zadd +zrem +zrange
-    ///     +zremrangebyscore +zremrangebyrank +zcard +zcount
+    ///     +time +get +mget +set +incrby +pexpire +pttl +zadd +zrem +zrange
+    ///     +zrangebyscore +zremrangebyscore +zremrangebyrank +zcard +zcount
     /// ```
     ///
     /// (one line). `+time` is needed only with [`TimeSource::Server`]. On a

@@ -13,9 +13,12 @@
 //!   (a rate of 3/s, a window of 1.5 µs or 1/3 s, a lease of 2.5 ms) run
 //!   exactly too: the scripts keep them as (µs, ns) pairs and divide by them
 //!   with exact long division, so decisions match the memory store at the
-//!   server clock's µs. Products must stay far below 2^53 (and such windows
-//!   at most 2^49 ns, fixed and sliding ones at least 1 µs); others are
-//!   refused with [`StoreError::Unsupported`] rather than rounded.
+//!   server clock's µs, for windows from 1 ns (their indices pass 2^53 and
+//!   are kept as exact digit pairs) to 2^50 µs (35 years), and sliding
+//!   windows compare their scaled counts in exact limbs whatever their size.
+//!   Durations above 2^50 µs, limits above 2^50 and GCRA products past
+//!   2^50 µs are refused with [`StoreError::Unsupported`] rather than
+//!   rounded.
 //! * **Same decisions as the memory store.** For GCRA and the two window
 //!   counters the script returns the state it decided on and the decision is
 //!   rendered by the very functions of [`crate::algorithm`]; the sliding log

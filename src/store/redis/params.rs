@@ -42,52 +42,53 @@ fn micros(ns: u64, what: &'static str) -> Result<u64, StoreError> {
     Ok(ns / 1000)
 }
 
-/// Bound of a window (or lease) that is not a whole number of microseconds
-/// (codes 'F', 'S', 'L' and 'C'): the window scripts compute
-/// `floor(1000·now / w)` and its remainder by long division (`ns_divmod` in
-/// common.lua), exact for `w ≤ 2^49` ns; logs and leases split it into an
-/// exact (µs, ns) pair.
-pub(crate) const MAX_NS_WINDOW: u64 = 1 << 49;
-
-/// A window or lease in ns the scripts handle exactly. A window counter's
-/// also needs `w ≥ 1000` ns, which keeps its index below 2^52 (`counter`).
-/// Logs and leases split it into an exact (µs, ns) pair from its digits
-/// (`dur_param` in common.lua), so they only need its µs below 2^50.
-fn ns_window(window_ns: u64, counter: bool) -> Result<u64, StoreError> {
-    if counter && window_ns < 1000 {
-        return Err(StoreError::Unsupported(
-            "fixed and sliding windows shorter than 1 µs on Redis (the server clock counts µs)",
-        ));
-    }
-    if !counter && u128::from(window_ns / 1000) > MAX_SPAN_US {
-        return Err(StoreError::Unsupported(
-            "sliding logs and leases above 2^50 µs (35 years) on Redis",
-        ));
-    }
-    if counter && window_ns > MAX_NS_WINDOW {
-        return Err(StoreError::Unsupported(
-            "fixed and sliding windows above 2^49 ns (6.5 days) that are not whole microseconds on \
-             Redis",
-        ));
+/// A window, log or lease in ns that is not a whole number of microseconds
+/// (codes 'F', 'S', 'L' and 'C'): the scripts take its exact (µs, ns) pair
+/// from its digits (`dur_param` in common.lua) and divide by it exactly
+/// (`win_divmod` in window.lua), so it only needs its µs below 2^50.
+fn ns_span(window_ns: u64, what: &'static str) -> Result<u64, StoreError> {
+    if u128::from(window_ns / 1000) > MAX_SPAN_US {
+        return Err(StoreError::Unsupported(what));
     }
     Ok(window_ns)
 }
 
-/// A log's or fixed window's window in whole µs, within the exact range.
+/// A log's or window's window in whole µs, within the exact range.
 fn whole_window(p: &WindowParams) -> Result<u64, StoreError> {
     let w = micros(
         p.window_ns,
         "windows that are not whole microseconds on Redis",
     )?;
-    if u128::from(w) > MAX_SPAN_US || u128::from(p.max) > MAX_SPAN_US {
-        return Err(StoreError::Unsupported(TOO_BIG));
+    if u128::from(w) > MAX_SPAN_US {
+        return Err(StoreError::Unsupported(LONG_WINDOW));
+    }
+    if u128::from(p.max) > MAX_SPAN_US {
+        return Err(StoreError::Unsupported(BIG_COUNT));
     }
     Ok(w)
 }
 
-/// Why a policy outside the exact range is refused.
+/// A fixed or sliding window that is not whole µs, as `code`.
+fn ns_window(code: Code, p: &WindowParams) -> Result<Params, StoreError> {
+    let w = ns_span(p.window_ns, LONG_WINDOW)?;
+    if u128::from(p.max) > MAX_SPAN_US {
+        return Err(StoreError::Unsupported(BIG_COUNT));
+    }
+    Ok(Params {
+        code,
+        p1: p.max,
+        p2: w,
+        limit: p.max,
+    })
+}
+
+/// Why a GCRA or concurrency policy outside the exact range is refused.
 const TOO_BIG: &str =
-    "policies whose limit × window reaches 2^50 µs on Redis (Lua numbers are doubles)";
+    "policies whose limit × interval reaches 2^50 µs on Redis (Lua numbers are doubles)";
+/// The refusal of windows (fixed or sliding) beyond the scripts' span.
+const LONG_WINDOW: &str = "windows and logs above 2^50 µs (35 years) on Redis";
+/// The refusal of limits the scripts' counts cannot hold exactly.
+const BIG_COUNT: &str = "limits above 2^50 on Redis (Lua numbers are doubles)";
 
 impl Params {
     /// Validates `policy` for the scripts.
@@ -132,36 +133,22 @@ impl Params {
                      the server); use Policy::sliding_window",
                 ));
             }
+            // Nanosecond windows (codes 'F' and 'S'), from 1 ns: see ns_span.
+            // Counts stay below 2^50, and the sliding window's products are
+            // exact at any size (`win_fits`).
             Algorithm::FixedWindow(p) if !p.window_ns.is_multiple_of(1000) => {
-                // Nanosecond windows (code 'F'): see ns_window.
-                let w = ns_window(p.window_ns, true)?;
-                if u128::from(p.max) > MAX_SPAN_US {
-                    return Err(too_big);
-                }
-                return Ok(Params {
-                    code: Code::FixedWindowNs,
-                    p1: p.max,
-                    p2: w,
-                    limit: p.max,
-                });
+                return ns_window(Code::FixedWindowNs, &p);
             }
             Algorithm::SlidingWindow(p) if !p.window_ns.is_multiple_of(1000) => {
-                // As below, with w in ns (code 'S').
-                let w = ns_window(p.window_ns, true)?;
-                if (3 * u128::from(p.max) + 2) * u128::from(w) > MAX_SPAN_US * 4 {
-                    return Err(too_big);
-                }
-                return Ok(Params {
-                    code: Code::SlidingWindowNs,
-                    p1: p.max,
-                    p2: w,
-                    limit: p.max,
-                });
+                return ns_window(Code::SlidingWindowNs, &p);
             }
             Algorithm::SlidingLog(p) if !p.window_ns.is_multiple_of(1000) => {
                 // Code 'L': times stay whole µs, the window travels in ns
                 // (see sliding_log.lua).
-                let w = ns_window(p.window_ns, false)?;
+                let w = ns_span(
+                    p.window_ns,
+                    "sliding logs above 2^50 µs (35 years) on Redis",
+                )?;
                 return Ok(Params {
                     code: Code::SlidingLogNs,
                     p1: p.max,
@@ -171,20 +158,10 @@ impl Params {
             }
             Algorithm::SlidingLog(p) => (Code::SlidingLog, p.max, whole_window(&p)?, p.max),
             Algorithm::FixedWindow(p) => (Code::FixedWindow, p.max, whole_window(&p)?, p.max),
-            Algorithm::SlidingWindow(p) => {
-                let w = micros(
-                    p.window_ns,
-                    "windows that are not whole microseconds on Redis",
-                )?;
-                // prev·(w − e) + cur·w + cost·w ≤ (3·max + 1)·w must stay exact.
-                if (3 * u128::from(p.max) + 2) * u128::from(w) > MAX_SPAN_US * 4 {
-                    return Err(too_big);
-                }
-                (Code::SlidingWindow, p.max, w, p.max)
-            }
+            Algorithm::SlidingWindow(p) => (Code::SlidingWindow, p.max, whole_window(&p)?, p.max),
             Algorithm::Concurrency(p) if !p.lease_ns.is_multiple_of(1000) => {
                 // Code 'C': expiries as exact (µs, ns) pairs (concurrency.lua).
-                let lease = ns_window(p.lease_ns, false)?;
+                let lease = ns_span(p.lease_ns, "leases above 2^50 µs (35 years) on Redis")?;
                 if u128::from(p.max_in_flight) > MAX_SPAN_US {
                     return Err(too_big);
                 }
@@ -272,18 +249,27 @@ mod tests {
         assert_eq!(Params::of(&third).unwrap().code, Code::SlidingWindowNs);
         let whole = Policy::sliding_window(10, Duration::from_micros(1500)).unwrap();
         assert_eq!(Params::of(&whole).unwrap().code, Code::SlidingWindow);
-        for odd in [999, MAX_NS_WINDOW + 1] {
+        // Windows from 1 ns, and not whole µs beyond 2^49 ns, run in ns.
+        for odd in [1, 999, (1 << 49) + 1, (1 << 53) + 1] {
             let p = Policy::fixed_window(1, Duration::from_nanos(odd)).unwrap();
-            assert!(matches!(Params::of(&p), Err(StoreError::Unsupported(_))));
+            assert_eq!(Params::of(&p).unwrap().code, Code::FixedWindowNs);
         }
+        let beyond = Policy::fixed_window(1, Duration::from_nanos((1 << 60) + 1)).unwrap();
+        assert!(matches!(
+            Params::of(&beyond),
+            Err(StoreError::Unsupported(_))
+        ));
         let short = Policy::sliding_log(1, Duration::from_nanos(999)).unwrap();
         assert_eq!(Params::of(&short).unwrap().code, Code::SlidingLogNs);
         let lease = Policy::concurrency_with_lease(1, Duration::from_nanos(1)).unwrap();
         assert_eq!(Params::of(&lease).unwrap().code, Code::ConcurrencyNs);
+        // Any product of a count and a window: the script compares in limbs.
         let odd = Policy::sliding_window(1 << 20, Duration::from_nanos(1 << 40 | 1)).unwrap();
-        assert!(Params::of(&odd).is_err());
+        assert_eq!(Params::of(&odd).unwrap().code, Code::SlidingWindowNs);
         let big = Policy::sliding_window(1 << 40, Duration::from_secs(3600)).unwrap();
-        assert!(Params::of(&big).is_err());
+        assert_eq!(Params::of(&big).unwrap().code, Code::SlidingWindow);
+        let huge = Policy::sliding_window((1 << 50) + 1, Duration::from_secs(1)).unwrap();
+        assert!(matches!(Params::of(&huge), Err(StoreError::Unsupported(_))));
         let fine = Policy::sliding_window(1_000_000, Duration::from_secs(60)).unwrap();
         assert!(Params::of(&fine).is_ok());
         let long = Policy::sliding_log(1, Duration::from_secs(3600 * 24 * 365 * 40)).unwrap();

@@ -33,10 +33,12 @@ try('mget', 'MGET', k)
 try('set', 'SET', k, '', 'XX')
 try('incrby', 'INCRBY', k, 'x')
 try('pexpire', 'PEXPIRE', k, 1)
+try('pttl', 'PTTL', k)
 try('del', 'DEL', k)
 try('zadd', 'ZADD', k, 'x', '')
 try('zrem', 'ZREM', k, '')
 try('zrange', 'ZRANGE', k, 0, 0)
+try('zrangebyscore', 'ZRANGEBYSCORE', k, 0, 0)
 try('zremrangebyscore', 'ZREMRANGEBYSCORE', k, 0, 0)
 try('zremrangebyrank', 'ZREMRANGEBYRANK', k, 0, 0)
 try('zcard', 'ZCARD', k)
@@ -283,6 +285,35 @@ impl<C> RedisStore<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every command a script calls is probed, so a script gaining a
+    /// command cannot pass `connect` and then fail every request under the
+    /// minimal ACL rule.
+    #[test]
+    fn the_probe_tries_every_command_the_scripts_call() {
+        let mut called = std::collections::BTreeSet::new();
+        for source in super::super::registry::lua_sources() {
+            for call in [
+                "redis.call('",
+                "redis.pcall('",
+                "call_redis('",
+                "pcall_redis('",
+            ] {
+                for (i, _) in source.match_indices(call) {
+                    let rest = &source[i + call.len()..];
+                    let name = &rest[..rest.find('\'').unwrap()];
+                    called.insert(name.to_ascii_uppercase());
+                }
+            }
+        }
+        assert!(called.contains("ZRANGEBYSCORE"), "the scan finds calls");
+        for command in &called {
+            assert!(
+                PROBE_LUA.contains(&format!("'{command}'")),
+                "the ACL probe misses {command}"
+            );
+        }
+    }
 
     #[test]
     fn acl_refusals_across_redis_versions() {

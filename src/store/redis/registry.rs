@@ -19,6 +19,7 @@ mod lua {
     pub(super) const COMMON: &str = include_str!("scripts/common.lua");
     pub(super) const GCRA: &str = include_str!("scripts/gcra.lua");
     pub(super) const GCRA_NS: &str = include_str!("scripts/gcra_ns.lua");
+    pub(super) const WINDOW: &str = include_str!("scripts/window.lua");
     pub(super) const FIXED_WINDOW: &str = include_str!("scripts/fixed_window.lua");
     pub(super) const SLIDING_WINDOW: &str = include_str!("scripts/sliding_window.lua");
     pub(super) const SLIDING_LOG: &str = include_str!("scripts/sliding_log.lua");
@@ -28,6 +29,26 @@ mod lua {
     pub(super) const GCRA_NS_BATCH: &str = include_str!("scripts/gcra_ns_batch.lua");
     pub(super) const REFUND: &str = include_str!("scripts/refund.lua");
     pub(super) const RELEASE: &str = include_str!("scripts/release.lua");
+}
+
+/// Every Lua source (tests scan them).
+#[cfg(test)]
+pub(crate) fn lua_sources() -> [&'static str; 13] {
+    [
+        lua::COMMON,
+        lua::GCRA,
+        lua::GCRA_NS,
+        lua::WINDOW,
+        lua::FIXED_WINDOW,
+        lua::SLIDING_WINDOW,
+        lua::SLIDING_LOG,
+        lua::CONCURRENCY,
+        lua::CHECK,
+        lua::GCRA_BATCH,
+        lua::GCRA_NS_BATCH,
+        lua::REFUND,
+        lua::RELEASE,
+    ]
 }
 
 /// An algorithm as the scripts know it: one per [`Algorithm`] variant.
@@ -77,8 +98,8 @@ impl ScriptAlgorithm {
     fn sources(self) -> &'static [&'static str] {
         match self {
             ScriptAlgorithm::Gcra => &[lua::GCRA, lua::GCRA_NS],
-            ScriptAlgorithm::FixedWindow => &[lua::FIXED_WINDOW],
-            ScriptAlgorithm::SlidingWindow => &[lua::SLIDING_WINDOW],
+            ScriptAlgorithm::FixedWindow => &[lua::WINDOW, lua::FIXED_WINDOW],
+            ScriptAlgorithm::SlidingWindow => &[lua::WINDOW, lua::SLIDING_WINDOW],
             ScriptAlgorithm::SlidingLog => &[lua::SLIDING_LOG],
             ScriptAlgorithm::Concurrency => &[lua::CONCURRENCY],
         }
@@ -238,9 +259,16 @@ impl ScriptId {
     /// The Lua source files, in order (after `common.lua`).
     fn sources(self) -> Vec<&'static str> {
         let only = |a: ScriptAlgorithm, main: &'static str| [a.sources(), &[main]].concat();
+        // Every algorithm's sources, each once (the windows share one).
         let every = |main: &'static str| {
-            let all = ScriptAlgorithm::ALL.iter().flat_map(|a| a.sources());
-            all.copied().chain([main]).collect()
+            let mut all: Vec<&'static str> = Vec::new();
+            for source in ScriptAlgorithm::ALL.iter().flat_map(|a| a.sources()) {
+                if !all.iter().any(|s| std::ptr::eq(*s, *source)) {
+                    all.push(source);
+                }
+            }
+            all.push(main);
+            all
         };
         match self {
             ScriptId::Check => every(lua::CHECK),

@@ -32,36 +32,9 @@ local function fdiv(a, b)
   return q
 end
 
--- For windows in NANOSECONDS (codes 'F', 'S'): 1000·now = q·w + r with
--- 0 <= r < w, exactly, although 1000·now (about 1.8·10^18) is no exact
--- double. Rust guarantees now < 2^52 and 1000 <= w <= 2^49.
--- Proof: long division one decimal digit at a time. Start from
--- now = q·w + r (q = fdiv(now, w), exact as now < 2^53). Each of the three
--- steps multiplies by 10: 10·(q·w + r) = (10·q + d)·w + (10·r − d·w) with
--- d = floor(10·r / w); since r < w, 10·r < 10·w <= 10·2^49 < 2^53 is exact,
--- d is in 0..9 (fdiv is exact), and the new r = 10·r − d·w is in [0, w).
--- After three steps the pair is (floor(1000·now / w), 1000·now mod w); every
--- q on the way is at most 1000·now / w < 2^52 (w >= 1000), so exact too.
--- `now` is one value per script run: each window's result is kept.
-local divmod_q, divmod_r = {}, {}
-local function ns_divmod(now, w)
-  local q = divmod_q[w]
-  if q then
-    return q, divmod_r[w]
-  end
-  q = fdiv(now, w)
-  local r = now - q * w
-  for _ = 1, 3 do
-    local d = fdiv(10 * r, w)
-    q, r = 10 * q + d, 10 * r - d * w
-  end
-  divmod_q[w], divmod_r[w] = q, r
-  return q, r
-end
-
--- A script parameter of a log or a lease in ns (codes 'L', 'C'): a number
--- where it is exact, else (a duration of 2^53 ns, 104 days, or more) the
--- exact pair { µs, ns remainder } cut from its decimal digits.
+-- A script parameter of a duration in ns (codes 'F', 'S', 'L', 'C'): a
+-- number where it is exact, else (a duration of 2^53 ns, 104 days, or more)
+-- the exact pair { µs, ns remainder } cut from its decimal digits.
 local function dur_param(v)
   local x = tonumber(v)
   if x and x < 9007199254740992 then
@@ -77,30 +50,6 @@ local function dur_split(w)
   end
   local q = fdiv(w, 1000)
   return q, w - 1000 * q
-end
-
--- µs (rounded up) from `now` until the start of window index k >= q of a
--- window of w ns: (k − q)·w − r ns. Exact while (k − q + 1)·w < 2^53 (the
--- few windows a state spans); beyond, a TTL that long rounds harmlessly.
-local function ns_until(now, w, k)
-  local q, r = ns_divmod(now, w)
-  return fdiv((k - q) * w - r + 999, 1000)
-end
-
--- The index of the window holding `now`, and the µs from `now` until
--- window k starts, for a window w in µs (ns = false) or in ns (ns = true).
-local function win_index(now, w, ns)
-  if ns then
-    return (ns_divmod(now, w))
-  end
-  return fdiv(now, w)
-end
-
-local function win_until(now, w, ns, k)
-  if ns then
-    return ns_until(now, w, k)
-  end
-  return k * w - now
 end
 
 local PAD_MS = tonumber(ARGV[2]) or 0

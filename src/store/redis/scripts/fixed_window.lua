@@ -1,8 +1,9 @@
 -- Fixed window: a string "<window index>:<count>".
 -- p1 = max, p2 = window: in µs under code 'f', in ns under code 'F' (windows
--- that are not whole µs: the index is floor(1000·now / w), computed exactly by
--- ns_divmod). The index is the same number in either unit, so both codes
--- share the key and its state. The reply carries the stored state; Rust
+-- that are not whole µs, from 1 ns to 2^50 µs: the index is
+-- floor(1000·now / w), computed exactly by win_divmod in window.lua, and
+-- from 2^53 on, for windows under 1 µs, an index pair). The index is the
+-- same number in either unit, so both codes share the key and its state. The reply carries the stored state; Rust
 -- renders the decision with crate::algorithm::fixed_window::check.
 --
 -- As for GCRA, a batch reads each key once (one MGET for all of them),
@@ -12,10 +13,9 @@
 
 local fixed_states = {}
 local fixed_dirty = {}
-local FIXED_FORMAT = INT_FORMAT .. ':' .. INT_FORMAT
 
--- Valid states: a window index below 2^52 (an index is at most `now` in µs)
--- and a count of at most 2^50 (Rust's bound on a limit; a count never
+-- Valid states: a window index below 1000·2^52 (win_parse) and a count
+-- of at most 2^50 (Rust's bound on a limit; a count never
 -- exceeds the limit it was admitted under). Anything else ("abc", "-5",
 -- "1e30", "1.5:2", a count beyond 2^50) is foreign: nil.
 local FIXED_WHAT = 'a value that is no fixed-window state'
@@ -26,7 +26,7 @@ local function fixed_parse(v)
     return 0, 0
   end
   local w, c = string.match(v, '^(%d+):(%d+)$')
-  local win, count = stored_int(w, LIMIT - 1), stored_int(c, MAX_COUNT)
+  local win, count = w and win_parse(w), stored_int(c, MAX_COUNT)
   if win and count then
     return win, count
   end
@@ -38,7 +38,7 @@ end
 -- expiry every write sets; without one it would deny forever.
 local function fixed_state(key, w, ns, now)
   local s, err = cached_state(fixed_states, key, fixed_parse, FIXED_WHAT)
-  if s and s[1] > win_index(now, w, ns) and not fixed_dirty[key] and persistent(key) then
+  if s and win_lt((win_pos(now, w, ns)), s[1]) and not fixed_dirty[key] and persistent(key) then
     fixed_states[key] = nil
     return nil, foreign(key, 'a future window without expiry')
   end
@@ -47,8 +47,8 @@ end
 
 -- The live window and its count at `now` from a stored state.
 local function fixed_live(sw, sc, w, ns, now)
-  local current = win_index(now, w, ns)
-  if sw >= current then
+  local current = win_pos(now, w, ns)
+  if not win_lt(sw, current) then
     return sw, sc
   end
   return current, 0
@@ -58,8 +58,8 @@ local function fixed_write(key, now, w, ns, win, count)
   if count <= 0 then
     redis.call('DEL', key)
   else
-    redis.call('SET', key, string.format(FIXED_FORMAT, win, count), 'PX',
-      ttl_ms(win_until(now, w, ns, win + 1)))
+    redis.call('SET', key, win_str(win) .. ':' .. int(count), 'PX',
+      ttl_ms(win_until(now, w, ns, win_add(win, 1))))
   end
 end
 
@@ -89,7 +89,7 @@ local function fixed_algo(ns)
       end
       out[n + 1] = 1
       out[n + 2] = allowed
-      out[n + 3] = s[1]
+      out[n + 3] = win_reply(s[1])
       out[n + 4] = s[2]
       return n + 4
     end,
@@ -108,7 +108,7 @@ local function fixed_algo(ns)
           fixed_dirty[key] = { w, ns, win, count + cost }
         end
       end
-      return allowed, { allowed and 1 or 0, s[1], s[2] }, commit
+      return allowed, { allowed and 1 or 0, win_reply(s[1]), s[2] }, commit
     end,
 
     refund = function(key, _, w, amount, now)
@@ -125,3 +125,4 @@ end
 
 algo.f = fixed_algo(false)
 algo.F = fixed_algo(true)
+algo.F.param = dur_param

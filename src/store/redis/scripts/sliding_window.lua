@@ -1,10 +1,10 @@
 -- Sliding-window counter: a string "<window index>:<current>:<previous>".
 -- p1 = max, p2 = window: in µs under code 's', in ns under code 'S' (windows
--- that are not whole µs; index and elapsed ns come exactly from ns_divmod,
--- and the index is the same number in either unit, so both codes share the
--- key). Admission compares integers scaled by the window
--- (prev*(w - elapsed) + cur*w + cost*w <= max*w); Rust guarantees
--- (3*max + 2)*w <= 2^52 in the window's unit, so every product is exact. The reply carries the
+-- that are not whole µs; index and elapsed ns come exactly from win_divmod
+-- in window.lua, and the index is the same number in either unit, so both
+-- codes share the key). Admission compares integers scaled by the window,
+-- prev*(w - elapsed) + cur*w + cost*w <= max*w, exactly whatever their size
+-- (win_fits: in limbs where a product passes 2^53). The reply carries the
 -- stored state; Rust renders the decision with
 -- crate::algorithm::sliding_window::check (its retry_after divides, which is
 -- not scale-free between µs and ns, so it is computed there, in ns).
@@ -14,10 +14,9 @@
 
 local sliding_states = {}
 local sliding_dirty = {}
-local SLIDING_FORMAT = INT_FORMAT .. ':' .. INT_FORMAT .. ':' .. INT_FORMAT
 
--- Valid states: as a fixed window's (an index below 2^52, counts of at
--- most 2^50); anything else is foreign: nil.
+-- Valid states: as a fixed window's (an index below 1000·2^52, counts of
+-- at most 2^50); anything else is foreign: nil.
 local SLIDING_WHAT = 'a value that is no sliding-window state'
 local SLIDING_MAX_COUNT = 1125899906842624 -- 2^50
 
@@ -26,7 +25,7 @@ local function sliding_parse(v)
     return 0, 0, 0
   end
   local w, c, p = string.match(v, '^(%d+):(%d+):(%d+)$')
-  local win = stored_int(w, LIMIT - 1)
+  local win = w and win_parse(w)
   local cur, prev = stored_int(c, SLIDING_MAX_COUNT), stored_int(p, SLIDING_MAX_COUNT)
   if win and cur and prev then
     return win, cur, prev
@@ -38,36 +37,26 @@ end
 -- (a future window without expiry: see fixed_state).
 local function sliding_state(key, w, ns, now)
   local s, err = cached_state(sliding_states, key, sliding_parse, SLIDING_WHAT)
-  if s and s[1] > win_index(now, w, ns) and not sliding_dirty[key] and persistent(key) then
+  if s and win_lt((win_pos(now, w, ns)), s[1]) and not sliding_dirty[key] and persistent(key) then
     sliding_states[key] = nil
     return nil, foreign(key, 'a future window without expiry')
   end
   return s, err
 end
 
--- The live window, its counts and the time into it, at `now`.
+-- The live window, its counts and the time into it, at `now`: a stored
+-- window after now's (a clock that went back) stays, with elapsed 0.
 local function sliding_live(sw, sc, sp, w, ns, now)
-  local index = win_index(now, w, ns)
-  local win, cur, prev = sw, sc, sp
-  if sw < index then
-    if sw + 1 == index then
-      win, cur, prev = index, 0, sc
-    else
-      win, cur, prev = index, 0, 0
+  local index, elapsed = win_pos(now, w, ns)
+  if win_lt(sw, index) then
+    if win_eq(win_add(sw, 1), index) then
+      return index, 0, sc, elapsed
     end
+    return index, 0, 0, elapsed
+  elseif win_eq(sw, index) then
+    return sw, sc, sp, elapsed
   end
-  -- win >= index here: `now` is in window `win`, or before it (a clock
-  -- that went back) where elapsed is 0.
-  local elapsed = 0
-  if win == index then
-    if ns then
-      local _, r = ns_divmod(now, w)
-      elapsed = r
-    else
-      elapsed = now - win * w
-    end
-  end
-  return win, cur, prev, elapsed
+  return sw, sc, sp, 0
 end
 
 local function sliding_write(key, now, w, ns, win, cur, prev)
@@ -80,8 +69,8 @@ local function sliding_write(key, now, w, ns, win, cur, prev)
   if left == 0 then
     redis.call('DEL', key)
   else
-    redis.call('SET', key, string.format(SLIDING_FORMAT, win, cur, prev),
-      'PX', ttl_ms(win_until(now, w, ns, win + left)))
+    redis.call('SET', key, win_str(win) .. ':' .. int(cur) .. ':' .. int(prev),
+      'PX', ttl_ms(win_until(now, w, ns, win_add(win, left))))
   end
 end
 
@@ -100,7 +89,7 @@ local function sliding_algo(ns)
       end
       local win, cur, prev, elapsed = sliding_live(s[1], s[2], s[3], w, ns, now)
       local allowed = 0
-      if prev * (w - elapsed) + cur * w + cost * w <= max * w then
+      if win_fits(prev, cur, cost, max, w, elapsed) then
         allowed = 1
         if cost > 0 then
           sliding_states[key] = { win, cur + cost, prev }
@@ -109,7 +98,7 @@ local function sliding_algo(ns)
       end
       out[n + 1] = 1
       out[n + 2] = allowed
-      out[n + 3] = s[1]
+      out[n + 3] = win_reply(s[1])
       out[n + 4] = s[2]
       out[n + 5] = s[3]
       return n + 5
@@ -121,8 +110,7 @@ local function sliding_algo(ns)
         error({ err = err })
       end
       local win, cur, prev, elapsed = sliding_live(s[1], s[2], s[3], w, ns, now)
-      local used = prev * (w - elapsed) + cur * w
-      local allowed = used + cost * w <= max * w
+      local allowed = win_fits(prev, cur, cost, max, w, elapsed)
       local commit = nil
       if allowed and cost > 0 then
         commit = function()
@@ -130,7 +118,7 @@ local function sliding_algo(ns)
           sliding_dirty[key] = { w, ns, win, cur + cost, prev }
         end
       end
-      return allowed, { allowed and 1 or 0, s[1], s[2], s[3] }, commit
+      return allowed, { allowed and 1 or 0, win_reply(s[1]), s[2], s[3] }, commit
     end,
 
     refund = function(key, _, w, amount, now)
@@ -147,3 +135,4 @@ end
 
 algo.s = sliding_algo(false)
 algo.S = sliding_algo(true)
+algo.S.param = dur_param
