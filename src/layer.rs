@@ -490,7 +490,7 @@ impl<St: Store> ThrottleLayer<St> {
                     source: limit.source.clone(),
                 }
             })
-            .collect();
+            .collect::<Box<[RuleCfg]>>();
         let metas: Box<[RuleMeta]> = self
             .limits
             .iter()
@@ -510,6 +510,7 @@ impl<St: Store> ThrottleLayer<St> {
         Arc::new(Shared {
             store: self.store.clone(),
             holds: Arc::new(crate::check::Holds::new(self.limits.len())),
+            simple: self.settings.simple(&rules),
             rules,
             meta,
             settings: self.settings.clone(),

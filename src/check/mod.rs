@@ -9,7 +9,7 @@ use http::Response;
 
 use crate::grpc::{respond, Reply, ResponseProtocol};
 use crate::info::{Entry, Meta, RateLimitInfo};
-use crate::key::{bound_key_part, KeyWriter, RequestHead, MAX_KEY_PART};
+use crate::key::{bound_key_part, KeyWriter, MissingKey, RequestHead, MAX_KEY_PART};
 use crate::lockout::Penalty;
 use crate::mode::{FailMode, Mode, OnMissingKey, MAX_DELAY_ATTEMPTS};
 use crate::policy::Policy;
@@ -38,6 +38,9 @@ pub(crate) struct Shared<St> {
     pub(crate) rules: Box<[RuleCfg]>,
     pub(crate) meta: Arc<Meta>,
     pub(crate) settings: Settings,
+    /// One rule with its own policy, no skip, lock-out or delay, and nothing
+    /// an admission carries forward: [`decide_now`] takes its short path.
+    pub(crate) simple: bool,
     /// Keeps the layer's key namespaces claimed in the store while any of
     /// its services lives.
     pub(crate) _owner: Arc<()>,
@@ -95,6 +98,16 @@ impl Default for Settings {
 }
 
 impl Settings {
+    /// Whether `rules` under these settings make a simple layer (see
+    /// `Shared::simple`).
+    pub(crate) fn simple(&self, rules: &[RuleCfg]) -> bool {
+        matches!(rules, [rule] if rule.source.is_none())
+            && self.skip.is_none()
+            && self.lockout.is_none()
+            && !matches!(self.mode, Mode::Delay { .. })
+            && !self.info_on_allowed()
+    }
+
     /// Whether an admitted request needs its [`RateLimitInfo`] (for the
     /// request extension or the response headers).
     pub(crate) fn info_on_allowed(&self) -> bool {
@@ -158,14 +171,20 @@ thread_local! {
     static KEY_BUFFER: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
 }
 
+/// Returns a key buffer for the next request on this thread.
+#[inline]
+fn recycle_keys(mut keys: Vec<u8>) {
+    if keys.capacity() <= 4096 {
+        keys.clear();
+        KEY_BUFFER.with(|buffer| buffer.set(keys));
+    }
+}
+
 impl Plan {
     /// Returns the key buffer for the next request on this thread.
+    #[inline]
     pub(crate) fn recycle(self) {
-        let mut keys = self.keys;
-        if keys.capacity() <= 4096 {
-            keys.clear();
-            KEY_BUFFER.with(|buffer| buffer.set(keys));
-        }
+        recycle_keys(self.keys);
     }
 
     fn actives(&self) -> &[Active] {
@@ -175,6 +194,7 @@ impl Plan {
         }
     }
 
+    #[inline]
     fn key(&self, a: &Active) -> &[u8] {
         &self.keys[a.start..a.end]
     }
@@ -230,27 +250,12 @@ pub(crate) fn plan<St>(shared: &Shared<St>, req: &RequestHead<'_>) -> Planned {
         let part = keys.len();
         if let Err(missing) = rule.key.extract(req, &mut KeyWriter::new(&mut keys)) {
             keys.truncate(start);
-            let name = &*shared.meta.rules[i].name;
-            tracing::debug!(target: "tower_throttle", rule = name, reason = missing.reason(), "no rate-limit key");
-            if missing.is_misconfiguration() {
-                let reply = shared.settings.protocol.reply(req.headers());
-                return Planned::Reject(misconfigured(shared, reply, i, name, missing.reason()));
-            }
-            match shared.settings.on_missing {
-                OnMissingKey::Skip => {
-                    count(shared, "skipped", Some(i));
-                    continue;
+            match missing_key(shared, req, i, &missing) {
+                Some(response) => {
+                    recycle_keys(keys);
+                    return Planned::Reject(response);
                 }
-                OnMissingKey::Reject(status) => {
-                    count(shared, "missing_key", Some(i));
-                    let rejection = Rejection::MissingKey {
-                        rule: name,
-                        reason: missing.reason(),
-                        status,
-                    };
-                    let reply = shared.settings.protocol.reply(req.headers());
-                    return Planned::Reject(respond(&shared.settings, reply, &rejection, false));
-                }
+                None => continue,
             }
         }
         bound_key_part(&mut keys, part, MAX_KEY_PART);
@@ -274,7 +279,10 @@ pub(crate) fn plan<St>(shared: &Shared<St>, req: &RequestHead<'_>) -> Planned {
     }
     let rules = match (one, actives.len()) {
         (Some(a), _) => ActiveRules::One(a),
-        (None, 0) => return Planned::Skip,
+        (None, 0) => {
+            recycle_keys(keys);
+            return Planned::Skip;
+        }
         (None, 1) => ActiveRules::One(actives[0]),
         (None, _) => ActiveRules::Many(actives),
     };
@@ -287,6 +295,39 @@ pub(crate) fn plan<St>(shared: &Shared<St>, req: &RequestHead<'_>) -> Planned {
         pending,
         chosen,
     })
+}
+
+/// A rule found no key: `None` skips the rule (counted), `Some` is the
+/// request's answer (a rejection, or the 500 of a misconfiguration).
+#[cold]
+#[inline(never)]
+fn missing_key<St>(
+    shared: &Shared<St>,
+    req: &RequestHead<'_>,
+    i: usize,
+    missing: &MissingKey,
+) -> Option<Box<Response<Bytes>>> {
+    let name = &*shared.meta.rules[i].name;
+    tracing::debug!(target: "tower_throttle", rule = name, reason = missing.reason(), "no rate-limit key");
+    let reply = || shared.settings.protocol.reply(req.headers());
+    if missing.is_misconfiguration() {
+        return Some(misconfigured(shared, reply(), i, name, missing.reason()));
+    }
+    match shared.settings.on_missing {
+        OnMissingKey::Skip => {
+            count(shared, "skipped", Some(i));
+            None
+        }
+        OnMissingKey::Reject(status) => {
+            count(shared, "missing_key", Some(i));
+            let rejection = Rejection::MissingKey {
+                rule: name,
+                reason: missing.reason(),
+                status,
+            };
+            Some(respond(&shared.settings, reply(), &rejection, false))
+        }
+    }
 }
 
 /// What to do with the request.
@@ -423,6 +464,9 @@ pub(crate) enum Now<St: Store> {
 /// process and no wait is needed.
 #[inline]
 pub(crate) fn decide_now<St: Store>(shared: &Shared<St>, req: &RequestHead<'_>) -> Now<St> {
+    if shared.simple {
+        return decide_simple(shared, req);
+    }
     if let Some(skip) = &shared.settings.skip {
         if skip(req) {
             count(shared, "bypassed", None);
@@ -434,6 +478,55 @@ pub(crate) fn decide_now<St: Store>(shared: &Shared<St>, req: &RequestHead<'_>) 
         Planned::Skip => Now::Skip,
         Planned::Reject(response) => Now::Reject(response),
     }
+}
+
+/// [`decide_now`] for the common layer (see `Shared::simple`): one rule
+/// with its own policy and nothing to do on an admission but forward. Its
+/// key is built and checked with no `Plan` until an answer needs one.
+#[inline]
+fn decide_simple<St: Store>(shared: &Shared<St>, req: &RequestHead<'_>) -> Now<St> {
+    let rule = &shared.rules[0];
+    let mut keys = KEY_BUFFER.with(Cell::take);
+    keys.extend_from_slice(&rule.key_head);
+    let part = keys.len();
+    if let Err(missing) = rule.key.extract(req, &mut KeyWriter::new(&mut keys)) {
+        recycle_keys(keys);
+        return match missing_key(shared, req, 0, &missing) {
+            Some(response) => Now::Reject(response),
+            None => Now::Skip,
+        };
+    }
+    bound_key_part(&mut keys, part, MAX_KEY_PART);
+    let cost = rule.cost.of(req);
+    let answer = shared
+        .store
+        .check_now(Rule::new(&keys, &rule.policy, cost));
+    if let Some(Ok(d)) = &answer {
+        if d.allowed
+            && d.permit.is_none()
+            && !tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG)
+        {
+            recycle_keys(keys);
+            count(shared, "allowed", None);
+            return Now::Admitted;
+        }
+    }
+    let end = keys.len();
+    let plan = Plan {
+        keys,
+        rules: ActiveRules::One(Active {
+            rule: 0,
+            start: 0,
+            end,
+            cost,
+            chosen: None,
+            pending: false,
+        }),
+        reply: Reply::Http,
+        pending: false,
+        chosen: Vec::new(),
+    };
+    answered_now(shared, plan, req, answer.map(|a| a.map(|d| (d, rule.policy))))
 }
 
 /// Decides without a future when the store answers in process and no wait
@@ -464,14 +557,12 @@ fn evaluate_now<St: Store>(shared: &Shared<St>, mut plan: Plan, req: &RequestHea
             }
         }
     }
-    let answer = match &plan.rules {
+    match &plan.rules {
         ActiveRules::One(a) => {
-            let rule = Rule::new(plan.key(a), plan.policy(shared, a), a.cost);
-            let Some(decision) = shared.store.check_now(rule) else {
-                plan.reply = reply();
-                return Now::Later(plan);
-            };
-            if let Ok(d) = &decision {
+            let policy = *plan.policy(shared, a);
+            let rule = Rule::new(plan.key(a), &policy, a.cost);
+            let answer = shared.store.check_now(rule);
+            if let Some(Ok(d)) = &answer {
                 // The common case, admitted with nothing to carry forward:
                 // no `RateLimitInfo` (and no shared-meta reference count) at all.
                 if d.allowed
@@ -484,16 +575,7 @@ fn evaluate_now<St: Store>(shared: &Shared<St>, mut plan: Plan, req: &RequestHea
                     return Now::Admitted;
                 }
             }
-            decision.map(|decision| {
-                RateLimitInfo::one(
-                    shared.meta.clone(),
-                    Entry {
-                        rule: a.rule,
-                        policy: *plan.policy(shared, a),
-                        decision,
-                    },
-                )
-            })
+            answered_now(shared, plan, req, answer.map(|a| a.map(|d| (d, policy))))
         }
         ActiveRules::Many(actives) => {
             let rules: Vec<Rule<'_>> = actives
@@ -505,10 +587,49 @@ fn evaluate_now<St: Store>(shared: &Shared<St>, mut plan: Plan, req: &RequestHea
                 plan.reply = reply();
                 return Now::Later(plan);
             };
-            decisions.and_then(|decisions| many(shared, &plan, decisions))
+            drop(rules);
+            let answer = decisions.and_then(|decisions| many(shared, &plan, decisions));
+            plan.reply = reply();
+            settled_now(shared, plan, answer)
         }
+    }
+}
+
+/// What a one-rule plan comes to after an in-process store answer (`None`:
+/// the store needs a future), off the admitted fast path.
+#[inline(never)]
+fn answered_now<St: Store>(
+    shared: &Shared<St>,
+    mut plan: Plan,
+    req: &RequestHead<'_>,
+    answer: Option<Result<(crate::Decision, Policy), StoreError>>,
+) -> Now<St> {
+    plan.reply = shared.settings.protocol.reply(req.headers());
+    let Some(answer) = answer else {
+        return Now::Later(plan);
     };
-    plan.reply = reply();
+    let ActiveRules::One(a) = &plan.rules else {
+        unreachable!("a one-rule answer");
+    };
+    let answer = answer.map(|(decision, policy)| {
+        RateLimitInfo::one(
+            shared.meta.clone(),
+            Entry {
+                rule: a.rule,
+                policy,
+                decision,
+            },
+        )
+    });
+    settled_now(shared, plan, answer)
+}
+
+/// Applies the mode to an in-process answer.
+fn settled_now<St: Store>(
+    shared: &Shared<St>,
+    plan: Plan,
+    answer: Result<RateLimitInfo, StoreError>,
+) -> Now<St> {
     match settle(shared, &plan, answer, Duration::ZERO, 0) {
         Step::Done(outcome) => {
             plan.recycle();
