@@ -8,14 +8,15 @@ use bytes::Bytes;
 use http::{Response, StatusCode};
 use tower_layer::Layer;
 
-use crate::check::{Settings, Shared};
-use crate::info::{Meta, RuleMeta};
+use crate::check::LayerState;
+use crate::info::{Meta, RuleSummary};
 use crate::key::{KeyExtractor, PeerIp, RequestHead};
 use crate::mode::{FailMode, Mode, OnMissingKey};
 use crate::policy::Policy;
 use crate::response::{BodyFormat, Rejection, ResetFormat};
 use crate::rule::{valid_name, Cost, Limit, RuleCfg, RuleError};
 use crate::service::Throttle;
+use crate::settings::Settings;
 use crate::store::{RuleSpec, Store};
 
 /// Rate-limits HTTP requests: applies one or more [`Limit`]s through a
@@ -475,7 +476,7 @@ impl<St: Store> ThrottleLayer<St> {
         key_head
     }
 
-    fn shared(&self) -> Arc<Shared<St>> {
+    fn shared(&self) -> Arc<LayerState<St>> {
         let rules = self
             .limits
             .iter()
@@ -491,10 +492,10 @@ impl<St: Store> ThrottleLayer<St> {
                 }
             })
             .collect::<Box<[RuleCfg]>>();
-        let metas: Box<[RuleMeta]> = self
+        let metas: Box<[RuleSummary]> = self
             .limits
             .iter()
-            .map(|l| RuleMeta {
+            .map(|l| RuleSummary {
                 name: l.name.clone(),
                 policy: l.policy,
                 exhausted: Default::default(),
@@ -507,7 +508,7 @@ impl<St: Store> ThrottleLayer<St> {
         );
         meta.legacy_reset = self.settings.legacy_reset;
         let meta = Arc::new(meta);
-        Arc::new(Shared {
+        Arc::new(LayerState {
             store: self.store.clone(),
             holds: Arc::new(crate::check::Holds::new(self.limits.len())),
             simple: self.settings.simple(&rules),
