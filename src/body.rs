@@ -34,14 +34,14 @@ pin_project! {
     #[derive(Debug)]
     enum Kind<B> {
         Inner { #[pin] body: B },
-        Boxed { other: Pin<Box<Other<B>>> },
+        Boxed { other: Pin<Box<BoxedBody<B>>> },
     }
 }
 
 pin_project! {
-    #[project = OtherProj]
+    #[project = BoxedBodyProj]
     #[derive(Debug)]
-    enum Other<B> {
+    enum BoxedBody<B> {
         Held { #[pin] body: B, guard: Option<Guard> },
         Full { data: Option<Bytes> },
     }
@@ -75,7 +75,7 @@ impl<B> ThrottleBody<B> {
         let kind = match guard {
             None => Kind::Inner { body },
             guard => Kind::Boxed {
-                other: Box::pin(Other::Held { body, guard }),
+                other: Box::pin(BoxedBody::Held { body, guard }),
             },
         };
         ThrottleBody { kind }
@@ -85,7 +85,7 @@ impl<B> ThrottleBody<B> {
     pub fn full(data: Bytes) -> Self {
         ThrottleBody {
             kind: Kind::Boxed {
-                other: Box::pin(Other::Full {
+                other: Box::pin(BoxedBody::Full {
                     data: (!data.is_empty()).then_some(data),
                 }),
             },
@@ -108,7 +108,7 @@ where
         match self.project().kind.project() {
             KindProj::Inner { body } => body.poll_frame(cx),
             KindProj::Boxed { other } => match other.as_mut().project() {
-                OtherProj::Held { body, guard } => {
+                BoxedBodyProj::Held { body, guard } => {
                     let frame = body.poll_frame(cx);
                     // The end of the body (or its failure) ends the request's hold.
                     if matches!(frame, Poll::Ready(None | Some(Err(_)))) {
@@ -116,7 +116,7 @@ where
                     }
                     frame
                 }
-                OtherProj::Full { data } => {
+                BoxedBodyProj::Full { data } => {
                     Poll::Ready(data.take().map(|d| Ok(Frame::data(d.into()))))
                 }
             },
@@ -127,8 +127,8 @@ where
         match &self.kind {
             Kind::Inner { body } => body.is_end_stream(),
             Kind::Boxed { other } => match &**other {
-                Other::Held { body, .. } => body.is_end_stream(),
-                Other::Full { data } => data.is_none(),
+                BoxedBody::Held { body, .. } => body.is_end_stream(),
+                BoxedBody::Full { data } => data.is_none(),
             },
         }
     }
@@ -137,8 +137,8 @@ where
         match &self.kind {
             Kind::Inner { body } => body.size_hint(),
             Kind::Boxed { other } => match &**other {
-                Other::Held { body, .. } => body.size_hint(),
-                Other::Full { data } => {
+                BoxedBody::Held { body, .. } => body.size_hint(),
+                BoxedBody::Full { data } => {
                     SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
                 }
             },

@@ -10,14 +10,15 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use crate::body::{Guard, ThrottleBody};
-use crate::check::{Charge, Forwarding, Outcome, Permits};
+use crate::check::{Charge, HeldPermits, Verdict};
 use crate::info::RateLimitInfo;
 use crate::response::add_headers;
+use crate::settings::Forwarding;
 use crate::store::Store;
 use crate::upgrade::{is_upgrade, upgraded, UpgradePermit};
 
 /// A check still waiting for the store (or for the quota, in delay mode).
-pub(crate) type BoxCheck<St> = Pin<Box<dyn Future<Output = Outcome<St>> + Send>>;
+pub(crate) type BoxCheck<St> = Pin<Box<dyn Future<Output = Verdict<St>> + Send>>;
 
 pin_project! {
     /// Resolves to the inner service's response, or to the layer's own.
@@ -27,13 +28,13 @@ pin_project! {
         St: Store,
     {
         #[pin]
-        state: State<S, ReqB, St>,
+        state: Phase<S, ReqB, St>,
     }
 }
 
 pin_project! {
-    #[project = StateProj]
-    enum State<S, ReqB, St>
+    #[project = PhaseProj]
+    enum Phase<S, ReqB, St>
     where
         S: Service<Request<ReqB>>,
         St: Store,
@@ -59,11 +60,11 @@ pin_project! {
 /// What an admitted request carries to its response.
 pub(crate) struct Carried<St: Store> {
     headers: Option<RateLimitInfo>,
-    permits: Option<Permits<St>>,
+    permits: Option<HeldPermits<St>>,
     /// The permits of an upgrade request, offered to its handler; and
     /// whether it was a `CONNECT`.
     upgrade: Option<(UpgradePermit, bool)>,
-    /// Counted by outcome: kept or refunded once the status is known.
+    /// Counted by verdict: kept or refunded once the status is known.
     charge: Option<Box<Charge<St>>>,
 }
 
@@ -87,7 +88,7 @@ where
         forwarding: Forwarding,
     ) -> Self {
         ResponseFuture {
-            state: State::Checking {
+            state: Phase::Checking {
                 pending: Some(Box::new(Pending {
                     check,
                     service,
@@ -100,7 +101,7 @@ where
 
     pub(crate) fn done(response: Box<Response<Bytes>>) -> Self {
         ResponseFuture {
-            state: State::Done {
+            state: Phase::Done {
                 response: Some(response),
             },
         }
@@ -109,7 +110,7 @@ where
     /// The inner service's call, with nothing to add to its response.
     pub(crate) fn forwarded(future: S::Future) -> Self {
         ResponseFuture {
-            state: State::Calling {
+            state: Phase::Calling {
                 future,
                 carried: None,
             },
@@ -119,33 +120,33 @@ where
     /// Acts on a finished check: calls `service` (which must be ready) or
     /// answers directly.
     pub(crate) fn decided(
-        outcome: Outcome<St>,
+        verdict: Verdict<St>,
         service: &mut S,
         request: Request<ReqB>,
         forwarding: Forwarding,
     ) -> Self {
         ResponseFuture {
-            state: State::decided(outcome, service, request, forwarding),
+            state: Phase::decided(verdict, service, request, forwarding),
         }
     }
 }
 
-impl<S, ReqB, St> State<S, ReqB, St>
+impl<S, ReqB, St> Phase<S, ReqB, St>
 where
     S: Service<Request<ReqB>>,
     St: Store,
 {
     fn decided(
-        outcome: Outcome<St>,
+        verdict: Verdict<St>,
         service: &mut S,
         mut request: Request<ReqB>,
         forwarding: Forwarding,
     ) -> Self {
-        match outcome {
-            Outcome::Reject(response) => State::Done {
+        match verdict {
+            Verdict::Reject(response) => Phase::Done {
                 response: Some(response),
             },
-            Outcome::Forward {
+            Verdict::Forward {
                 info,
                 permits,
                 charge,
@@ -181,7 +182,7 @@ where
                         charge,
                     })
                 });
-                State::Calling {
+                Phase::Calling {
                     future: service.call(request),
                     carried,
                 }
@@ -201,11 +202,11 @@ where
         let mut this = self.project();
         loop {
             match this.state.as_mut().project() {
-                StateProj::Checking { pending } => {
+                PhaseProj::Checking { pending } => {
                     let waiting = pending
                         .as_mut()
                         .expect("ResponseFuture polled after completion");
-                    let outcome = ready!(waiting.check.as_mut().poll(cx));
+                    let verdict = ready!(waiting.check.as_mut().poll(cx));
                     let Some(pending) = pending.take() else {
                         unreachable!("checked above");
                     };
@@ -215,10 +216,10 @@ where
                         forwarding,
                         ..
                     } = *pending;
-                    let next = State::decided(outcome, &mut service, request, forwarding);
+                    let next = Phase::decided(verdict, &mut service, request, forwarding);
                     this.state.set(next);
                 }
-                StateProj::Calling { future, carried } => {
+                PhaseProj::Calling { future, carried } => {
                     let result = ready!(future.poll(cx));
                     let Some(carried) = carried.take() else {
                         return Poll::Ready(result.map(|r| r.map(ThrottleBody::inner)));
@@ -253,7 +254,7 @@ where
                         response
                     }));
                 }
-                StateProj::Done { response } => {
+                PhaseProj::Done { response } => {
                     let response = response
                         .take()
                         .expect("ResponseFuture polled after completion");

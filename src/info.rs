@@ -22,12 +22,12 @@ use crate::policy::Policy;
 #[derive(Clone)]
 pub struct RateLimitInfo {
     meta: Arc<Meta>,
-    entries: Entries,
+    entries: RuleDecisions,
 }
 
 /// Per-layer data the headers need, shared by every request.
 pub(crate) struct Meta {
-    pub(crate) rules: Box<[RuleMeta]>,
+    pub(crate) rules: Box<[RuleSummary]>,
     /// `RateLimit-Policy`, rendered once.
     pub(crate) policy_header: Option<HeaderValue>,
     pub(crate) ietf_headers: bool,
@@ -40,7 +40,7 @@ pub(crate) struct Meta {
 
 impl Meta {
     /// Renders what every response of the layer shares.
-    pub(crate) fn new(rules: Box<[RuleMeta]>, ietf_headers: bool, legacy_headers: bool) -> Self {
+    pub(crate) fn new(rules: Box<[RuleSummary]>, ietf_headers: bool, legacy_headers: bool) -> Self {
         let policy_header = crate::response::policy_value(&rules);
         Meta {
             limited_headers: crate::response::limited_headers_template(
@@ -57,7 +57,7 @@ impl Meta {
     }
 }
 
-pub(crate) struct RuleMeta {
+pub(crate) struct RuleSummary {
     pub(crate) name: Arc<str>,
     pub(crate) policy: Policy,
     /// This rule's `RateLimit` items of a 429, prebuilt.
@@ -65,13 +65,13 @@ pub(crate) struct RuleMeta {
 }
 
 #[derive(Clone)]
-enum Entries {
-    One(Entry),
-    Many(Vec<Entry>),
+enum RuleDecisions {
+    One(RuleDecision),
+    Many(Vec<RuleDecision>),
 }
 
 #[derive(Clone, Copy)]
-pub(crate) struct Entry {
+pub(crate) struct RuleDecision {
     pub(crate) rule: usize,
     /// The policy applied: the rule's own, or the request's.
     pub(crate) policy: Policy,
@@ -79,17 +79,17 @@ pub(crate) struct Entry {
 }
 
 impl RateLimitInfo {
-    pub(crate) fn one(meta: Arc<Meta>, entry: Entry) -> Self {
+    pub(crate) fn one(meta: Arc<Meta>, entry: RuleDecision) -> Self {
         RateLimitInfo {
             meta,
-            entries: Entries::One(entry),
+            entries: RuleDecisions::One(entry),
         }
     }
 
-    pub(crate) fn many(meta: Arc<Meta>, entries: Vec<Entry>) -> Self {
+    pub(crate) fn many(meta: Arc<Meta>, entries: Vec<RuleDecision>) -> Self {
         RateLimitInfo {
             meta,
-            entries: Entries::Many(entries),
+            entries: RuleDecisions::Many(entries),
         }
     }
 
@@ -97,17 +97,17 @@ impl RateLimitInfo {
         &self.meta
     }
 
-    pub(crate) fn entries_mut(&mut self) -> &mut [Entry] {
+    pub(crate) fn entries_mut(&mut self) -> &mut [RuleDecision] {
         match &mut self.entries {
-            Entries::One(e) => std::slice::from_mut(e),
-            Entries::Many(v) => v,
+            RuleDecisions::One(e) => std::slice::from_mut(e),
+            RuleDecisions::Many(v) => v,
         }
     }
 
-    pub(crate) fn entries(&self) -> &[Entry] {
+    pub(crate) fn entries(&self) -> &[RuleDecision] {
         match &self.entries {
-            Entries::One(e) => std::slice::from_ref(e),
-            Entries::Many(v) => v,
+            RuleDecisions::One(e) => std::slice::from_ref(e),
+            RuleDecisions::Many(v) => v,
         }
     }
 
@@ -148,7 +148,7 @@ impl RateLimitInfo {
         self.binding().decision
     }
 
-    pub(crate) fn binding(&self) -> &Entry {
+    pub(crate) fn binding(&self) -> &RuleDecision {
         let entries = self.entries();
         let denied = entries
             .iter()

@@ -93,6 +93,7 @@ pub mod resolve;
 pub mod response;
 mod rule;
 mod service;
+mod settings;
 pub mod store;
 mod upgrade;
 

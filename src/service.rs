@@ -9,7 +9,7 @@ use http_body::Body;
 use tower_service::Service;
 
 use crate::body::ThrottleBody;
-use crate::check::{decide_now, evaluate, Now, Shared};
+use crate::check::{decide_now, evaluate, LayerState, Stage};
 use crate::future::{BoxCheck, ResponseFuture};
 use crate::key::RequestHead;
 use crate::store::Store;
@@ -21,11 +21,11 @@ use crate::store::Store;
 /// sees the same counters. A rejected request never reaches the inner service.
 pub struct Throttle<S, St> {
     inner: S,
-    shared: Arc<Shared<St>>,
+    shared: Arc<LayerState<St>>,
 }
 
 impl<S, St> Throttle<S, St> {
-    pub(crate) fn new(inner: S, shared: Arc<Shared<St>>) -> Self {
+    pub(crate) fn new(inner: S, shared: Arc<LayerState<St>>) -> Self {
         Throttle { inner, shared }
     }
 
@@ -82,8 +82,8 @@ where
         // Kept small enough to inline into the caller, so the request moves
         // once, straight into the inner call; everything else is out of line.
         match decide_now(&self.shared, &RequestHead::new(&request)) {
-            Now::Admitted => ResponseFuture::forwarded(self.inner.call(request)),
-            now => self.call_slow(now, request),
+            Stage::Admitted => ResponseFuture::forwarded(self.inner.call(request)),
+            stage => self.call_slow(stage, request),
         }
     }
 }
@@ -94,7 +94,7 @@ impl<S, St> Throttle<S, St> {
     #[inline(never)]
     fn call_slow<ReqB, ResB>(
         &mut self,
-        now: Now<St>,
+        stage: Stage<St>,
         request: Request<ReqB>,
     ) -> ResponseFuture<S, ReqB, St>
     where
@@ -102,15 +102,15 @@ impl<S, St> Throttle<S, St> {
         St: Store,
     {
         let forwarding = self.shared.settings.forwarding();
-        let plan = match now {
-            Now::Admitted | Now::Skip => {
+        let plan = match stage {
+            Stage::Admitted | Stage::Skipped => {
                 return ResponseFuture::forwarded(self.inner.call(request))
             }
-            Now::Reject(response) => return ResponseFuture::done(response),
-            Now::Decided(outcome) => {
-                return ResponseFuture::decided(outcome, &mut self.inner, request, forwarding)
+            Stage::Answered(response) => return ResponseFuture::done(response),
+            Stage::Decided(verdict) => {
+                return ResponseFuture::decided(verdict, &mut self.inner, request, forwarding)
             }
-            Now::Later(plan) => plan,
+            Stage::Check(plan) => plan,
         };
         let mut check: BoxCheck<St> = Box::pin(evaluate(self.shared.clone(), plan));
         // Most checks (the memory store) finish at once: then the ready inner
@@ -118,8 +118,8 @@ impl<S, St> Throttle<S, St> {
         // waker is sound: a pending future is polled again with the real
         // waker, and every future re-registers the latest waker.
         match check.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-            Poll::Ready(outcome) => {
-                ResponseFuture::decided(outcome, &mut self.inner, request, forwarding)
+            Poll::Ready(verdict) => {
+                ResponseFuture::decided(verdict, &mut self.inner, request, forwarding)
             }
             Poll::Pending => {
                 // The ready service goes with the request; keep a fresh clone.

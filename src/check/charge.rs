@@ -5,13 +5,11 @@ use std::sync::Arc;
 
 use http::StatusCode;
 
-use super::{Plan, Shared};
+use super::{LayerState, Plan};
 use crate::limiter::release_detached;
 use crate::policy::Policy;
+use crate::settings::CountIf;
 use crate::store::Store;
-
-/// A predicate of [`ThrottleLayer::count_if`](crate::ThrottleLayer::count_if).
-pub(crate) type CountIf = Arc<dyn Fn(StatusCode) -> bool + Send + Sync>;
 
 /// The units an admitted request was charged, to refund if its response
 /// does not count. Dropped without a response (the client went away, the
@@ -24,7 +22,7 @@ pub(crate) struct Charge<St: Store> {
 }
 
 impl<St: Store> Charge<St> {
-    pub(super) fn collect(shared: &Shared<St>, plan: &Plan) -> Option<Box<Self>> {
+    pub(super) fn collect(shared: &LayerState<St>, plan: &Plan) -> Option<Box<Self>> {
         let count_if = shared.settings.count_if.clone()?;
         let charged = plan.refundable(shared);
         (!charged.is_empty()).then(|| {

@@ -1,6 +1,7 @@
 //! The policy a rule applies to one request: its own, or the request's.
 
-use super::{Active, Plan, Shared};
+use super::plan::PlannedRule;
+use super::{LayerState, Plan};
 use crate::key::RequestHead;
 use crate::policy::Policy;
 use crate::resolve::PolicySource;
@@ -15,7 +16,7 @@ pub(super) fn choose(
     req: &RequestHead<'_>,
     keys: &mut Vec<u8>,
     chosen: &mut Vec<Policy>,
-    active: &mut Active,
+    active: &mut PlannedRule,
 ) {
     let picked = match source {
         PolicySource::Fn(f) => f(req),
@@ -42,7 +43,7 @@ fn apply(
     policy: Policy,
     keys: &mut Vec<u8>,
     chosen: &mut Vec<Policy>,
-    active: &mut Active,
+    active: &mut PlannedRule,
 ) -> usize {
     active.chosen = Some(u32::try_from(chosen.len()).unwrap_or(u32::MAX));
     chosen.push(policy);
@@ -60,7 +61,7 @@ fn apply(
 /// Asks the resolvers of the plan's pending rules (within the layer's store
 /// timeout, if any). A resolver that fails or times out leaves the rule's
 /// own policy, with a warning.
-pub(super) async fn resolve_pending<St>(shared: &Shared<St>, plan: &mut Plan) {
+pub(super) async fn resolve_pending<St>(shared: &LayerState<St>, plan: &mut Plan) {
     if !plan.pending {
         return;
     }
@@ -81,7 +82,7 @@ pub(super) async fn resolve_pending<St>(shared: &Shared<St>, plan: &mut Plan) {
     }
 }
 
-async fn resolve<St>(shared: &Shared<St>, rule: &RuleCfg, key: &[u8]) -> Option<Policy> {
+async fn resolve<St>(shared: &LayerState<St>, rule: &RuleCfg, key: &[u8]) -> Option<Policy> {
     let Some(PolicySource::Resolver(resolver)) = &rule.source else {
         return None;
     };
@@ -99,7 +100,7 @@ async fn resolve<St>(shared: &Shared<St>, rule: &RuleCfg, key: &[u8]) -> Option<
 }
 
 impl Plan {
-    fn key_part(&self, rule: &RuleCfg, a: &Active) -> &[u8] {
+    fn key_part(&self, rule: &RuleCfg, a: &PlannedRule) -> &[u8] {
         &self.keys[a.start + rule.key_head.len()..a.end]
     }
 }

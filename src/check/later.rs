@@ -4,20 +4,24 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{count, many, settle, ActiveRules, Outcome, Plan, Shared, Step};
+use super::settle::{settle, Step};
+use super::{count, LayerState, Plan, Verdict};
 use crate::algorithm::gcra;
-use crate::info::{Entry, RateLimitInfo};
+use crate::info::RateLimitInfo;
 use crate::limiter::release_detached;
 use crate::mode::Mode;
 use crate::policy::{Algorithm, Policy};
-use crate::store::{Rule, Store, StoreError};
+use crate::store::{Store, StoreError};
 
 /// Checks the plan, waiting and re-checking in delay mode.
-pub(crate) async fn evaluate<St: Store>(shared: Arc<Shared<St>>, mut plan: Plan) -> Outcome<St> {
+pub(crate) async fn evaluate<St: Store>(
+    shared: Arc<LayerState<St>>,
+    mut plan: Plan,
+) -> Verdict<St> {
     super::choose::resolve_pending(&shared, &mut plan).await;
     if let Some(penalty) = &shared.settings.lockout {
-        if let Some(outcome) = super::lockout::check(&shared, penalty, &plan).await {
-            return outcome;
+        if let Some(verdict) = super::lockout::check(&shared, penalty, &plan).await {
+            return verdict;
         }
     }
     let mut waited = Duration::ZERO;
@@ -37,8 +41,8 @@ pub(crate) async fn evaluate<St: Store>(shared: Arc<Shared<St>>, mut plan: Plan)
             Err(error) => (Err(error), Duration::ZERO),
         };
         match settle(&shared, &plan, answer, waited, attempts) {
-            Step::Done(outcome) => {
-                if slot_wait > Duration::ZERO && matches!(outcome, Outcome::Forward { .. }) {
+            Step::Done(verdict) => {
+                if slot_wait > Duration::ZERO && matches!(verdict, Verdict::Forward { .. }) {
                     // Admitted into a reserved slot: wait for it, then go. A
                     // waiter dropped before its time gives the slot back.
                     count(&shared, "delayed", None);
@@ -46,7 +50,7 @@ pub(crate) async fn evaluate<St: Store>(shared: Arc<Shared<St>>, mut plan: Plan)
                     tokio::time::sleep(slot_wait).await;
                     reserved.keep();
                 }
-                return outcome;
+                return verdict;
             }
             Step::Strike(info) => return super::lockout::strike(&shared, &plan, info).await,
             Step::Wait {
@@ -102,46 +106,26 @@ pub(crate) fn rebase(real: &Policy, used: &Policy, decision: &mut crate::Decisio
 /// One store call for the plan; with `reserve`, GCRA rules reserve their slot
 /// within that budget. Returns the decisions and the wait for the reserved slots.
 async fn store_call<St: Store>(
-    shared: &Shared<St>,
+    shared: &LayerState<St>,
     plan: &Plan,
     reserve: Option<Duration>,
 ) -> Result<(RateLimitInfo, Duration), StoreError> {
     let call = async {
-        let actives = plan.actives();
-        let policies: Vec<Policy> = actives
+        let policies: Vec<Policy> = plan
+            .actives()
             .iter()
             .map(|a| effective_policy(plan.policy(shared, a), a.cost, reserve))
             .collect();
-        let mut decisions = match actives {
-            [a] => {
-                let rule = Rule::new(plan.key(a), &policies[0], a.cost);
-                vec![shared.store.check(rule).await?]
-            }
-            _ => {
-                let rules: Vec<Rule<'_>> = actives
-                    .iter()
-                    .zip(&policies)
-                    .map(|(a, policy)| Rule::new(plan.key(a), policy, a.cost))
-                    .collect();
-                shared.store.check_all(&rules).await?
-            }
-        };
+        let mut decisions = plan
+            .store_rules(|i, _| &policies[i])
+            .check(&*shared.store)
+            .await?;
         let mut wait = Duration::ZERO;
-        for ((a, used), d) in actives.iter().zip(&policies).zip(&mut decisions) {
+        let decided = plan.actives().iter().zip(&policies);
+        for ((a, used), d) in decided.zip(decisions.as_mut_slice()) {
             wait = wait.max(rebase(plan.policy(shared, a), used, d));
         }
-        let info = match (&plan.rules, decisions.len()) {
-            (ActiveRules::One(a), 1) => RateLimitInfo::one(
-                shared.meta.clone(),
-                Entry {
-                    rule: a.rule,
-                    policy: *plan.policy(shared, a),
-                    decision: decisions[0],
-                },
-            ),
-            _ => many(shared, plan, decisions)?,
-        };
-        Ok((info, wait))
+        Ok((decisions.into_info(shared, plan)?, wait))
     };
     #[cfg(feature = "metrics")]
     let started = std::time::Instant::now();
@@ -160,14 +144,14 @@ async fn store_call<St: Store>(
 /// The quota a delayed request was charged while it waits for its slot:
 /// refunded if the request is dropped before it goes (a client that hangs
 /// up), so abandoned waiters do not push later requests back. Concurrency
-/// permits are not here: the outcome's permits release themselves.
+/// permits are not here: the verdict's permits release themselves.
 struct Reserved<St: Store> {
     store: Option<Arc<St>>,
     charged: Vec<(Vec<u8>, Policy, u64)>,
 }
 
 impl<St: Store> Reserved<St> {
-    fn new(shared: &Shared<St>, plan: &Plan) -> Self {
+    fn new(shared: &LayerState<St>, plan: &Plan) -> Self {
         let charged = plan.refundable(shared);
         Reserved {
             store: Some(shared.store.clone()),

@@ -7,10 +7,11 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use super::{count, limited, store_failed, Outcome, Plan, Shared};
+use super::settle::{limited, store_failed};
+use super::{count, LayerState, Plan, Verdict};
 use crate::decision::Decision;
 use crate::grpc::respond;
-use crate::info::{Entry, RateLimitInfo};
+use crate::info::{RateLimitInfo, RuleDecision};
 use crate::lockout::Penalty;
 use crate::mode::Mode;
 use crate::response::Rejection;
@@ -19,7 +20,7 @@ use crate::store::{Store, StoreError};
 /// The locked rules of the plan, decided in process: `None` when the store
 /// does not answer in process, `Ok(None)` when no key is locked.
 pub(super) fn locked_now<St: Store>(
-    shared: &Shared<St>,
+    shared: &LayerState<St>,
     penalty: &Penalty,
     plan: &Plan,
 ) -> Option<Result<Option<RateLimitInfo>, StoreError>> {
@@ -39,7 +40,7 @@ pub(super) fn locked_now<St: Store>(
 
 /// [`locked_now`] through the store's futures, within the layer's timeout.
 async fn locked<St: Store>(
-    shared: &Shared<St>,
+    shared: &LayerState<St>,
     penalty: &Penalty,
     plan: &Plan,
 ) -> Result<Option<RateLimitInfo>, StoreError> {
@@ -65,10 +66,10 @@ async fn locked<St: Store>(
 
 /// The asynchronous path's lock check: `Some` answers the request.
 pub(super) async fn check<St: Store>(
-    shared: &Shared<St>,
+    shared: &LayerState<St>,
     penalty: &Penalty,
     plan: &Plan,
-) -> Option<Outcome<St>> {
+) -> Option<Verdict<St>> {
     match locked(shared, penalty, plan).await {
         Ok(None) => None,
         answer => Some(refuse(shared, plan, answer)),
@@ -78,20 +79,20 @@ pub(super) async fn check<St: Store>(
 /// Answers a request found locked (or whose lock check failed: the fail
 /// mode decides). `Ok(None)` forwards it.
 pub(super) fn refuse<St: Store>(
-    shared: &Shared<St>,
+    shared: &LayerState<St>,
     plan: &Plan,
     answer: Result<Option<RateLimitInfo>, StoreError>,
-) -> Outcome<St> {
+) -> Verdict<St> {
     match answer {
         Err(error) => store_failed(shared, plan.reply, error),
-        Ok(None) => Outcome::Forward {
+        Ok(None) => Verdict::Forward {
             info: None,
             permits: None,
             charge: None,
         },
         Ok(Some(info)) => {
             count(shared, "locked", Some(info.binding().rule));
-            Outcome::Reject(respond(
+            Verdict::Reject(respond(
                 &shared.settings,
                 plan.reply,
                 &Rejection::Limited(&info),
@@ -104,10 +105,10 @@ pub(super) fn refuse<St: Store>(
 /// Records the strikes of a rejection, then rejects: with the lock's time
 /// when a strike locked its key.
 pub(super) async fn strike<St: Store>(
-    shared: &Shared<St>,
+    shared: &LayerState<St>,
     plan: &Plan,
     mut info: RateLimitInfo,
-) -> Outcome<St> {
+) -> Verdict<St> {
     let Some((penalty, keys)) = strikes(shared, plan, &info) else {
         return limited(shared, plan, &info);
     };
@@ -120,10 +121,10 @@ pub(super) async fn strike<St: Store>(
 /// it to need a future, the strikes are recorded in the background and this
 /// rejection answers with the rule's own wait.
 pub(super) fn strike_now<St: Store>(
-    shared: &Shared<St>,
+    shared: &LayerState<St>,
     plan: &Plan,
     mut info: RateLimitInfo,
-) -> Outcome<St> {
+) -> Verdict<St> {
     let Some((penalty, keys)) = strikes(shared, plan, &info) else {
         return limited(shared, plan, &info);
     };
@@ -144,7 +145,7 @@ pub(super) fn strike_now<St: Store>(
 /// and its rule key.
 type Strikes = (Arc<Penalty>, Vec<(usize, Vec<u8>)>);
 
-fn strikes<St>(shared: &Shared<St>, plan: &Plan, info: &RateLimitInfo) -> Option<Strikes> {
+fn strikes<St>(shared: &LayerState<St>, plan: &Plan, info: &RateLimitInfo) -> Option<Strikes> {
     let penalty = shared.settings.lockout.clone()?;
     let keys = info
         .entries()
@@ -198,8 +199,8 @@ fn apply(info: &mut RateLimitInfo, (penalty, results): Recorded) {
     }
 }
 
-fn entry(penalty: &Penalty, rule: usize, policy: crate::Policy, left: Duration) -> Entry {
-    Entry {
+fn entry(penalty: &Penalty, rule: usize, policy: crate::Policy, left: Duration) -> RuleDecision {
+    RuleDecision {
         rule,
         policy,
         decision: penalty.locked(&policy, left),
@@ -207,7 +208,7 @@ fn entry(penalty: &Penalty, rule: usize, policy: crate::Policy, left: Duration) 
 }
 
 /// The locked rules' entries as one answer; `None` when none is locked.
-fn info<St>(shared: &Shared<St>, mut entries: Vec<Entry>) -> Option<RateLimitInfo> {
+fn info<St>(shared: &LayerState<St>, mut entries: Vec<RuleDecision>) -> Option<RateLimitInfo> {
     match entries.len() {
         0 => None,
         1 => Some(RateLimitInfo::one(shared.meta.clone(), entries.remove(0))),

@@ -1,43 +1,49 @@
-//! One request's evaluation: build the keys, ask the store once, apply the mode.
+//! One request's check, in three stages: [`plan`] builds every rule's key
+//! and policy, [`evaluate`] asks the store (at once in process, else
+//! through a future in `later`), [`settle`] applies the layer's mode to the
+//! answer.
 
-use std::cell::Cell;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::Response;
 
-use crate::grpc::{respond, Reply, ResponseProtocol};
-use crate::info::{Entry, Meta, RateLimitInfo};
-use crate::key::{bound_key_part, KeyWriter, RequestHead, MAX_KEY_PART};
-use crate::lockout::Penalty;
-use crate::mode::{FailMode, Mode, OnMissingKey, MAX_DELAY_ATTEMPTS};
-use crate::policy::Policy;
-use crate::response::{BodyFormat, Rejection};
+use crate::info::Meta;
 use crate::rule::RuleCfg;
+use crate::settings::Settings;
+use crate::store::Store;
 
 mod charge;
 mod choose;
+mod evaluate;
 mod hold;
 mod later;
 mod lockout;
 mod permits;
+mod plan;
+mod settle;
 
-use crate::store::{Rule, Store, StoreError};
-pub(crate) use charge::{Charge, CountIf};
+pub(crate) use charge::Charge;
+pub(crate) use evaluate::decide_now;
 pub(crate) use hold::Holds;
 pub(crate) use later::evaluate;
 pub(crate) use later::{effective_policy, rebase};
-pub(crate) use permits::Permits;
+pub(crate) use permits::HeldPermits;
+pub(crate) use plan::Plan;
+pub(crate) use settle::Verdict;
 
 /// Everything a layer's services share.
-pub(crate) struct Shared<St> {
+pub(crate) struct LayerState<St> {
     pub(crate) store: Arc<St>,
     /// Hold times and releases of this layer's concurrency permits.
     pub(crate) holds: Arc<Holds>,
     pub(crate) rules: Box<[RuleCfg]>,
     pub(crate) meta: Arc<Meta>,
     pub(crate) settings: Settings,
+    /// One rule with its own policy, no skip, lock-out or delay, and nothing
+    /// an admission carries forward: [`decide_now`] takes its short path
+    /// (see [`Settings::simple`]).
+    pub(crate) simple: bool,
     /// Keeps the layer's key namespaces claimed in the store while any of
     /// its services lives.
     pub(crate) _owner: Arc<()>,
@@ -49,564 +55,21 @@ pub(crate) struct Shared<St> {
     pub(crate) metric_rules: Arc<str>,
 }
 
-#[derive(Clone)]
-pub(crate) struct Settings {
-    pub(crate) mode: Mode,
-    pub(crate) fail: FailMode,
-    pub(crate) timeout: Option<Duration>,
-    pub(crate) on_missing: OnMissingKey,
-    pub(crate) body: BodyFormat,
-    pub(crate) headers_on_allowed: bool,
-    pub(crate) request_info: bool,
-    pub(crate) ietf_headers: bool,
-    pub(crate) legacy_headers: bool,
-    pub(crate) legacy_reset: crate::response::ResetFormat,
-    pub(crate) protocol: ResponseProtocol,
-    /// Requests that bypass the layer.
-    pub(crate) skip: Option<Skip>,
-    /// Which responses keep their charge; the others are refunded.
-    pub(crate) count_if: Option<CountIf>,
-    /// Locks rule keys out after repeated denials.
-    pub(crate) lockout: Option<Arc<Penalty>>,
-}
-
-/// A predicate of [`ThrottleLayer::skip_if`](crate::ThrottleLayer::skip_if).
-pub(crate) type Skip = Arc<dyn Fn(&RequestHead<'_>) -> bool + Send + Sync>;
-
-impl Default for Settings {
-    fn default() -> Self {
-        Settings {
-            mode: Mode::Reject,
-            fail: FailMode::Closed,
-            timeout: None,
-            on_missing: OnMissingKey::default(),
-            body: BodyFormat::PlainText,
-            headers_on_allowed: false,
-            request_info: false,
-            ietf_headers: true,
-            legacy_headers: false,
-            legacy_reset: Default::default(),
-            protocol: ResponseProtocol::default(),
-            skip: None,
-            count_if: None,
-            lockout: None,
-        }
-    }
-}
-
-impl Settings {
-    /// Whether an admitted request needs its [`RateLimitInfo`] (for the
-    /// request extension or the response headers).
-    pub(crate) fn info_on_allowed(&self) -> bool {
-        let f = self.forwarding();
-        f.headers || f.request_info || self.count_if.is_some()
-    }
-
-    /// What an admitted request carries forward.
-    pub(crate) fn forwarding(&self) -> Forwarding {
-        Forwarding {
-            headers: self.headers_on_allowed || self.mode == Mode::DryRun,
-            request_info: self.request_info,
-        }
-    }
-}
-
-/// What an admitted request carries forward.
-#[derive(Clone, Copy)]
-pub(crate) struct Forwarding {
-    /// The response gets the rate-limit headers.
-    pub(crate) headers: bool,
-    /// The request gets the [`RateLimitInfo`] extension.
-    pub(crate) request_info: bool,
-}
-
-/// A rule to check: its index, its key in the plan's buffer, its cost and
-/// the policy applied.
-#[derive(Clone, Copy)]
-struct Active {
-    rule: usize,
-    start: usize,
-    end: usize,
-    cost: u64,
-    /// The request's own policy (an index into `Plan::chosen`), when it is
-    /// not the rule's: kept out of line, so a static policy copies nothing.
-    chosen: Option<u32>,
-    /// The policy is still to be resolved (asynchronously).
-    pending: bool,
-}
-
-enum ActiveRules {
-    One(Active),
-    Many(Vec<Active>),
-}
-
-/// The keys and costs of one request, owned so the check can outlive it.
-pub(crate) struct Plan {
-    keys: Vec<u8>,
-    rules: ActiveRules,
-    /// The protocol a rejection is answered in.
-    reply: Reply,
-    /// Some rule's policy is still to be resolved.
-    pending: bool,
-    /// The policies requests chose (see `Active::chosen`); empty for static ones.
-    chosen: Vec<Policy>,
-}
-
-thread_local! {
-    /// A key buffer reused by the requests decided in process, so the hot
-    /// path does not allocate one per request.
-    static KEY_BUFFER: Cell<Vec<u8>> = const { Cell::new(Vec::new()) };
-}
-
-impl Plan {
-    /// Returns the key buffer for the next request on this thread.
-    pub(crate) fn recycle(self) {
-        let mut keys = self.keys;
-        if keys.capacity() <= 4096 {
-            keys.clear();
-            KEY_BUFFER.with(|buffer| buffer.set(keys));
-        }
-    }
-
-    fn actives(&self) -> &[Active] {
-        match &self.rules {
-            ActiveRules::One(a) => std::slice::from_ref(a),
-            ActiveRules::Many(v) => v,
-        }
-    }
-
-    fn key(&self, a: &Active) -> &[u8] {
-        &self.keys[a.start..a.end]
-    }
-
-    /// What the request was charged that a refund can give back: every
-    /// rule's (key, policy, cost), concurrency permits excepted (they are
-    /// released anyway).
-    fn refundable<St>(&self, shared: &Shared<St>) -> Vec<(Vec<u8>, Policy, u64)> {
-        self.actives()
-            .iter()
-            .map(|a| (a, self.policy(shared, a)))
-            .filter(|(a, policy)| a.cost > 0 && !policy.is_concurrency())
-            .map(|(a, policy)| (self.key(a).to_vec(), *policy, a.cost))
-            .collect()
-    }
-
-    /// The policy `a` applies: the request's, or its rule's.
-    fn policy<'a, St>(&'a self, shared: &'a Shared<St>, a: &Active) -> &'a Policy {
-        match a.chosen {
-            Some(i) => &self.chosen[i as usize],
-            None => &shared.rules[a.rule].policy,
-        }
-    }
-
-    fn actives_mut(&mut self) -> &mut [Active] {
-        match &mut self.rules {
-            ActiveRules::One(a) => std::slice::from_mut(a),
-            ActiveRules::Many(v) => v,
-        }
-    }
-}
-
-pub(crate) enum Planned {
-    Check(Plan),
-    /// Every rule was skipped for want of a key.
-    Skip,
-    Reject(Box<Response<Bytes>>),
-}
-
-/// Builds every rule's key in one buffer.
-#[inline]
-pub(crate) fn plan<St>(shared: &Shared<St>, req: &RequestHead<'_>) -> Planned {
-    let n = shared.rules.len();
-    let mut keys = KEY_BUFFER.with(Cell::take);
-    keys.reserve(48 * n);
-    let mut actives = Vec::new();
-    let mut one = None;
-    let mut chosen = Vec::new();
-    let mut pending = false;
-    for (i, rule) in shared.rules.iter().enumerate() {
-        let start = keys.len();
-        keys.extend_from_slice(&rule.key_head);
-        let part = keys.len();
-        if let Err(missing) = rule.key.extract(req, &mut KeyWriter::new(&mut keys)) {
-            keys.truncate(start);
-            let name = &*shared.meta.rules[i].name;
-            tracing::debug!(target: "tower_throttle", rule = name, reason = missing.reason(), "no rate-limit key");
-            if missing.is_misconfiguration() {
-                let reply = shared.settings.protocol.reply(req.headers());
-                return Planned::Reject(misconfigured(shared, reply, i, name, missing.reason()));
-            }
-            match shared.settings.on_missing {
-                OnMissingKey::Skip => {
-                    count(shared, "skipped", Some(i));
-                    continue;
-                }
-                OnMissingKey::Reject(status) => {
-                    count(shared, "missing_key", Some(i));
-                    let rejection = Rejection::MissingKey {
-                        rule: name,
-                        reason: missing.reason(),
-                        status,
-                    };
-                    let reply = shared.settings.protocol.reply(req.headers());
-                    return Planned::Reject(respond(&shared.settings, reply, &rejection, false));
-                }
-            }
-        }
-        bound_key_part(&mut keys, part, MAX_KEY_PART);
-        let mut active = Active {
-            rule: i,
-            start,
-            end: keys.len(),
-            cost: rule.cost.of(req),
-            chosen: None,
-            pending: false,
-        };
-        if let Some(source) = &rule.source {
-            choose::choose(rule, source, req, &mut keys, &mut chosen, &mut active);
-            pending |= active.pending;
-        }
-        if n == 1 {
-            one = Some(active);
-        } else {
-            actives.push(active);
-        }
-    }
-    let rules = match (one, actives.len()) {
-        (Some(a), _) => ActiveRules::One(a),
-        (None, 0) => return Planned::Skip,
-        (None, 1) => ActiveRules::One(actives[0]),
-        (None, _) => ActiveRules::Many(actives),
-    };
-    Planned::Check(Plan {
-        keys,
-        rules,
-        // Set off the admitted fast path (see `evaluate_now`), which never
-        // answers itself and so need not read the `content-type`.
-        reply: Reply::Http,
-        pending,
-        chosen,
-    })
-}
-
-/// What to do with the request.
-// Lives for one step on the stack before the response future boxes what an
-// admission carries; boxing `Forward` here would allocate on every
-// admitted request.
-#[allow(clippy::large_enum_variant)]
-pub(crate) enum Outcome<St: Store> {
-    Forward {
-        info: Option<RateLimitInfo>,
-        permits: Option<Permits<St>>,
-        /// Counted by outcome: the charge to keep or refund.
-        charge: Option<Box<Charge<St>>>,
-    },
-    Reject(Box<Response<Bytes>>),
-}
-
-/// What to do after one store answer.
-#[allow(clippy::large_enum_variant)]
-enum Step<St: Store> {
-    Done(Outcome<St>),
-    /// Delay mode: wait this long (or, with `on_release`, until this layer
-    /// releases a permit, if sooner), then check again.
-    Wait {
-        wait: Duration,
-        on_release: bool,
-    },
-    /// A rejection under a lock-out: its denial is to be recorded first
-    /// (see [`lockout`]), which may lock the key.
-    Strike(RateLimitInfo),
-}
-
-/// Applies the mode to one store answer; `waited` and `attempts` count the
-/// delays so far.
-fn settle<St: Store>(
-    shared: &Shared<St>,
-    plan: &Plan,
-    answer: Result<RateLimitInfo, StoreError>,
-    waited: Duration,
-    attempts: u32,
-) -> Step<St> {
-    let mut info = match answer {
-        Ok(info) => info,
-        Err(error) => return Step::Done(store_failed(shared, plan.reply, error)),
-    };
-    if !info.allowed() {
-        // The store's retry for a concurrency denial is the lease ceiling.
-        shared.holds.estimate_retries(&mut info);
-    }
-    log_decisions(shared, plan, &info);
-    if info.allowed() {
-        count(shared, "allowed", None);
-        let permits = Permits::collect(shared, plan, &info);
-        let charge = Charge::collect(shared, plan);
-        return Step::Done(Outcome::Forward {
-            info: Some(info),
-            permits,
-            charge,
-        });
-    }
-    match shared.settings.mode {
-        Mode::DryRun => {
-            count(shared, "dry_run_limited", Some(info.binding().rule));
-            tracing::info!(target: "tower_throttle", retry_after = ?info.retry_after(), "dry run: request would be rate-limited");
-            return Step::Done(Outcome::Forward {
-                info: Some(info),
-                permits: None,
-                charge: None,
-            });
-        }
-        Mode::Delay { max_wait } => {
-            let left = max_wait.saturating_sub(waited);
-            if let Some(wait) = info.retry_after().filter(|_| attempts < MAX_DELAY_ATTEMPTS) {
-                // Only concurrency rules deny: a release may come before the
-                // estimate, so wait for it within whatever budget is left.
-                if only_concurrency_denies(&info) && !left.is_zero() {
-                    count(shared, "delayed", Some(info.binding().rule));
-                    return Step::Wait {
-                        wait: wait.min(left),
-                        on_release: true,
-                    };
-                }
-                if wait <= left {
-                    count(shared, "delayed", Some(info.binding().rule));
-                    return Step::Wait {
-                        wait,
-                        on_release: false,
-                    };
-                }
-            }
-        }
-        Mode::Reject => {}
-    }
-    if shared.settings.lockout.is_some() {
-        return Step::Strike(info);
-    }
-    Step::Done(limited(shared, plan, &info))
-}
-
-/// The rejection of a denied request.
-fn limited<St: Store>(shared: &Shared<St>, plan: &Plan, info: &RateLimitInfo) -> Outcome<St> {
-    count(shared, "limited", Some(info.binding().rule));
-    Outcome::Reject(respond(
-        &shared.settings,
-        plan.reply,
-        &Rejection::Limited(info),
-        false,
-    ))
-}
-
-/// True when every denying rule of `info` is a concurrency limit.
-fn only_concurrency_denies(info: &RateLimitInfo) -> bool {
-    info.entries()
-        .iter()
-        .filter(|e| !e.decision.allowed)
-        .all(|e| e.policy.is_concurrency())
-}
-
-/// What a request's check came to before any future.
-pub(crate) enum Now<St: Store> {
+/// Where a request's check stands: what [`plan`] found, then what
+/// [`decide_now`] decided.
+pub(crate) enum Stage<St: Store> {
     /// Admitted in process, with nothing to carry forward: the hot path.
     Admitted,
-    /// Every rule was skipped for want of a key.
-    Skip,
-    /// Rejected before any check (a missing key).
-    Reject(Box<Response<Bytes>>),
+    /// Not limited: `skip_if`, or every rule skipped for want of a key.
+    Skipped,
+    /// Answered before any check (a missing key, a misconfiguration).
+    Answered(Box<Response<Bytes>>),
     /// Decided in process, with something to carry forward or a rejection.
-    Decided(Outcome<St>),
-    /// Needs [`evaluate`]: an asynchronous store, or delay mode.
-    Later(Plan),
-}
-
-/// Builds the request's keys and decides at once when the store answers in
-/// process and no wait is needed.
-#[inline]
-pub(crate) fn decide_now<St: Store>(shared: &Shared<St>, req: &RequestHead<'_>) -> Now<St> {
-    if let Some(skip) = &shared.settings.skip {
-        if skip(req) {
-            count(shared, "bypassed", None);
-            return Now::Skip;
-        }
-    }
-    match plan(shared, req) {
-        Planned::Check(plan) => evaluate_now(shared, plan, req),
-        Planned::Skip => Now::Skip,
-        Planned::Reject(response) => Now::Reject(response),
-    }
-}
-
-/// Decides without a future when the store answers in process and no wait
-/// is needed; otherwise hands the plan on.
-#[inline]
-fn evaluate_now<St: Store>(shared: &Shared<St>, mut plan: Plan, req: &RequestHead<'_>) -> Now<St> {
-    // In which protocol a rejection is answered: read only when one may follow.
-    let reply = || shared.settings.protocol.reply(req.headers());
-    if plan.pending || matches!(shared.settings.mode, Mode::Delay { .. }) {
-        // Delay mode reserves slots and may sleep, and a policy not yet
-        // resolved needs its resolver: the asynchronous path.
-        plan.reply = reply();
-        return Now::Later(plan);
-    }
-    if let Some(penalty) = &shared.settings.lockout {
-        // Only layers with a lock-out pay for this; the others test an `Option`.
-        match lockout::locked_now(shared, penalty, &plan) {
-            Some(Ok(None)) => {}
-            None => {
-                plan.reply = reply();
-                return Now::Later(plan);
-            }
-            Some(answer) => {
-                plan.reply = reply();
-                let outcome = lockout::refuse(shared, &plan, answer);
-                plan.recycle();
-                return Now::Decided(outcome);
-            }
-        }
-    }
-    let answer = match &plan.rules {
-        ActiveRules::One(a) => {
-            let rule = Rule::new(plan.key(a), plan.policy(shared, a), a.cost);
-            let Some(decision) = shared.store.check_now(rule) else {
-                plan.reply = reply();
-                return Now::Later(plan);
-            };
-            if let Ok(d) = &decision {
-                // The common case, admitted with nothing to carry forward:
-                // no `RateLimitInfo` (and no shared-meta reference count) at all.
-                if d.allowed
-                    && d.permit.is_none()
-                    && !shared.settings.info_on_allowed()
-                    && !tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG)
-                {
-                    plan.recycle();
-                    count(shared, "allowed", None);
-                    return Now::Admitted;
-                }
-            }
-            decision.map(|decision| {
-                RateLimitInfo::one(
-                    shared.meta.clone(),
-                    Entry {
-                        rule: a.rule,
-                        policy: *plan.policy(shared, a),
-                        decision,
-                    },
-                )
-            })
-        }
-        ActiveRules::Many(actives) => {
-            let rules: Vec<Rule<'_>> = actives
-                .iter()
-                .map(|a| Rule::new(plan.key(a), plan.policy(shared, a), a.cost))
-                .collect();
-            let Some(decisions) = shared.store.check_all_now(&rules) else {
-                drop(rules);
-                plan.reply = reply();
-                return Now::Later(plan);
-            };
-            decisions.and_then(|decisions| many(shared, &plan, decisions))
-        }
-    };
-    plan.reply = reply();
-    match settle(shared, &plan, answer, Duration::ZERO, 0) {
-        Step::Done(outcome) => {
-            plan.recycle();
-            Now::Decided(outcome)
-        }
-        Step::Strike(info) => {
-            let outcome = lockout::strike_now(shared, &plan, info);
-            plan.recycle();
-            Now::Decided(outcome)
-        }
-        Step::Wait { .. } => Now::Later(plan),
-    }
-}
-
-fn many<St>(
-    shared: &Shared<St>,
-    plan: &Plan,
-    decisions: Vec<crate::Decision>,
-) -> Result<RateLimitInfo, StoreError> {
-    let actives = plan.actives();
-    if decisions.len() != actives.len() {
-        return Err(StoreError::Protocol(format!(
-            "{} decisions for {} rules",
-            decisions.len(),
-            actives.len()
-        )));
-    }
-    let entries = actives
-        .iter()
-        .zip(decisions)
-        .map(|(a, decision)| Entry {
-            rule: a.rule,
-            policy: *plan.policy(shared, a),
-            decision,
-        })
-        .collect();
-    Ok(RateLimitInfo::many(shared.meta.clone(), entries))
-}
-
-/// The 500 (gRPC: INTERNAL) of a key the server cannot build; the fix is
-/// logged once per process, not per request (every request would repeat it).
-#[cold]
-fn misconfigured<St>(
-    shared: &Shared<St>,
-    reply: Reply,
-    i: usize,
-    rule: &str,
-    fix: &str,
-) -> Box<Response<Bytes>> {
-    static LOGGED: std::sync::Once = std::sync::Once::new();
-    LOGGED.call_once(|| {
-        tracing::error!(target: "tower_throttle", rule, fix, "rate limiting is misconfigured: every request of this rule is answered 500");
-    });
-    count(shared, "misconfigured", Some(i));
-    respond(
-        &shared.settings,
-        reply,
-        &Rejection::Misconfigured { rule },
-        true,
-    )
-}
-
-fn store_failed<St: Store>(shared: &Shared<St>, reply: Reply, error: StoreError) -> Outcome<St> {
-    count(shared, "store_error", None);
-    let fail = shared.settings.fail;
-    tracing::warn!(target: "tower_throttle", %error, fail_mode = ?fail, "rate-limit store failed");
-    match fail {
-        FailMode::Open => Outcome::Forward {
-            info: None,
-            permits: None,
-            charge: None,
-        },
-        FailMode::Closed => Outcome::Reject(respond(
-            &shared.settings,
-            reply,
-            &Rejection::Unavailable(&error),
-            false,
-        )),
-    }
-}
-
-fn log_decisions<St>(shared: &Shared<St>, plan: &Plan, info: &RateLimitInfo) {
-    if !tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG) {
-        return;
-    }
-    for (a, (name, _, d)) in plan.actives().iter().zip(info.iter()) {
-        tracing::debug!(
-            target: "tower_throttle",
-            rule = name,
-            key = %plan.key(a).escape_ascii(),
-            cost = a.cost,
-            allowed = d.allowed,
-            remaining = d.remaining,
-            retry_after_ms = d.retry_after.map(|r| r.as_millis() as u64),
-            mode = ?shared.settings.mode,
-            "rate-limit decision"
-        );
-    }
+    Decided(Verdict<St>),
+    /// The plan still to check: after [`plan`], in process or not; after
+    /// [`decide_now`], through [`evaluate`] (an asynchronous store, a
+    /// resolver, delay mode).
+    Check(Plan),
 }
 
 /// Counts a request's outcome (feature `metrics`), labelled with the
@@ -616,7 +79,7 @@ fn log_decisions<St>(shared: &Shared<St>, plan: &Plan, info: &RateLimitInfo) {
 /// from configuration only, never from requests: the series are bounded by
 /// outcomes × layers × rules.
 #[inline]
-fn count<St>(shared: &Shared<St>, outcome: &'static str, rule: Option<usize>) {
+pub(super) fn count<St>(shared: &LayerState<St>, outcome: &'static str, rule: Option<usize>) {
     #[cfg(feature = "metrics")]
     {
         let rule = rule.map_or_else(

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 
-use super::{Holds, Plan, Shared};
+use super::{Holds, LayerState, Plan};
 use crate::decision::PermitId;
 use crate::info::RateLimitInfo;
 use crate::limiter::release_detached;
@@ -15,7 +15,7 @@ use crate::store::Store;
 /// (completion or cancellation). The drop records the hold time for the
 /// layer's retry estimate and, once the store released the permits, wakes
 /// the layer's requests waiting for one.
-pub(crate) struct Permits<St: Store> {
+pub(crate) struct HeldPermits<St: Store> {
     store: Arc<St>,
     holds: Arc<Holds>,
     since: Instant,
@@ -23,8 +23,12 @@ pub(crate) struct Permits<St: Store> {
     held: Vec<(Vec<u8>, Policy, PermitId, usize)>,
 }
 
-impl<St: Store> Permits<St> {
-    pub(super) fn collect(shared: &Shared<St>, plan: &Plan, info: &RateLimitInfo) -> Option<Self> {
+impl<St: Store> HeldPermits<St> {
+    pub(super) fn collect(
+        shared: &LayerState<St>,
+        plan: &Plan,
+        info: &RateLimitInfo,
+    ) -> Option<Self> {
         let held: Vec<_> = plan
             .actives()
             .iter()
@@ -33,7 +37,7 @@ impl<St: Store> Permits<St> {
                 Some((plan.key(a).to_vec(), *policy, d.permit?, a.rule))
             })
             .collect();
-        (!held.is_empty()).then(|| Permits {
+        (!held.is_empty()).then(|| HeldPermits {
             store: shared.store.clone(),
             holds: shared.holds.clone(),
             since: Instant::now(),
@@ -42,7 +46,7 @@ impl<St: Store> Permits<St> {
     }
 }
 
-impl<St: Store> Drop for Permits<St> {
+impl<St: Store> Drop for HeldPermits<St> {
     fn drop(&mut self) {
         let store = self.store.clone();
         let holds = self.holds.clone();

@@ -51,8 +51,8 @@ use bytes::Bytes;
 use http::header::{HeaderName, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
-use crate::check::Settings;
 use crate::response::{add_headers, rejection_response, Rejection};
+use crate::settings::Settings;
 
 mod key;
 mod layer;

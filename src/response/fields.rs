@@ -17,7 +17,7 @@ use http::HeaderValue;
 
 use super::{cache, push_u64};
 use crate::decision::ceil_secs;
-use crate::info::{RateLimitInfo, RuleMeta};
+use crate::info::{RateLimitInfo, RuleSummary};
 use crate::policy::Policy;
 
 /// The draft these fields follow.
@@ -39,7 +39,7 @@ pub(crate) const SF_INT_MAX: u64 = 999_999_999_999_999;
 
 /// `"reply";q=5;w=60, "upload";q=2;qu="concurrent-requests"`: a layer's
 /// own policies, rendered once.
-pub(crate) fn policy_value(rules: &[RuleMeta]) -> Option<HeaderValue> {
+pub(crate) fn policy_value(rules: &[RuleSummary]) -> Option<HeaderValue> {
     let s = render_policies(rules.iter().map(|r| (&*r.name, &r.policy)));
     cache::interned(s.into_bytes())
 }

@@ -1,6 +1,6 @@
 //! Tests of the layer's own responses and rate-limit headers.
 use super::*;
-use crate::info::{Entry, Meta, RuleMeta};
+use crate::info::{Meta, RuleDecision, RuleSummary};
 use crate::{Decision, Policy};
 use std::time::Duration;
 
@@ -17,19 +17,19 @@ fn meta(legacy: bool) -> Arc<Meta> {
     Arc::new(Meta::new(rules(), true, legacy))
 }
 
-fn rules() -> Box<[RuleMeta]> {
+fn rules() -> Box<[RuleSummary]> {
     vec![
-        RuleMeta {
+        RuleSummary {
             name: "reply".into(),
             policy: Policy::sliding_log(5, Duration::from_secs(60)).unwrap(),
             exhausted: Default::default(),
         },
-        RuleMeta {
+        RuleSummary {
             name: "upload".into(),
             policy: Policy::concurrency(2).unwrap(),
             exhausted: Default::default(),
         },
-        RuleMeta {
+        RuleSummary {
             name: "post".into(),
             policy: Policy::cell(15, 30, Duration::from_secs(3600)).unwrap(),
             exhausted: Default::default(),
@@ -56,12 +56,12 @@ fn reply_denied_post_allowed(meta: Arc<Meta>) -> RateLimitInfo {
     RateLimitInfo::many(
         meta,
         vec![
-            Entry {
+            RuleDecision {
                 rule: 0,
                 policy: rules()[0].policy,
                 decision: decision(false, 0, Some(41_200), 59_000),
             },
-            Entry {
+            RuleDecision {
                 rule: 2,
                 policy: rules()[2].policy,
                 decision: decision(true, 3, None, 8_001),
@@ -108,7 +108,7 @@ fn denied_response_headers_and_body() {
 fn retry_after_is_never_zero_and_absent_when_never() {
     let info = RateLimitInfo::one(
         meta(false),
-        Entry {
+        RuleDecision {
             rule: 0,
             policy: rules()[0].policy,
             decision: decision(false, 0, Some(1), 1),
@@ -119,7 +119,7 @@ fn retry_after_is_never_zero_and_absent_when_never() {
     assert!(r.headers().get(X_RATELIMIT_LIMIT).is_none());
     let never = RateLimitInfo::one(
         meta(false),
-        Entry {
+        RuleDecision {
             rule: 0,
             policy: rules()[0].policy,
             decision: decision(false, 0, None, 0),
@@ -136,7 +136,7 @@ fn retry_after_is_never_zero_and_absent_when_never() {
 fn custom_responses_keep_their_status_and_get_headers() {
     let info = RateLimitInfo::one(
         meta(false),
-        Entry {
+        RuleDecision {
             rule: 0,
             policy: rules()[0].policy,
             decision: decision(false, 0, Some(2_500), 3_000),
@@ -186,7 +186,7 @@ fn prebuilt_429_matches_the_field_by_field_one() {
         let one = |d| {
             RateLimitInfo::one(
                 meta.clone(),
-                Entry {
+                RuleDecision {
                     rule: 0,
                     policy: rules()[0].policy,
                     decision: d,
@@ -241,7 +241,7 @@ fn a_per_request_policy_renders_its_own_policy_field() {
     let premium = Policy::sliding_log(50, Duration::from_secs(60)).unwrap();
     let info = RateLimitInfo::one(
         meta(false),
-        Entry {
+        RuleDecision {
             rule: 0,
             policy: premium,
             decision: decision(false, 0, Some(1_500), 60_000),

@@ -1,0 +1,134 @@
+//! Building a [`ThrottleLayer`]'s services: validating its rules with the
+//! store, claiming its key namespaces and rendering what every response
+//! shares.
+
+use std::sync::Arc;
+
+use super::ThrottleLayer;
+use crate::check::LayerState;
+use crate::info::{Meta, RuleSummary};
+use crate::rule::{Limit, RuleCfg, RuleError};
+use crate::store::{RuleSpec, Store};
+
+impl<St: Store> ThrottleLayer<St> {
+    /// Asks the store whether it can run this layer's rules
+    /// ([`Store::validate`]): each rule alone, then all of them as the one
+    /// all-or-nothing check a request makes. [`Layer::layer`](tower_layer::Layer::layer) panics with
+    /// this error, so a store that cannot run a rule (a sliding log above
+    /// Redis's cap, a policy outside a store's exact range, rules that cannot
+    /// share a cluster slot) stops the service from starting instead of
+    /// failing every request. Call it first to handle the error yourself.
+    pub fn validate(&self) -> Result<(), RuleError> {
+        let heads: Vec<Vec<u8>> = self.limits.iter().map(|l| self.key_head(l)).collect();
+        let specs: Vec<RuleSpec<'_>> = self
+            .limits
+            .iter()
+            .zip(&heads)
+            .map(|(l, h)| RuleSpec::new(&l.policy, h))
+            .collect();
+        for (limit, spec) in self.limits.iter().zip(&specs) {
+            self.store
+                .validate(std::slice::from_ref(spec))
+                .map_err(|error| RuleError {
+                    rules: vec![limit.name.clone()],
+                    policy: Some(Box::new(limit.policy)),
+                    error: Box::new(error),
+                })?;
+        }
+        if specs.len() > 1 {
+            self.store.validate(&specs).map_err(|error| RuleError {
+                rules: self.limits.iter().map(|l| l.name.clone()).collect(),
+                policy: None,
+                error: Box::new(error),
+            })?;
+        }
+        Ok(())
+    }
+
+    /// `prefix:rule-name:`, the start of every key of `limit`.
+    fn key_head(&self, limit: &Limit) -> Vec<u8> {
+        let mut key_head = Vec::new();
+        if let Some(prefix) = &self.prefix {
+            key_head.extend_from_slice(prefix.as_bytes());
+            key_head.push(b':');
+        }
+        key_head.extend_from_slice(limit.name.as_bytes());
+        key_head.push(b':');
+        key_head
+    }
+
+    pub(super) fn shared(&self) -> Arc<LayerState<St>> {
+        let rules = self
+            .limits
+            .iter()
+            .map(|limit| {
+                let key_head = self.key_head(limit);
+                self.claim(&key_head);
+                RuleCfg {
+                    key_head: key_head.into(),
+                    policy: limit.policy,
+                    key: limit.key.clone().unwrap_or_else(|| self.key.clone()),
+                    cost: limit.cost.clone().unwrap_or_else(|| self.cost.clone()),
+                    source: limit.source.clone(),
+                }
+            })
+            .collect::<Box<[RuleCfg]>>();
+        let metas: Box<[RuleSummary]> = self
+            .limits
+            .iter()
+            .map(|l| RuleSummary {
+                name: l.name.clone(),
+                policy: l.policy,
+                exhausted: Default::default(),
+            })
+            .collect();
+        let mut meta = Meta::new(
+            metas,
+            self.settings.ietf_headers,
+            self.settings.legacy_headers,
+        );
+        meta.legacy_reset = self.settings.legacy_reset;
+        let meta = Arc::new(meta);
+        Arc::new(LayerState {
+            store: self.store.clone(),
+            holds: Arc::new(crate::check::Holds::new(self.limits.len())),
+            simple: self.settings.simple(&rules),
+            rules,
+            meta,
+            settings: self.settings.clone(),
+            _owner: self.owner.clone(),
+            #[cfg(feature = "metrics")]
+            metric_prefix: self.prefix.clone().unwrap_or_else(|| "".into()),
+            #[cfg(feature = "metrics")]
+            metric_rules: self
+                .limits
+                .iter()
+                .map(|l| &*l.name)
+                .collect::<Vec<_>>()
+                .join("+")
+                .into(),
+        })
+    }
+
+    /// Claims a rule's namespace in the store.
+    ///
+    /// # Panics
+    ///
+    /// When another live layer holds it and this one does not share on
+    /// purpose: a configuration error, found when the service is built.
+    fn claim(&self, namespace: &[u8]) {
+        if self.shared_namespace {
+            return;
+        }
+        let Some(namespaces) = self.store.namespaces() else {
+            return;
+        };
+        assert!(
+            namespaces.claim(namespace, &self.owner),
+            "two rate-limit layers on one store use the key namespace {:?} and would share \
+             its counters; give one its own `.prefix(\"...\")` or rule `.name(...)`, or call \
+             `.share_counters()` on the layer that shares them on purpose",
+            String::from_utf8_lossy(namespace)
+        );
+    }
+}

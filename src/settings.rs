@@ -1,0 +1,98 @@
+//! What a layer was configured to do beyond its rules: the mode, the
+//! store's failure handling, the responses and what admissions forward.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::StatusCode;
+
+use crate::grpc::ResponseProtocol;
+use crate::key::RequestHead;
+use crate::lockout::Penalty;
+use crate::mode::{FailMode, Mode, OnMissingKey};
+use crate::response::BodyFormat;
+use crate::rule::RuleCfg;
+
+/// A predicate of [`ThrottleLayer::count_if`](crate::ThrottleLayer::count_if).
+pub(crate) type CountIf = Arc<dyn Fn(StatusCode) -> bool + Send + Sync>;
+
+#[derive(Clone)]
+pub(crate) struct Settings {
+    pub(crate) mode: Mode,
+    pub(crate) fail: FailMode,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) on_missing: OnMissingKey,
+    pub(crate) body: BodyFormat,
+    pub(crate) headers_on_allowed: bool,
+    pub(crate) request_info: bool,
+    pub(crate) ietf_headers: bool,
+    pub(crate) legacy_headers: bool,
+    pub(crate) legacy_reset: crate::response::ResetFormat,
+    pub(crate) protocol: ResponseProtocol,
+    /// Requests that bypass the layer.
+    pub(crate) skip: Option<Skip>,
+    /// Which responses keep their charge; the others are refunded.
+    pub(crate) count_if: Option<CountIf>,
+    /// Locks rule keys out after repeated denials.
+    pub(crate) lockout: Option<Arc<Penalty>>,
+}
+
+/// A predicate of [`ThrottleLayer::skip_if`](crate::ThrottleLayer::skip_if).
+pub(crate) type Skip = Arc<dyn Fn(&RequestHead<'_>) -> bool + Send + Sync>;
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            mode: Mode::Reject,
+            fail: FailMode::Closed,
+            timeout: None,
+            on_missing: OnMissingKey::default(),
+            body: BodyFormat::PlainText,
+            headers_on_allowed: false,
+            request_info: false,
+            ietf_headers: true,
+            legacy_headers: false,
+            legacy_reset: Default::default(),
+            protocol: ResponseProtocol::default(),
+            skip: None,
+            count_if: None,
+            lockout: None,
+        }
+    }
+}
+
+impl Settings {
+    /// Whether `rules` under these settings make a simple layer (see
+    /// `LayerState::simple`).
+    pub(crate) fn simple(&self, rules: &[RuleCfg]) -> bool {
+        matches!(rules, [rule] if rule.source.is_none())
+            && self.skip.is_none()
+            && self.lockout.is_none()
+            && !matches!(self.mode, Mode::Delay { .. })
+            && !self.info_on_allowed()
+    }
+
+    /// Whether an admitted request needs its [`RateLimitInfo`] (for the
+    /// request extension or the response headers).
+    pub(crate) fn info_on_allowed(&self) -> bool {
+        let f = self.forwarding();
+        f.headers || f.request_info || self.count_if.is_some()
+    }
+
+    /// What an admitted request carries forward.
+    pub(crate) fn forwarding(&self) -> Forwarding {
+        Forwarding {
+            headers: self.headers_on_allowed || self.mode == Mode::DryRun,
+            request_info: self.request_info,
+        }
+    }
+}
+
+/// What an admitted request carries forward.
+#[derive(Clone, Copy)]
+pub(crate) struct Forwarding {
+    /// The response gets the rate-limit headers.
+    pub(crate) headers: bool,
+    /// The request gets the [`RateLimitInfo`] extension.
+    pub(crate) request_info: bool,
+}
