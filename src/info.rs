@@ -25,7 +25,9 @@ pub struct RateLimitInfo {
     entries: RuleDecisions,
 }
 
-/// Per-layer data the headers need, shared by every request.
+/// Per-layer data the headers need, shared by every request: built by
+/// `response::layer_meta` when the layer builds its
+/// service (this module renders nothing).
 pub(crate) struct Meta {
     pub(crate) rules: Box<[RuleSummary]>,
     /// `RateLimit-Policy`, rendered once.
@@ -33,35 +35,16 @@ pub(crate) struct Meta {
     pub(crate) ietf_headers: bool,
     pub(crate) legacy_headers: bool,
     /// How `X-RateLimit-Reset` is written.
-    pub(crate) legacy_reset: crate::response::ResetFormat,
+    pub(crate) legacy_reset: crate::fields::ResetFormat,
     /// The fields of a plain-text 429, prebuilt (see `response`).
     pub(crate) limited_headers: HeaderMap,
-}
-
-impl Meta {
-    /// Renders what every response of the layer shares.
-    pub(crate) fn new(rules: Box<[RuleSummary]>, ietf_headers: bool, legacy_headers: bool) -> Self {
-        let policy_header = crate::response::policy_value(&rules);
-        Meta {
-            limited_headers: crate::response::limited_headers_template(
-                policy_header.as_ref(),
-                ietf_headers,
-                legacy_headers,
-            ),
-            policy_header,
-            rules,
-            ietf_headers,
-            legacy_headers,
-            legacy_reset: Default::default(),
-        }
-    }
 }
 
 pub(crate) struct RuleSummary {
     pub(crate) name: Arc<str>,
     pub(crate) policy: Policy,
     /// This rule's `RateLimit` items of a 429, prebuilt.
-    pub(crate) exhausted: crate::response::ExhaustedItems,
+    pub(crate) exhausted: crate::fields::ExhaustedItems,
 }
 
 #[derive(Clone)]

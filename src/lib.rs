@@ -79,6 +79,7 @@ mod body;
 mod check;
 pub mod clock;
 mod decision;
+mod fields;
 pub mod future;
 pub mod grpc;
 mod info;

@@ -6,11 +6,23 @@ use std::sync::Arc;
 use std::task::{Context, Waker};
 use std::time::Duration;
 
-use crate::check::{effective_policy, rebase};
 use crate::decision::{Decision, PermitId};
-use crate::mode::MAX_DELAY_ATTEMPTS;
 use crate::policy::Policy;
+use crate::policy::{effective_policy, rebase};
 use crate::store::{MemoryStore, Rule, RuleSpec, Store, StoreError};
+
+/// How many times a delayed request (the layer's delay mode, `wait` on
+/// other algorithms than GCRA) is checked again before giving up.
+pub const MAX_DELAY_ATTEMPTS: u32 = 8;
+
+/// A rule name: 1 to 64 of `[A-Za-z0-9_.-]` (it is part of store keys and
+/// of the `RateLimit` fields, so nothing in it needs escaping).
+pub(crate) fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
 
 /// One policy over a store, checked by key: the classic `is_action_allowed`.
 ///

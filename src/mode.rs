@@ -47,8 +47,7 @@ pub enum Mode {
     DryRun,
 }
 
-/// How many times a delayed request is checked again before giving up.
-pub const MAX_DELAY_ATTEMPTS: u32 = 8;
+pub use crate::limiter::MAX_DELAY_ATTEMPTS;
 
 /// What happens when the store fails or times out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

@@ -5,9 +5,8 @@ use std::time::Duration;
 
 use crate::decision::Decision;
 use crate::limiter::KeyPrefix;
-use crate::mode::MAX_DELAY_ATTEMPTS;
+use crate::limiter::{valid_name, MAX_DELAY_ATTEMPTS};
 use crate::policy::Policy;
-use crate::rule::valid_name;
 use crate::store::{all_allowed, MemoryStore, Rule, Store, StoreError};
 
 /// Several named policies over one store, checked together by key: all or

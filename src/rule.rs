@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::key::{KeyExtractor, RequestHead};
+use crate::limiter::valid_name;
 use crate::policy::Policy;
 use crate::resolve::{PolicyResolver, PolicySource};
 
@@ -131,13 +132,6 @@ impl fmt::Debug for Limit {
             .field("policy", &self.policy)
             .finish_non_exhaustive()
     }
-}
-
-pub(crate) fn valid_name(name: &str) -> bool {
-    (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
 /// A request's cost.

@@ -6,8 +6,8 @@
 //! a holder that crashed loses its permit when the lease runs out.
 
 use super::dur;
+use super::ConcurrencyParams;
 use crate::decision::{Decision, PermitId};
-use crate::policy::ConcurrencyParams;
 
 /// One permit: who holds it, until when, for how many units.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

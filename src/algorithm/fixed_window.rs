@@ -1,8 +1,8 @@
 //! The fixed-window counter: `INCR` on a key named after `floor(now / window)`.
 
 use super::dur;
+use super::WindowParams;
 use crate::decision::Decision;
-use crate::policy::WindowParams;
 
 /// The counter of one window. `Default` is a fresh key.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -6,9 +6,9 @@
 
 use std::time::Duration;
 
+use super::GcraParams;
 use super::{dur, sat};
 use crate::decision::Decision;
-use crate::policy::GcraParams;
 
 /// Decides a request of `cost` units against `tat` at `now`.
 ///

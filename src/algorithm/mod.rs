@@ -10,6 +10,9 @@
 //! `check` never mutates: a denied check changes no state. `prune` functions
 //! drop expired entries, which changes no decision (housekeeping only).
 
+mod params;
+
+pub use params::{CellArgs, ConcurrencyParams, GcraParams, WindowParams};
 pub mod concurrency;
 pub mod fixed_window;
 pub mod gcra;

@@ -8,8 +8,8 @@
 use std::collections::VecDeque;
 
 use super::dur;
+use super::WindowParams;
 use crate::decision::Decision;
-use crate::policy::WindowParams;
 
 /// Admitted units, oldest first. `Default` is a fresh key.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

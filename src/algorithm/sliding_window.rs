@@ -6,9 +6,9 @@
 //! answer bit for bit. The estimate never rises without an admission and is
 //! continuous across window boundaries, so `retry_after` is exact.
 
+use super::WindowParams;
 use super::{dur, sat};
 use crate::decision::Decision;
-use crate::policy::WindowParams;
 
 /// Counts of the current and previous windows. `Default` is a fresh key.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use super::settle::{settle, Step};
 use super::{count, LayerState, Plan, Verdict};
-use crate::algorithm::gcra;
+
 use crate::info::RateLimitInfo;
 use crate::limiter::release_detached;
 use crate::mode::Mode;
-use crate::policy::{Algorithm, Policy};
+use crate::policy::{effective_policy, rebase, Policy};
 use crate::store::{Store, StoreError};
 
 /// Checks the plan, waiting and re-checking in delay mode.
@@ -76,30 +76,6 @@ pub(crate) async fn evaluate<St: Store>(
                 waited += started.elapsed();
             }
         }
-    }
-}
-
-/// The policy a rule is checked against. In delay mode a GCRA rule that can
-/// ever fit reserves its slot within the remaining wait budget (see
-/// [`Policy::reserving`]): waiters then queue behind each other in the key's
-/// state instead of stampeding back to the store when the quota returns.
-pub(crate) fn effective_policy(policy: &Policy, cost: u64, reserve: Option<Duration>) -> Policy {
-    reserve
-        .filter(|_| cost <= policy.limit())
-        .and_then(|budget| policy.reserving(budget))
-        .unwrap_or(*policy)
-}
-
-/// Turns a reservation's decision back into the real policy's terms; returns
-/// how long the request must wait for its reserved slot.
-pub(crate) fn rebase(real: &Policy, used: &Policy, decision: &mut crate::Decision) -> Duration {
-    match (real.algorithm(), used.algorithm()) {
-        (Algorithm::Gcra(p), Algorithm::Gcra(u)) if p != u => {
-            let (d, wait) = gcra::rebase(p, u.tolerance_ns - p.tolerance_ns, *decision);
-            *decision = d;
-            wait
-        }
-        _ => Duration::ZERO,
     }
 }
 

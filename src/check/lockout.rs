@@ -93,7 +93,7 @@ pub(super) fn refuse<St: Store>(
         Ok(Some(info)) => {
             count(shared, "locked", Some(info.binding().rule));
             Verdict::Reject(respond(
-                &shared.settings,
+                &shared.settings.body,
                 plan.reply,
                 &Rejection::Limited(&info),
                 false,

@@ -27,7 +27,6 @@ pub(crate) use charge::Charge;
 pub(crate) use evaluate::decide_now;
 pub(crate) use hold::Holds;
 pub(crate) use later::evaluate;
-pub(crate) use later::{effective_policy, rebase};
 pub(crate) use permits::HeldPermits;
 pub(crate) use plan::Plan;
 pub(crate) use settle::Verdict;

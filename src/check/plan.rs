@@ -211,7 +211,7 @@ pub(super) fn missing_key<St>(
                 reason: missing.reason(),
                 status,
             };
-            Some(respond(&shared.settings, reply(), &rejection, false))
+            Some(respond(&shared.settings.body, reply(), &rejection, false))
         }
     }
 }
@@ -232,7 +232,7 @@ fn misconfigured<St>(
     });
     count(shared, "misconfigured", Some(i));
     respond(
-        &shared.settings,
+        &shared.settings.body,
         reply,
         &Rejection::Misconfigured { rule },
         true,

@@ -118,7 +118,7 @@ pub(super) fn limited<St: Store>(
 ) -> Verdict<St> {
     count(shared, "limited", Some(info.binding().rule));
     Verdict::Reject(respond(
-        &shared.settings,
+        &shared.settings.body,
         plan.reply,
         &Rejection::Limited(info),
         false,
@@ -148,7 +148,7 @@ pub(super) fn store_failed<St: Store>(
             charge: None,
         },
         FailMode::Closed => Verdict::Reject(respond(
-            &shared.settings,
+            &shared.settings.body,
             reply,
             &Rejection::Unavailable(&error),
             false,

@@ -51,16 +51,13 @@ use bytes::Bytes;
 use http::header::{HeaderName, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
-use crate::response::{add_headers, rejection_response, Rejection};
-use crate::settings::Settings;
+use crate::response::{add_headers, rejection_response, BodyFormat, Rejection};
 
-mod key;
 mod layer;
 mod status;
 
 #[cfg(feature = "grpc")]
-pub(crate) use key::tonic_peer_ip;
-pub use key::GrpcMethod;
+pub use crate::key::GrpcMethod;
 
 /// `grpc-status`.
 pub const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
@@ -138,13 +135,13 @@ fn grpc_flavour(headers: &HeaderMap) -> Option<Reply> {
 /// `misconfigured` marks a missing key the server, not the client, is to
 /// blame for.
 pub(crate) fn respond(
-    settings: &Settings,
+    body: &BodyFormat,
     reply: Reply,
     rejection: &Rejection<'_>,
     misconfigured: bool,
 ) -> Box<Response<Bytes>> {
     if reply == Reply::Http {
-        return rejection_response(&settings.body, rejection);
+        return rejection_response(body, rejection);
     }
     let mut response = Box::new(Response::new(Bytes::new()));
     // A Trailers-Only response is HTTP 200 whatever the outcome: the status

@@ -36,13 +36,14 @@ use sha2::{Digest, Sha256};
 
 mod combinator;
 mod extension;
+mod grpc;
 mod header;
 mod ip;
 mod route;
 
-pub use crate::grpc::GrpcMethod;
 pub use combinator::{key_fn, KeyFn, Or};
 pub use extension::{FromExtension, FromExtensionWith};
+pub use grpc::GrpcMethod;
 pub use header::{BearerToken, HeaderKey};
 pub use ip::{Cidr, CidrError, ClientAddr, ClientIp, ForwardedHeader, PeerIp, DEFAULT_IPV6_PREFIX};
 #[cfg(feature = "axum")]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::ThrottleLayer;
 use crate::check::LayerState;
-use crate::info::{Meta, RuleSummary};
+use crate::info::RuleSummary;
 use crate::rule::{Limit, RuleCfg, RuleError};
 use crate::store::{RuleSpec, Store};
 
@@ -82,13 +82,12 @@ impl<St: Store> ThrottleLayer<St> {
                 exhausted: Default::default(),
             })
             .collect();
-        let mut meta = Meta::new(
+        let meta = Arc::new(crate::response::layer_meta(
             metas,
             self.settings.ietf_headers,
             self.settings.legacy_headers,
-        );
-        meta.legacy_reset = self.settings.legacy_reset;
-        let meta = Arc::new(meta);
+            self.settings.legacy_reset,
+        ));
         Arc::new(LayerState {
             store: self.store.clone(),
             holds: Arc::new(crate::check::Holds::new(self.limits.len())),

@@ -5,8 +5,9 @@ use std::sync::Arc;
 
 use super::ThrottleLayer;
 use crate::key::{KeyExtractor, RequestHead};
+use crate::limiter::valid_name;
 use crate::policy::Policy;
-use crate::rule::{valid_name, Cost, Limit};
+use crate::rule::{Cost, Limit};
 use crate::store::Store;
 
 impl<St: Store> ThrottleLayer<St> {

@@ -6,6 +6,8 @@
 use std::fmt;
 use std::time::Duration;
 
+pub use crate::algorithm::{CellArgs, ConcurrencyParams, GcraParams, WindowParams};
+
 /// A validated rate-limit policy. Cheap to copy; compare and hash by value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Policy {
@@ -26,52 +28,6 @@ pub enum Algorithm {
     SlidingWindow(WindowParams),
     /// At most `max_in_flight` requests of a key in progress.
     Concurrency(ConcurrencyParams),
-}
-
-/// GCRA parameters, in redis-cell's terms.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct GcraParams {
-    /// T: the time one unit of quota takes to come back, in nanoseconds.
-    pub emission_interval_ns: u64,
-    /// τ = T·limit: how far ahead of now the theoretical arrival time may run.
-    pub tolerance_ns: u64,
-    /// Requests admitted at once from a fresh state (`max_burst + 1`).
-    pub limit: u64,
-    /// The arguments given to [`Policy::cell`], `None` for the other GCRA
-    /// constructors. When set, `remaining` is computed as redis-cell 0.5.0
-    /// computes it (in whole microseconds, through `f64`), and
-    /// [`CellStore`](crate::CellStore) sends these arguments as they are.
-    pub cell: Option<CellArgs>,
-}
-
-/// The arguments of [`Policy::cell`], as the user gave them: redis-cell's
-/// `CL.THROTTLE key max_burst count period`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct CellArgs {
-    /// `max_burst`: a fresh key admits `max_burst + 1` at once.
-    pub max_burst: u64,
-    /// `count` requests per `period`.
-    pub count: u64,
-    /// The period (redis-cell takes it in whole seconds).
-    pub period: Duration,
-}
-
-/// Parameters of the window algorithms.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct WindowParams {
-    /// Units admitted per window.
-    pub max: u64,
-    /// Window length in nanoseconds.
-    pub window_ns: u64,
-}
-
-/// Parameters of the concurrency limit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct ConcurrencyParams {
-    /// Units that may be in flight at once.
-    pub max_in_flight: u64,
-    /// How long a permit lives if never released (a crashed holder), in nanoseconds.
-    pub lease_ns: u64,
 }
 
 /// Why a policy could not be built.
@@ -333,22 +289,6 @@ impl Policy {
         })
     }
 
-    /// For GCRA, the same policy with its tolerance stretched by `extra`
-    /// (rounded down to whole microseconds, so every store accepts it): a
-    /// check against it admits a request whose slot is up to `extra` in the
-    /// future — a reservation — and updates the key's state exactly as an
-    /// admission at that slot would. `None` for other algorithms.
-    pub(crate) fn reserving(&self, extra: Duration) -> Option<Policy> {
-        let Algorithm::Gcra(p) = self.algorithm else {
-            return None;
-        };
-        let extra_ns = u64::try_from(extra.as_nanos()).ok()?;
-        let tolerance_ns = p.tolerance_ns.checked_add(extra_ns - extra_ns % 1000)?;
-        Some(Policy {
-            algorithm: Algorithm::Gcra(GcraParams { tolerance_ns, ..p }),
-        })
-    }
-
     /// Writes the tag that keeps a key's state under `self` apart from its
     /// state under `default` (the rule's own policy), when the two cannot
     /// share it: another algorithm, or a fixed or sliding window of another
@@ -396,6 +336,10 @@ fn window_params(max: u64, window: Duration) -> Result<WindowParams, PolicyError
         window_ns: nanos(window, "window")?,
     })
 }
+
+mod reserve;
+
+pub(crate) use reserve::{effective_policy, rebase};
 
 #[cfg(test)]
 mod tests;

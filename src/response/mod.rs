@@ -2,7 +2,7 @@
 //! rate-limit headers.
 //!
 //! Headers follow draft-ietf-httpapi-ratelimit-headers-10 ([`DRAFT`]; the
-//! parameter names live in one place, `fields.rs`): one `RateLimit-Policy`
+//! parameter names live in one place, `src/fields`): one `RateLimit-Policy`
 //! item per rule (`"reply";q=5;w=60`; concurrency limits as
 //! `"upload";q=2;qu="concurrent-requests"`) and one `RateLimit` item per rule
 //! (`"reply";r=0;t=12`, `t` the seconds until more quota is made available,
@@ -20,19 +20,17 @@ use bytes::Bytes;
 use http::header::{HeaderName, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
-use crate::decision::ceil_secs;
-use crate::info::RateLimitInfo;
+use crate::info::{Meta, RateLimitInfo, RuleSummary};
 use crate::store::StoreError;
 
-mod cache;
-mod fields;
+mod policy_field;
 
-pub(crate) use cache::ExhaustedItems;
-use fields::request_policy_value;
-pub use fields::DRAFT;
 #[cfg(test)]
-use fields::SF_INT_MAX;
-pub(crate) use fields::{policy_value, ratelimit_item};
+use crate::fields::SF_INT_MAX;
+use crate::fields::{int_value, ratelimit_item, retry_body};
+pub use crate::fields::{ResetFormat, DRAFT};
+pub(crate) use policy_field::policy_value;
+use policy_field::request_policy_value;
 
 /// `RateLimit-Policy`.
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -45,30 +43,26 @@ pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelim
 /// `X-RateLimit-Reset` (legacy; see [`ResetFormat`]).
 pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 
-/// How the legacy `X-RateLimit-Reset` gives the moment the key is fully
-/// fresh again ([`Decision::reset_after`](crate::Decision::reset_after)).
-/// Unlike the IETF `t`, this is the *full* reset.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ResetFormat {
-    /// Seconds from now, rounded up (the default).
-    #[default]
-    Seconds,
-    /// A Unix timestamp in seconds, rounded up, as GitHub's API sends it.
-    /// Depends on the server's wall clock.
-    UnixTimestamp,
-}
-
-impl ResetFormat {
-    /// The value for a key fully fresh after `reset_after`.
-    fn value(self, reset_after: std::time::Duration) -> HeaderValue {
-        let secs = match self {
-            ResetFormat::Seconds => ceil_secs(reset_after),
-            ResetFormat::UnixTimestamp => std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |since| ceil_secs(since.saturating_add(reset_after))),
-        };
-        cache::int_value(secs)
+/// What every response of a layer shares, rendered once when the layer
+/// builds its service.
+pub(crate) fn layer_meta(
+    rules: Box<[RuleSummary]>,
+    ietf_headers: bool,
+    legacy_headers: bool,
+    legacy_reset: ResetFormat,
+) -> Meta {
+    let policy_header = policy_value(&rules);
+    Meta {
+        limited_headers: limited_headers_template(
+            policy_header.as_ref(),
+            ietf_headers,
+            legacy_headers,
+        ),
+        policy_header,
+        rules,
+        ietf_headers,
+        legacy_headers,
+        legacy_reset,
     }
 }
 
@@ -180,7 +174,7 @@ pub(crate) fn rejection_response(
         {
             response
                 .headers_mut()
-                .insert(RETRY_AFTER, cache::int_value(UNAVAILABLE_RETRY_SECS));
+                .insert(RETRY_AFTER, int_value(UNAVAILABLE_RETRY_SECS));
         }
     }
     if let Rejection::Limited(info) = rejection {
@@ -191,7 +185,7 @@ pub(crate) fn rejection_response(
         let headers = response.headers_mut();
         if let Some(secs) = info.retry_after_secs() {
             if absent(headers, RETRY_AFTER) {
-                headers.insert(RETRY_AFTER, cache::int_value(secs));
+                headers.insert(RETRY_AFTER, int_value(secs));
             }
         }
         if info.meta().ietf_headers && absent(headers, RATELIMIT) {
@@ -219,7 +213,7 @@ fn limited_plain_text(info: &RateLimitInfo) -> Option<Box<Response<Bytes>>> {
     let mut ratelimit_ok = true;
     for (name, value) in headers.iter_mut() {
         if name == RETRY_AFTER {
-            *value = cache::int_value(retry_secs);
+            *value = int_value(retry_secs);
         } else if name == RATELIMIT {
             match ratelimit_value(info) {
                 Some(v) => *value = v,
@@ -231,9 +225,9 @@ fn limited_plain_text(info: &RateLimitInfo) -> Option<Box<Response<Bytes>>> {
         {
             let d = info.decision();
             *value = if name == X_RATELIMIT_LIMIT {
-                cache::int_value(d.limit)
+                int_value(d.limit)
             } else if name == X_RATELIMIT_REMAINING {
-                cache::int_value(d.remaining)
+                int_value(d.remaining)
             } else {
                 info.meta().legacy_reset.value(d.reset_after)
             };
@@ -247,7 +241,7 @@ fn limited_plain_text(info: &RateLimitInfo) -> Option<Box<Response<Bytes>>> {
             headers.insert(RATELIMIT_POLICY, policy);
         }
     }
-    let mut response = Box::new(Response::new(cache::retry_body(retry_secs)));
+    let mut response = Box::new(Response::new(retry_body(retry_secs)));
     *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
     *response.headers_mut() = headers;
     Some(response)
@@ -305,8 +299,8 @@ fn add_ietf(headers: &mut HeaderMap, info: &RateLimitInfo) {
 
 fn add_legacy(headers: &mut HeaderMap, info: &RateLimitInfo) {
     let d = info.decision();
-    headers.insert(X_RATELIMIT_LIMIT, cache::int_value(d.limit));
-    headers.insert(X_RATELIMIT_REMAINING, cache::int_value(d.remaining));
+    headers.insert(X_RATELIMIT_LIMIT, int_value(d.limit));
+    headers.insert(X_RATELIMIT_REMAINING, int_value(d.remaining));
     headers.insert(
         X_RATELIMIT_RESET,
         info.meta().legacy_reset.value(d.reset_after),
@@ -340,28 +334,13 @@ pub(crate) fn ratelimit_value(info: &RateLimitInfo) -> Option<HeaderValue> {
 fn plain_text(rejection: &Rejection<'_>) -> Bytes {
     match rejection {
         Rejection::Limited(info) => match info.retry_after_secs() {
-            Some(secs) => cache::retry_body(secs),
+            Some(secs) => retry_body(secs),
             None => Bytes::from_static(
                 b"Too many requests: this request exceeds the limit and can never be admitted.\n",
             ),
         },
         other => Bytes::from(format!("{other}\n")),
     }
-}
-
-/// Appends `n` in decimal.
-fn push_u64(out: &mut Vec<u8>, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut i = digits.len();
-    loop {
-        i -= 1;
-        digits[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.extend_from_slice(&digits[i..]);
 }
 
 /// An RFC 9457 problem document.

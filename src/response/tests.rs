@@ -1,5 +1,6 @@
 //! Tests of the layer's own responses and rate-limit headers.
 use super::*;
+use crate::fields::push_u64;
 use crate::info::{Meta, RuleDecision, RuleSummary};
 use crate::{Decision, Policy};
 use std::time::Duration;
@@ -14,7 +15,7 @@ fn decimal_digits_match_display() {
 }
 
 fn meta(legacy: bool) -> Arc<Meta> {
-    Arc::new(Meta::new(rules(), true, legacy))
+    Arc::new(layer_meta(rules(), true, legacy, ResetFormat::Seconds))
 }
 
 fn rules() -> Box<[RuleSummary]> {
@@ -182,7 +183,7 @@ fn prebuilt_429_matches_the_field_by_field_one() {
         fields
     };
     for (ietf, legacy) in [(true, false), (true, true), (false, true), (false, false)] {
-        let meta = Arc::new(Meta::new(rules(), ietf, legacy));
+        let meta = Arc::new(layer_meta(rules(), ietf, legacy, ResetFormat::Seconds));
         let one = |d| {
             RateLimitInfo::one(
                 meta.clone(),
@@ -215,7 +216,7 @@ fn prebuilt_429_matches_the_field_by_field_one() {
 
 #[test]
 fn legacy_reset_as_a_unix_timestamp() {
-    let mut m = Meta::new(rules(), false, true);
+    let mut m = layer_meta(rules(), false, true, ResetFormat::Seconds);
     m.legacy_reset = ResetFormat::UnixTimestamp;
     let info = reply_denied_post_allowed(Arc::new(m));
     let before = std::time::SystemTime::now()

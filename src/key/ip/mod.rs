@@ -99,7 +99,7 @@ pub(crate) fn peer_ip(ext: &Extensions) -> Option<IpAddr> {
         return Some(info.0.ip());
     }
     #[cfg(feature = "grpc")]
-    if let Some(ip) = crate::grpc::tonic_peer_ip(ext) {
+    if let Some(ip) = super::grpc::tonic_peer_ip(ext) {
         return Some(ip);
     }
     ext.get::<SocketAddr>()

@@ -1,6 +1,6 @@
 //! Keys for gRPC calls: the method, and tonic's peer address.
 
-use crate::key::{KeyExtractor, KeyWriter, MissingKey, RequestHead};
+use super::{KeyExtractor, KeyWriter, MissingKey, RequestHead};
 
 /// The gRPC method of a call, from its path: `/package.Service/Method`
 /// ([`GrpcMethod::full`]) or `/package.Service` ([`GrpcMethod::service`]).

@@ -1,4 +1,7 @@
-//! The IETF rate-limit fields, rendered in this one place.
+//! The pieces of the rate-limit fields: the IETF parameter names, items and
+//! policy lists, the legacy reset format, and the prebuilt header values of
+//! the common 429 (`cache.rs`). Nothing here knows requests, layers or
+//! `RateLimitInfo`: `info` and `response` both build on it.
 //!
 //! Implements draft-ietf-httpapi-ratelimit-headers-10 (September 2025, the
 //! latest revision published when this was written): `RateLimit-Policy`
@@ -15,10 +18,12 @@ use std::fmt::Write as _;
 
 use http::HeaderValue;
 
-use super::{cache, push_u64};
 use crate::decision::ceil_secs;
-use crate::info::{RateLimitInfo, RuleSummary};
 use crate::policy::Policy;
+
+mod cache;
+
+pub(crate) use cache::{int_value, interned, retry_body, ExhaustedItems};
 
 /// The draft these fields follow.
 pub const DRAFT: &str = "draft-ietf-httpapi-ratelimit-headers-10";
@@ -37,27 +42,11 @@ const QUOTA_UNIT: &str = "qu";
 /// Structured-field integers stop at 15 digits.
 pub(crate) const SF_INT_MAX: u64 = 999_999_999_999_999;
 
-/// `"reply";q=5;w=60, "upload";q=2;qu="concurrent-requests"`: a layer's
-/// own policies, rendered once.
-pub(crate) fn policy_value(rules: &[RuleSummary]) -> Option<HeaderValue> {
-    let s = render_policies(rules.iter().map(|r| (&*r.name, &r.policy)));
-    cache::interned(s.into_bytes())
-}
-
-/// The `RateLimit-Policy` of a request whose policies were chosen per
-/// request: every rule of the layer, with the policy applied where it was
-/// checked. Rendered per response, never interned (the policies may come
-/// from a database: unbounded).
-pub(crate) fn request_policy_value(info: &RateLimitInfo) -> Option<HeaderValue> {
-    let rules = &info.meta().rules;
-    let s = render_policies(rules.iter().enumerate().map(|(i, r)| {
-        let applied = info.entries().iter().find(|e| e.rule == i);
-        (&*r.name, applied.map_or(&r.policy, |e| &e.policy))
-    }));
-    HeaderValue::from_maybe_shared(bytes::Bytes::from(s)).ok()
-}
-
-fn render_policies<'a>(rules: impl ExactSizeIterator<Item = (&'a str, &'a Policy)>) -> String {
+/// `"reply";q=5;w=60, "upload";q=2;qu="concurrent-requests"` for `rules`
+/// (name, policy).
+pub(crate) fn render_policies<'a>(
+    rules: impl ExactSizeIterator<Item = (&'a str, &'a Policy)>,
+) -> String {
     let mut s = String::with_capacity(rules.len() * 32);
     for (i, (name, policy)) in rules.enumerate() {
         if i > 0 {
@@ -88,4 +77,46 @@ pub(crate) fn ratelimit_item(s: &mut Vec<u8>, name: &str, remaining: u64, secs: 
     s.extend_from_slice(RESET.as_bytes());
     s.push(b'=');
     push_u64(s, secs.min(SF_INT_MAX));
+}
+
+/// Appends `n` in decimal.
+pub(crate) fn push_u64(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+}
+
+/// How the legacy `X-RateLimit-Reset` gives the moment the key is fully
+/// fresh again ([`Decision::reset_after`](crate::Decision::reset_after)).
+/// Unlike the IETF `t`, this is the *full* reset.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ResetFormat {
+    /// Seconds from now, rounded up (the default).
+    #[default]
+    Seconds,
+    /// A Unix timestamp in seconds, rounded up, as GitHub's API sends it.
+    /// Depends on the server's wall clock.
+    UnixTimestamp,
+}
+
+impl ResetFormat {
+    /// The value for a key fully fresh after `reset_after`.
+    pub(crate) fn value(self, reset_after: std::time::Duration) -> HeaderValue {
+        let secs = match self {
+            ResetFormat::Seconds => ceil_secs(reset_after),
+            ResetFormat::UnixTimestamp => std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |since| ceil_secs(since.saturating_add(reset_after))),
+        };
+        int_value(secs)
+    }
 }

@@ -1,0 +1,26 @@
+//! `RateLimit-Policy` values of a layer and of one request.
+
+use http::HeaderValue;
+
+use crate::fields::{interned, render_policies};
+use crate::info::{RateLimitInfo, RuleSummary};
+
+/// `"reply";q=5;w=60, "upload";q=2;qu="concurrent-requests"`: a layer's
+/// own policies, rendered once.
+pub(crate) fn policy_value(rules: &[RuleSummary]) -> Option<HeaderValue> {
+    let s = render_policies(rules.iter().map(|r| (&*r.name, &r.policy)));
+    interned(s.into_bytes())
+}
+
+/// The `RateLimit-Policy` of a request whose policies were chosen per
+/// request: every rule of the layer, with the policy applied where it was
+/// checked. Rendered per response, never interned (the policies may come
+/// from a database: unbounded).
+pub(crate) fn request_policy_value(info: &RateLimitInfo) -> Option<HeaderValue> {
+    let rules = &info.meta().rules;
+    let s = render_policies(rules.iter().enumerate().map(|(i, r)| {
+        let applied = info.entries().iter().find(|e| e.rule == i);
+        (&*r.name, applied.map_or(&r.policy, |e| &e.policy))
+    }));
+    HeaderValue::from_maybe_shared(bytes::Bytes::from(s)).ok()
+}
