@@ -12,14 +12,14 @@ pub struct GcraParams {
     pub tolerance_ns: u64,
     /// Requests admitted at once from a fresh state (`max_burst + 1`).
     pub limit: u64,
-    /// The arguments given to [`Policy::cell`], `None` for the other GCRA
+    /// The arguments given to [`Policy::cell`](crate::Policy::cell), `None` for the other GCRA
     /// constructors. When set, `remaining` is computed as redis-cell 0.5.0
     /// computes it (in whole microseconds, through `f64`), and
     /// [`CellStore`](crate::CellStore) sends these arguments as they are.
     pub cell: Option<CellArgs>,
 }
 
-/// The arguments of [`Policy::cell`], as the user gave them: redis-cell's
+/// The arguments of [`Policy::cell`](crate::Policy::cell), as the user gave them: redis-cell's
 /// `CL.THROTTLE key max_burst count period`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct CellArgs {
