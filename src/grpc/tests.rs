@@ -12,9 +12,9 @@ use crate::key::{Global, HeaderKey};
 use crate::store::{Rule, Store, StoreError};
 use crate::{Decision, MemoryStore, OnMissingKey, PermitId, Policy, ThrottleLayer};
 
-type Reply = http::Response<crate::ThrottleBody<http_body_util::Full<Bytes>>>;
+type ThrottledResponse = http::Response<crate::ThrottleBody<http_body_util::Full<Bytes>>>;
 
-async fn call<St: Store>(layer: &ThrottleLayer<St>, content_type: &str) -> Reply {
+async fn call<St: Store>(layer: &ThrottleLayer<St>, content_type: &str) -> ThrottledResponse {
     let inner = service_fn(|_: Request<()>| async {
         Ok::<_, Infallible>(http::Response::new(http_body_util::Full::new(
             Bytes::from_static(b"ok"),
@@ -31,12 +31,12 @@ async fn call<St: Store>(layer: &ThrottleLayer<St>, content_type: &str) -> Reply
         .unwrap()
 }
 
-fn header<'a>(r: &'a Reply, name: &str) -> Option<&'a str> {
+fn header<'a>(r: &'a ThrottledResponse, name: &str) -> Option<&'a str> {
     r.headers().get(name).map(|v| v.to_str().unwrap())
 }
 
 /// The `google.rpc.Status` of `grpc-status-details-bin`, decoded by prost.
-fn details(r: &Reply) -> tonic_types::pb::Status {
+fn details(r: &ThrottledResponse) -> tonic_types::pb::Status {
     let b64 = header(r, "grpc-status-details-bin").expect("details");
     assert!(!b64.ends_with('='), "-bin values are sent unpadded");
     let bytes = decode_base64(b64);
