@@ -74,29 +74,18 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
-pub mod algorithm;
-mod body;
-mod check;
-pub mod clock;
-mod decision;
-mod fields;
-pub mod future;
-pub mod grpc;
-mod info;
-pub mod key;
-mod layer;
-mod limiter;
-pub mod lockout;
-mod mode;
-mod multi;
-mod policy;
-pub mod resolve;
-pub mod response;
-mod rule;
-mod service;
-mod settings;
-pub mod store;
-mod upgrade;
+// Two floors (see ARCHITECTURE.md): the engine (policies, algorithms,
+// stores, the direct API) knows nothing of HTTP; the middleware (the tower
+// layer and what it renders) builds on it. Public paths are re-exports.
+mod engine;
+mod middleware;
+
+#[doc(inline)]
+pub use engine::{algorithm, clock, lockout, store};
+use engine::{decision, limiter, multi, policy};
+#[doc(inline)]
+pub use middleware::{future, grpc, key, resolve, response};
+use middleware::{body, check, fields, info, layer, mode, rule, service, settings, upgrade};
 
 pub use body::ThrottleBody;
 pub use decision::{DecidedBy, Decision, PermitId};
