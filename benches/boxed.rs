@@ -13,7 +13,7 @@ use http::{HeaderValue, Request, Response};
 use tower::{Layer, Service, ServiceExt};
 use tower_throttle::key::HeaderKey;
 use tower_throttle::store::BoxStore;
-use tower_throttle::{MemoryStore, Policy, Rule, Store, ThrottleLayer};
+use tower_throttle::{Charge, MemoryStore, Policy, Store, ThrottleLayer};
 
 // The shared module also holds a key extractor this bench does not use.
 #[allow(dead_code)]
@@ -37,7 +37,7 @@ fn check_now<S: Store>(store: &S, keys: &[Vec<u8>], iters: u64) -> Duration {
     let p = policy();
     let start = Instant::now();
     for i in 0..iters as usize {
-        let rule = Rule::new(&keys[i % USERS], &p, 1);
+        let rule = Charge::new(&keys[i % USERS], &p, 1);
         black_box(store.check_now(rule).unwrap().unwrap());
     }
     start.elapsed()
@@ -51,7 +51,7 @@ fn check_async<S: Store>(store: &S, keys: &[Vec<u8>], iters: u64) -> Duration {
     rt.block_on(async {
         let start = Instant::now();
         for i in 0..iters as usize {
-            let rule = Rule::new(&keys[i % USERS], &p, 1);
+            let rule = Charge::new(&keys[i % USERS], &p, 1);
             black_box(store.check(rule).await.unwrap());
         }
         start.elapsed()

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use governor::{Quota, RateLimiter};
 use tower_throttle::clock::ManualClock;
-use tower_throttle::{MemoryStore, Policy, Rule};
+use tower_throttle::{Charge, MemoryStore, Policy};
 
 struct Counting;
 
@@ -59,7 +59,7 @@ fn main() {
         .build();
     let policy = Policy::cell(4, 5, Duration::from_secs(1)).unwrap();
     for k in &keys {
-        black_box(store.check_sync(Rule::new(k, &policy, 1)).unwrap());
+        black_box(store.check_sync(Charge::new(k, &policy, 1)).unwrap());
     }
     let ours = live() - before;
     clock.advance(Duration::from_secs(2));

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
-use tower_throttle::{MemoryStore, Policy, Rule};
+use tower_throttle::{Charge, MemoryStore, Policy};
 
 /// Generous enough that every check in the benchmark is admitted.
 fn policy() -> Policy {
@@ -43,7 +43,7 @@ fn hot_key(c: &mut Criterion) {
     let (ours, gov, p) = (store(), governor(), policy());
     let key = b"user:00000001:reply".to_vec();
     g.bench_function("tower_throttle", |b| {
-        b.iter(|| black_box(ours.check_sync(Rule::new(&key, &p, 1)).unwrap().allowed))
+        b.iter(|| black_box(ours.check_sync(Charge::new(&key, &p, 1)).unwrap().allowed))
     });
     g.bench_function("governor", |b| {
         b.iter(|| black_box(gov.check_key(&key).is_ok()))
@@ -66,7 +66,7 @@ fn hot_key(c: &mut Criterion) {
         g.bench_function(format!("tower_throttle_{name}"), |b| {
             b.iter(|| {
                 black_box(
-                    ours.check_sync(Rule::new(&key, &window, 1))
+                    ours.check_sync(Charge::new(&key, &window, 1))
                         .unwrap()
                         .allowed,
                 )
@@ -83,7 +83,7 @@ fn many_keys(c: &mut Criterion, group: &str, n: usize, random: bool) {
     let (ours, gov, p) = (store(), governor(), policy());
     let keys = keys(n);
     for k in &keys {
-        ours.check_sync(Rule::new(k, &p, 1)).unwrap();
+        ours.check_sync(Charge::new(k, &p, 1)).unwrap();
         let _ = gov.check_key(k);
     }
     let pick = |i: u64| {
@@ -98,7 +98,7 @@ fn many_keys(c: &mut Criterion, group: &str, n: usize, random: bool) {
         b.iter(|| {
             i += 1;
             black_box(
-                ours.check_sync(Rule::new(&keys[pick(i)], &p, 1))
+                ours.check_sync(Charge::new(&keys[pick(i)], &p, 1))
                     .unwrap()
                     .allowed,
             )
@@ -134,7 +134,7 @@ fn new_key(c: &mut Criterion) {
             || (store(), keys(10_000)),
             |(ours, keys)| {
                 for k in &keys {
-                    n += u64::from(ours.check_sync(Rule::new(k, &p, 1)).unwrap().allowed);
+                    n += u64::from(ours.check_sync(Charge::new(k, &p, 1)).unwrap().allowed);
                 }
                 black_box(n);
                 ours
@@ -188,7 +188,7 @@ fn two_threads(c: &mut Criterion) {
     let (ours, gov, p) = (store(), Arc::new(governor()), policy());
     let key: &'static [u8] = b"user:00000001:reply";
     let ours_f = Arc::new(move || {
-        black_box(ours.check_sync(Rule::new(key, &p, 1)).unwrap());
+        black_box(ours.check_sync(Charge::new(key, &p, 1)).unwrap());
     });
     g.bench_function("tower_throttle", |b| {
         b.iter_custom(|iters| run(iters, ours_f.clone()))

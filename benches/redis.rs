@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionManager;
 use redis_support::RedisServer;
 use tower_throttle::store::redis::{RedisStore, DEFAULT_BATCHES_IN_FLIGHT};
-use tower_throttle::{Policy, Rule, Store};
+use tower_throttle::{Charge, Policy, Store};
 
 #[derive(Clone)]
 enum Op {
@@ -122,13 +122,13 @@ async fn one(op: &Op, conn: &mut ConnectionManager, key: &str) {
         Op::Check { store, policy, hot } => {
             let key = if *hot { "hot" } else { key };
             store
-                .check(Rule::new(key.as_bytes(), policy, 1))
+                .check(Charge::new(key.as_bytes(), policy, 1))
                 .await
                 .unwrap();
         }
         Op::Acquire { store, policy } => {
             let d = store
-                .check(Rule::new(key.as_bytes(), policy, 1))
+                .check(Charge::new(key.as_bytes(), policy, 1))
                 .await
                 .unwrap();
             if let Some(id) = d.permit {

@@ -28,7 +28,7 @@ use axum::Router;
 use tower_throttle::key::{FromExtension, PeerIp};
 use tower_throttle::store::BoxStore;
 use tower_throttle::{
-    Limit, MemoryStore, OnMissingKey, Policy, RateLimitInfo, Store, ThrottleLayer,
+    MemoryStore, OnMissingKey, Policy, RateLimitInfo, Rule, Store, ThrottleLayer,
 };
 
 /// The signed-in user, as an auth layer would record it.
@@ -111,7 +111,7 @@ fn app<St: Store>(store: Arc<St>) -> Result<Router, tower_throttle::PolicyError>
     .name("minute")
     .policy_from_extension(move |tier: &Tier| (*tier == Tier::Premium).then_some(premium_minute))
     .and(
-        Limit::new(
+        Rule::new(
             "day",
             Policy::fixed_window(100, Duration::from_secs(86_400))?,
         )

@@ -30,7 +30,7 @@
 //! # Over HTTP
 //!
 //! [`ThrottleLayer`] is tower middleware for any `Service<http::Request<B>>`
-//! (axum, hyper, tonic). Each [`Limit`] pairs a policy with a
+//! (axum, hyper, tonic). Each [`Rule`] pairs a policy with a
 //! [`key`] extractor and a cost; a denied request gets a `429` with
 //! `Retry-After` and the IETF `RateLimit-Policy` / `RateLimit` fields, and
 //! never reaches the inner service. A denied gRPC call gets the gRPC answer
@@ -83,9 +83,9 @@ mod middleware;
 #[doc(inline)]
 pub use engine::{algorithm, clock, lockout, store};
 use engine::{decision, limiter, multi, policy};
+use middleware::{body, check, fields, info, layer, mode, rule, service, settings, upgrade};
 #[doc(inline)]
 pub use middleware::{future, grpc, key, resolve, response};
-use middleware::{body, check, fields, info, layer, mode, rule, service, settings, upgrade};
 
 pub use body::ThrottleBody;
 pub use decision::{DecidedBy, Decision, PermitId};
@@ -101,11 +101,11 @@ pub use policy::{
 };
 pub use resolve::{CachedResolver, PolicyResolver};
 pub use response::ResetFormat;
-pub use rule::{Limit, RuleError};
+pub use rule::{Rule, RuleError};
 pub use service::Throttle;
 #[cfg(feature = "redis")]
 pub use store::{CellStore, RedisClusterStore, RedisStore};
-pub use store::{MemoryStore, Rule, RuleSpec, Store, StoreError};
+pub use store::{Charge, MemoryStore, RuleSpec, Store, StoreError};
 pub use upgrade::{HeldPermit, UpgradePermit};
 
 /// The README's examples, compiled as doctests (they use every feature).

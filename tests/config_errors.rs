@@ -8,7 +8,7 @@ use redis::aio::ConnectionLike;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 use tower::Layer;
 use tower_throttle::store::redis::{HashTag, RedisStore};
-use tower_throttle::{Limit, Limiter, MemoryStore, Policy, Store, StoreError, ThrottleLayer};
+use tower_throttle::{Limiter, MemoryStore, Policy, Rule, Store, StoreError, ThrottleLayer};
 
 /// A connection that is never used: validation needs no server.
 #[derive(Clone)]
@@ -64,7 +64,7 @@ fn sliding_log_above_the_redis_cap_is_refused_at_build() {
 
     let layer = ThrottleLayer::new(redis(false, HashTag::PerKey), minute())
         .name("minute")
-        .and(Limit::new("log", big));
+        .and(Rule::new("log", big));
     let err = layer.validate().unwrap_err();
     assert_eq!(err.rules().collect::<Vec<_>>(), ["log"]);
     assert_eq!(err.policy(), Some(&big));
@@ -102,7 +102,7 @@ fn policies_outside_the_exact_range_are_refused_at_build() {
 
 #[test]
 fn rules_that_cannot_share_a_cluster_slot_are_refused_at_build() {
-    let day = Limit::new(
+    let day = Rule::new(
         "day",
         Policy::fixed_window(100, Duration::from_secs(86_400)).unwrap(),
     );
@@ -151,7 +151,7 @@ fn governor_refuses_what_it_cannot_run_at_build() {
     let err = Limiter::try_new(GovernorStore::new(), log).unwrap_err();
     assert!(matches!(err, StoreError::Unsupported(_)), "{err:?}");
     let layer =
-        ThrottleLayer::new(GovernorStore::new(), minute()).and(Limit::new("second", minute()));
+        ThrottleLayer::new(GovernorStore::new(), minute()).and(Rule::new("second", minute()));
     assert!(layer.validate().is_err());
     assert!(Limiter::try_new(GovernorStore::new(), minute()).is_ok());
 }

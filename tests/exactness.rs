@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use models::Model;
 use tower_throttle::clock::{Clock, ManualClock};
-use tower_throttle::{Limiter, MemoryStore, Policy, Rule};
+use tower_throttle::{Charge, Limiter, MemoryStore, Policy};
 
 const THREADS: usize = 8;
 const PER_THREAD: usize = 10_000;
@@ -136,7 +136,7 @@ fn eight_threads_admit_exactly_the_model_phase_by_phase() {
                         barrier.wait();
                         let mut admitted = 0;
                         for _ in 0..PER_PHASE {
-                            let d = store.check_sync(Rule::new(b"hot", &policy, 1)).unwrap();
+                            let d = store.check_sync(Charge::new(b"hot", &policy, 1)).unwrap();
                             admitted += u64::from(d.allowed);
                         }
                         got[phase].fetch_add(admitted, Ordering::Relaxed);
@@ -198,7 +198,7 @@ fn free_running_clock_never_admits_more_than_the_model() {
                                 clock.advance(step);
                             }
                         }
-                        let d = store.check_sync(Rule::new(b"hot", &policy, 1)).unwrap();
+                        let d = store.check_sync(Charge::new(b"hot", &policy, 1)).unwrap();
                         admitted.fetch_add(u64::from(d.allowed), Ordering::Relaxed);
                     }
                 })
@@ -238,9 +238,9 @@ fn multi_rule_checks_charge_only_admitted_requests() {
                     barrier.wait();
                     for _ in 0..100 {
                         let rules = [
-                            Rule::new(b"u:tight", &tight, cost),
-                            Rule::new(b"u:daily", &daily, cost),
-                            Rule::new(b"u:hourly", &hourly, cost),
+                            Charge::new(b"u:tight", &tight, cost),
+                            Charge::new(b"u:daily", &daily, cost),
+                            Charge::new(b"u:hourly", &hourly, cost),
                         ];
                         let d = store.check_all_sync(&rules).unwrap();
                         if d.iter().all(|d| d.allowed) {
@@ -265,7 +265,7 @@ fn multi_rule_checks_charge_only_admitted_requests() {
         requests += r;
         units += u;
     }
-    let peek = |key: &[u8], p: &Policy| store.check_sync(Rule::new(key, p, 0)).unwrap();
+    let peek = |key: &[u8], p: &Policy| store.check_sync(Charge::new(key, p, 0)).unwrap();
     println!("multi-rule: {requests} requests admitted, {units} units");
     assert!(requests > 0);
     assert_eq!(100_000 - peek(b"u:daily", &daily).remaining, units);
@@ -422,7 +422,7 @@ fn full_store_under_concurrency_never_exceeds_the_cap() {
                 let mut admitted = 0;
                 for i in 0..1_000u32 {
                     let key = [t.to_le_bytes(), i.to_le_bytes()].concat();
-                    match store.check_sync(Rule::new(&key, &policy, 1)) {
+                    match store.check_sync(Charge::new(&key, &policy, 1)) {
                         Ok(d) => admitted += usize::from(d.allowed),
                         Err(e) => panic!("{e}"),
                     }
@@ -499,7 +499,7 @@ mod redis_exactness {
                         for (phase, step) in steps.iter().enumerate() {
                             barrier.wait().await;
                             for _ in 0..REDIS_PER_PHASE {
-                                let d = store.check(Rule::new(&key, &policy, 1)).await.unwrap();
+                                let d = store.check(Charge::new(&key, &policy, 1)).await.unwrap();
                                 got[phase].fetch_add(u64::from(d.allowed), Ordering::Relaxed);
                             }
                             barrier.wait().await;
@@ -581,9 +581,9 @@ mod redis_exactness {
                     for _ in 0..10 {
                         // One hash tag after the first ':' so a cluster takes them in one script.
                         let rules = [
-                            Rule::new(b"tight:alice", &tight, cost),
-                            Rule::new(b"loose:alice", &loose, cost),
-                            Rule::new(b"gcra:alice", &gcra, cost),
+                            Charge::new(b"tight:alice", &tight, cost),
+                            Charge::new(b"loose:alice", &loose, cost),
+                            Charge::new(b"gcra:alice", &gcra, cost),
                         ];
                         let d = store.check_all(&rules).await.unwrap();
                         if d.iter().all(|d| d.allowed) {
@@ -600,7 +600,7 @@ mod redis_exactness {
         }
         let store = &stores[0];
         let peek = |k: &'static [u8], p: Policy| async move {
-            store.check(Rule::new(k, &p, 0)).await.unwrap().remaining
+            store.check(Charge::new(k, &p, 0)).await.unwrap().remaining
         };
         println!("{what} multi-rule: {units} units admitted of 7");
         assert!(units == 7 || units == 6, "{units}");

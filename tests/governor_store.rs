@@ -8,7 +8,7 @@ use governor::clock::FakeRelativeClock;
 use proptest::prelude::*;
 use tower_throttle::clock::ManualClock;
 use tower_throttle::store::GovernorStore;
-use tower_throttle::{MemoryStore, Policy, Rule, Store, StoreError};
+use tower_throttle::{Charge, MemoryStore, Policy, Store, StoreError};
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(500))]
@@ -29,8 +29,8 @@ proptest! {
             let advance = Duration::from_nanos(advance % (period_ms * 1_000_000));
             manual.advance(advance);
             fake.advance(advance);
-            let want = memory.check_sync(Rule::new(b"k", &policy, cost)).unwrap();
-            let got = gov.check_sync(Rule::new(b"k", &policy, cost)).unwrap();
+            let want = memory.check_sync(Charge::new(b"k", &policy, cost)).unwrap();
+            let got = gov.check_sync(Charge::new(b"k", &policy, cost)).unwrap();
             prop_assert_eq!(got.allowed, want.allowed);
             prop_assert_eq!(got.retry_after, want.retry_after);
             prop_assert_eq!(got.limit, want.limit);
@@ -56,10 +56,10 @@ async fn unsupported_operations_are_typed_errors() {
     fn unsupported<T>(r: Result<T, StoreError>) -> bool {
         matches!(r, Err(StoreError::Unsupported(_)))
     }
-    assert!(unsupported(gov.check(Rule::new(b"k", &log, 1)).await));
-    assert!(unsupported(gov.check(Rule::new(b"k", &gcra, 0)).await));
+    assert!(unsupported(gov.check(Charge::new(b"k", &log, 1)).await));
+    assert!(unsupported(gov.check(Charge::new(b"k", &gcra, 0)).await));
     assert!(unsupported(gov.refund(b"k", &gcra, 1).await));
     assert!(unsupported(gov.reset(b"k", &gcra).await));
-    let d = gov.check(Rule::new(b"k", &gcra, u64::MAX)).await.unwrap();
+    let d = gov.check(Charge::new(b"k", &gcra, u64::MAX)).await.unwrap();
     assert!(d.is_never());
 }

@@ -22,7 +22,7 @@ use tower_throttle::key::{
     RequestHead, MAX_KEY_PART,
 };
 use tower_throttle::{
-    Decision, Limiter, MemoryStore, PermitId, Policy, PolicyError, Rule, Store, StoreError,
+    Charge, Decision, Limiter, MemoryStore, PermitId, Policy, PolicyError, Store, StoreError,
     ThrottleLayer,
 };
 
@@ -192,7 +192,7 @@ fn accepted_extreme_policies_decide_without_panicking() {
             let Ok(p) = p else { continue };
             let key = i.to_le_bytes();
             for cost in [0, 1, p.limit(), p.limit().saturating_add(1), u64::MAX] {
-                let d = store.check_sync(Rule::new(&key, &p, cost)).unwrap();
+                let d = store.check_sync(Charge::new(&key, &p, cost)).unwrap();
                 checks += 1;
                 assert!(d.remaining <= p.limit(), "{what} cost {cost}: {d:?}");
                 if cost > p.limit() {
@@ -202,7 +202,7 @@ fn accepted_extreme_policies_decide_without_panicking() {
                 let _ = d.retry_after_secs();
             }
             store.refund_sync(&key, &p, u64::MAX);
-            if let Some(id) = store.check_sync(Rule::new(&key, &p, 1)).unwrap().permit {
+            if let Some(id) = store.check_sync(Charge::new(&key, &p, 1)).unwrap().permit {
                 store.release_sync(&key, &p, id);
             }
             store.release_sync(&key, &p, PermitId(u64::MAX));
@@ -277,11 +277,11 @@ struct Recorder {
 }
 
 impl Store for Recorder {
-    async fn check(&self, rule: Rule<'_>) -> Result<Decision, StoreError> {
+    async fn check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
         self.keys.lock().unwrap().push(rule.key.to_vec());
         self.inner.check(rule).await
     }
-    async fn check_all(&self, rules: &[Rule<'_>]) -> Result<Vec<Decision>, StoreError> {
+    async fn check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
         for r in rules {
             self.keys.lock().unwrap().push(r.key.to_vec());
         }
@@ -745,7 +745,7 @@ fn a_million_distinct_keys_stay_under_the_cap() {
             assert!(store.len() <= CAP, "{} keys at {i}", store.len());
         }
         let d = store
-            .check_sync(Rule::new(&i.to_le_bytes(), &policy, 1))
+            .check_sync(Charge::new(&i.to_le_bytes(), &policy, 1))
             .unwrap();
         admitted += u64::from(d.allowed);
     }
@@ -762,7 +762,7 @@ fn a_million_distinct_keys_stay_under_the_cap() {
     assert_eq!(admitted as usize, CAP + 5);
     // Live keys are never evicted: the first key is still limited.
     let d = store
-        .check_sync(Rule::new(&0u32.to_le_bytes(), &policy, 5))
+        .check_sync(Charge::new(&0u32.to_le_bytes(), &policy, 5))
         .unwrap();
     assert!(!d.allowed, "a live key lost its state");
     assert!(took < Duration::from_secs(30), "{took:?}");
@@ -827,7 +827,7 @@ mod on_redis {
             }
             let key = i.to_le_bytes();
             for cost in [0, 1, p.limit(), u64::MAX] {
-                match store.check(Rule::new(&key, &p, cost)).await {
+                match store.check(Charge::new(&key, &p, cost)).await {
                     Ok(d) => {
                         decided += 1;
                         assert!(d.remaining <= p.limit(), "{what}: {d:?}");
@@ -868,7 +868,7 @@ mod on_redis {
         let mut redis_keys = HashSet::new();
         for p in &policies {
             for k in &keys {
-                let d = store.check(Rule::new(k, p, 1)).await.unwrap();
+                let d = store.check(Charge::new(k, p, 1)).await.unwrap();
                 assert!(
                     d.allowed && d.remaining == 1,
                     "fresh: {:?}",
@@ -885,7 +885,7 @@ mod on_redis {
                 assert!(redis_keys.insert(rk));
             }
             // The multi-rule path with hostile keys: all or nothing still.
-            let rules: Vec<Rule<'_>> = keys.iter().map(|k| Rule::new(k, p, 1)).collect();
+            let rules: Vec<Charge<'_>> = keys.iter().map(|k| Charge::new(k, p, 1)).collect();
             let d = store.check_all(&rules).await.unwrap();
             assert!(d.iter().all(|d| d.allowed));
             let d = store.check_all(&rules).await.unwrap();

@@ -18,7 +18,7 @@ use tokio::io::AsyncWriteExt;
 use tower_throttle::clock::ManualClock;
 use tower_throttle::key::{ClientIp, FromExtension, KeyExtractor, PeerIp};
 use tower_throttle::{
-    Decision, Limit, MemoryStore, OnMissingKey, Policy, RateLimitInfo, Rule, Store, StoreError,
+    Charge, Decision, MemoryStore, OnMissingKey, Policy, RateLimitInfo, Rule, Store, StoreError,
     ThrottleLayer,
 };
 
@@ -304,7 +304,7 @@ async fn several_rules_are_all_or_nothing() {
         Policy::sliding_log(2, Duration::from_secs(60)).unwrap(),
     )
     .name("minute")
-    .and(Limit::new(
+    .and(Rule::new(
         "day",
         Policy::fixed_window(3, Duration::from_secs(86_400)).unwrap(),
     ))
@@ -412,10 +412,10 @@ impl Broken {
 }
 
 impl Store for Broken {
-    async fn check(&self, _: Rule<'_>) -> Result<Decision, StoreError> {
+    async fn check(&self, _: Charge<'_>) -> Result<Decision, StoreError> {
         self.fail().await
     }
-    async fn check_all(&self, _: &[Rule<'_>]) -> Result<Vec<Decision>, StoreError> {
+    async fn check_all(&self, _: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
         self.fail().await
     }
     async fn refund(&self, _: &[u8], _: &Policy, _: u64) -> Result<(), StoreError> {

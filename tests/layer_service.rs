@@ -242,7 +242,7 @@ struct CountingStore<S> {
 impl<S: tower_throttle::Store> tower_throttle::Store for CountingStore<S> {
     async fn check(
         &self,
-        rule: tower_throttle::Rule<'_>,
+        rule: tower_throttle::Charge<'_>,
     ) -> Result<tower_throttle::Decision, tower_throttle::StoreError> {
         self.checks.fetch_add(1, Ordering::SeqCst);
         self.inner.check(rule).await
@@ -250,7 +250,7 @@ impl<S: tower_throttle::Store> tower_throttle::Store for CountingStore<S> {
 
     async fn check_all(
         &self,
-        rules: &[tower_throttle::Rule<'_>],
+        rules: &[tower_throttle::Charge<'_>],
     ) -> Result<Vec<tower_throttle::Decision>, tower_throttle::StoreError> {
         self.checks.fetch_add(1, Ordering::SeqCst);
         self.inner.check_all(rules).await

@@ -21,7 +21,7 @@ use tower_throttle::key::HeaderKey;
 use tower_throttle::lockout::Penalty;
 use tower_throttle::store::redis::{RedisStore, TimeSource};
 use tower_throttle::store::Store;
-use tower_throttle::{Limit, MemoryStore, Policy, ThrottleLayer};
+use tower_throttle::{MemoryStore, Policy, Rule, ThrottleLayer};
 
 const MIN: Duration = Duration::from_secs(60);
 
@@ -155,7 +155,7 @@ async fn locked_keys_are_not_charged_on_any_rule() {
     // A second rule, an hour's budget of 6: requests refused while locked
     // would use it up if they were charged.
     let (svc, calls) = login(store, |l| {
-        l.and(Limit::new(
+        l.and(Rule::new(
             "hour",
             Policy::fixed_window(6, 60 * MIN).unwrap(),
         ))

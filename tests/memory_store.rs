@@ -6,7 +6,7 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use tower_throttle::clock::{Clock, ManualClock};
-use tower_throttle::{Limiter, MemoryStore, Policy, Rule, StoreError};
+use tower_throttle::{Charge, Limiter, MemoryStore, Policy, StoreError};
 
 #[path = "memory_store/full.rs"]
 mod full;
@@ -41,7 +41,7 @@ fn cl_throttle_literal_replies() {
     let policy = Policy::cell(15, 30, Duration::from_secs(60)).unwrap();
     let check = || {
         store
-            .check_sync(Rule::new(b"user123", &policy, 1))
+            .check_sync(Charge::new(b"user123", &policy, 1))
             .unwrap()
             .to_cell_reply()
     };
@@ -57,7 +57,7 @@ fn cl_throttle_literal_replies() {
     assert_eq!(check(), [0, 16, 0, -1, 32]);
     // A quantity above the limit can never pass: redis-cell answers -1.
     let d = store
-        .check_sync(Rule::new(b"user123", &policy, 17))
+        .check_sync(Charge::new(b"user123", &policy, 17))
         .unwrap();
     assert!(d.is_never());
     assert_eq!(d.to_cell_reply(), [1, 16, 0, -1, 32]);
@@ -79,7 +79,7 @@ fn threads_hammering_one_key_admit_exactly_the_bound() {
                 std::thread::spawn(move || {
                     start.wait();
                     for _ in 0..PER_THREAD {
-                        let d = store.check_sync(Rule::new(b"hot", &policy, 1)).unwrap();
+                        let d = store.check_sync(Charge::new(b"hot", &policy, 1)).unwrap();
                         admitted.fetch_add(u64::from(d.allowed), Ordering::Relaxed);
                     }
                 })
@@ -108,7 +108,7 @@ fn threads_with_advancing_time_never_exceed_the_rate() {
                     if i == 0 && n % 50 == 0 {
                         clock.advance(Duration::from_millis(10));
                     }
-                    let d = store.check_sync(Rule::new(b"hot", &policy, 1)).unwrap();
+                    let d = store.check_sync(Charge::new(b"hot", &policy, 1)).unwrap();
                     admitted.fetch_add(u64::from(d.allowed), Ordering::Relaxed);
                 }
             })
@@ -136,8 +136,8 @@ fn all_or_nothing_under_concurrency() {
                 (0..1000)
                     .filter(|_| {
                         let rules = [
-                            Rule::new(b"u:min", &minute, 1),
-                            Rule::new(b"u:day", &day, 1),
+                            Charge::new(b"u:min", &minute, 1),
+                            Charge::new(b"u:day", &day, 1),
                         ];
                         store
                             .check_all_sync(&rules)
@@ -152,7 +152,7 @@ fn all_or_nothing_under_concurrency() {
     let admitted: usize = handles.into_iter().map(|h| h.join().unwrap()).sum();
     assert_eq!(admitted, 5);
     // The day rule was charged only for the 5 admitted requests.
-    let d = store.check_sync(Rule::new(b"u:day", &day, 0)).unwrap();
+    let d = store.check_sync(Charge::new(b"u:day", &day, 0)).unwrap();
     assert_eq!(d.remaining, 95);
 }
 
@@ -184,11 +184,11 @@ fn multi_rule_checks_stay_atomic_against_a_hot_key() {
                     start.wait();
                     let (mut single, mut multi) = (0u64, 0u64);
                     for _ in 0..1_000 {
-                        let h = Rule::new(hot_key.as_bytes(), &hot, 1);
+                        let h = Charge::new(hot_key.as_bytes(), &hot, 1);
                         if t % 2 == 0 {
                             single += u64::from(store.check_sync(h).unwrap().allowed);
                         } else {
-                            let rules = [h, Rule::new(pair_key.as_bytes(), &pair, 1)];
+                            let rules = [h, Charge::new(pair_key.as_bytes(), &pair, 1)];
                             let d = store.check_all_sync(&rules).unwrap();
                             multi += u64::from(d.iter().all(|d| d.allowed));
                         }
@@ -203,7 +203,7 @@ fn multi_rule_checks_stay_atomic_against_a_hot_key() {
             .fold((0, 0), |a, b| (a.0 + b.0, a.1 + b.1));
         assert_eq!(single + multi, 300, "round {round}: {single} + {multi}");
         let peek = store
-            .check_sync(Rule::new(pair_key.as_bytes(), &pair, 0))
+            .check_sync(Charge::new(pair_key.as_bytes(), &pair, 0))
             .unwrap();
         assert_eq!(
             peek.remaining,
@@ -221,7 +221,7 @@ fn sweeping_a_cached_hot_key_loses_nothing() {
     let store = manual_store(&clock);
     // 10 at once, one more every 10 s: cold 100 s after the burst.
     let p = Policy::cell(9, 1, Duration::from_secs(10)).unwrap();
-    let check = || store.check_sync(Rule::new(b"k", &p, 1)).unwrap().allowed;
+    let check = || store.check_sync(Charge::new(b"k", &p, 1)).unwrap().allowed;
     assert_eq!((0..20).filter(|_| check()).count(), 10);
     // Still warm: a sweep keeps it, and it stays exhausted.
     assert_eq!(store.sweep(), 0);
@@ -257,14 +257,16 @@ fn sweeps_racing_cached_admissions_lose_nothing() {
                 let (store, start, key) = (store.clone(), start.clone(), key.clone());
                 std::thread::spawn(move || {
                     for _ in 0..10 {
-                        store.check_sync(Rule::new(key.as_bytes(), &p, 1)).unwrap();
+                        store
+                            .check_sync(Charge::new(key.as_bytes(), &p, 1))
+                            .unwrap();
                     }
                     start.wait(); // the clock moves to the key's expiry
                     start.wait();
                     (0..2_000)
                         .filter(|_| {
                             store
-                                .check_sync(Rule::new(key.as_bytes(), &p, 1))
+                                .check_sync(Charge::new(key.as_bytes(), &p, 1))
                                 .unwrap()
                                 .allowed
                         })
@@ -302,7 +304,9 @@ fn sweeps_racing_cached_admissions_lose_nothing() {
         sweeper.join().unwrap();
         assert_eq!(admitted, 10, "round {round}: one fresh burst, exactly");
         // Whatever the sweeps did, the key's state is the one burst.
-        let peek = store.check_sync(Rule::new(key.as_bytes(), &p, 0)).unwrap();
+        let peek = store
+            .check_sync(Charge::new(key.as_bytes(), &p, 0))
+            .unwrap();
         assert_eq!(peek.remaining, 0, "round {round}");
     }
 }
@@ -315,7 +319,7 @@ fn reset_and_refund_reach_a_cached_hot_key() {
     let p = Policy::cell(4, 1, Duration::from_secs(60)).unwrap(); // 5 at once
     let admitted = |n| {
         (0..n)
-            .filter(|_| store.check_sync(Rule::new(b"k", &p, 1)).unwrap().allowed)
+            .filter(|_| store.check_sync(Charge::new(b"k", &p, 1)).unwrap().allowed)
             .count()
     };
     assert_eq!(admitted(10), 5);
@@ -352,7 +356,7 @@ fn a_hot_key_shared_by_threads_admits_exactly_the_bound() {
                         clock.advance(Duration::from_millis(100));
                     }
                     if store
-                        .check_sync(Rule::new(b"global", &p, 1))
+                        .check_sync(Charge::new(b"global", &p, 1))
                         .unwrap()
                         .allowed
                     {
@@ -366,7 +370,7 @@ fn a_hot_key_shared_by_threads_admits_exactly_the_bound() {
         h.join().unwrap();
     }
     assert_eq!(admitted.load(Ordering::Relaxed), 110);
-    let peek = store.check_sync(Rule::new(b"global", &p, 0)).unwrap();
+    let peek = store.check_sync(Charge::new(b"global", &p, 0)).unwrap();
     assert_eq!(peek.remaining, 0, "{peek:?}");
 }
 
@@ -383,10 +387,10 @@ fn a_multi_rule_check_counts_a_cold_key_it_brings_back() {
         .build();
     let p = Policy::cell(4, 1, Duration::from_secs(1)).unwrap();
     for key in [&b"a"[..], b"c"] {
-        assert!(store.check_sync(Rule::new(key, &p, 1)).unwrap().allowed);
+        assert!(store.check_sync(Charge::new(key, &p, 1)).unwrap().allowed);
     }
     clock.advance(Duration::from_secs(2)); // a and c are cold, not yet swept
-    let rules = [Rule::new(b"a", &p, 1), Rule::new(b"b", &p, 1)];
+    let rules = [Charge::new(b"a", &p, 1), Charge::new(b"b", &p, 1)];
     assert!(store
         .check_all_sync(&rules)
         .unwrap()
@@ -394,7 +398,7 @@ fn a_multi_rule_check_counts_a_cold_key_it_brings_back() {
         .all(|d| d.allowed));
     assert_eq!(store.len(), 2);
     // a and b are live: a third key does not fit, and is decided in overflow.
-    assert!(store.check_sync(Rule::new(b"d", &p, 1)).unwrap().allowed);
+    assert!(store.check_sync(Charge::new(b"d", &p, 1)).unwrap().allowed);
     assert_eq!(store.len(), 2);
     assert_eq!(store.overflowed_checks(), 1);
 }
@@ -404,7 +408,7 @@ fn duplicate_keys_in_one_check_are_a_typed_error() {
     let store = MemoryStore::new();
     let p = Policy::fixed_window(1, Duration::from_secs(1)).unwrap();
     let err = store
-        .check_all_sync(&[Rule::new(b"x", &p, 1), Rule::new(b"x", &p, 1)])
+        .check_all_sync(&[Charge::new(b"x", &p, 1), Charge::new(b"x", &p, 1)])
         .unwrap_err();
     assert!(matches!(err, StoreError::InvalidRequest(_)), "{err}");
 }
@@ -423,7 +427,7 @@ fn flood_of_distinct_keys_stays_under_the_cap() {
     for i in 0..100_000u32 {
         admitted += u32::from(
             store
-                .check_sync(Rule::new(&i.to_le_bytes(), &policy, 1))
+                .check_sync(Charge::new(&i.to_le_bytes(), &policy, 1))
                 .unwrap()
                 .allowed,
         );
@@ -440,7 +444,7 @@ fn flood_of_distinct_keys_stays_under_the_cap() {
         let key = format!("new{i}");
         assert!(
             store
-                .check_sync(Rule::new(key.as_bytes(), &policy, 1))
+                .check_sync(Charge::new(key.as_bytes(), &policy, 1))
                 .unwrap()
                 .allowed
         );
@@ -456,7 +460,7 @@ fn cold_keys_are_swept_and_memory_returns() {
         for i in 0..1_000u32 {
             let key = format!("{name}{i}");
             store
-                .check_sync(Rule::new(key.as_bytes(), &policy, 1))
+                .check_sync(Charge::new(key.as_bytes(), &policy, 1))
                 .unwrap();
         }
     }
@@ -481,7 +485,7 @@ fn janitor_thread_sweeps_without_being_asked() {
     let policy = Policy::cell(0, 1, Duration::from_millis(1)).unwrap();
     for i in 0..100u32 {
         store
-            .check_sync(Rule::new(&i.to_le_bytes(), &policy, 1))
+            .check_sync(Charge::new(&i.to_le_bytes(), &policy, 1))
             .unwrap();
     }
     // Wall-clock on purpose: the janitor is a real thread on real time.
@@ -512,7 +516,7 @@ fn clock_jumping_backwards_never_admits_more() {
             }
             admitted += u64::from(
                 store
-                    .check_sync(Rule::new(b"k", &policy, 1))
+                    .check_sync(Charge::new(b"k", &policy, 1))
                     .unwrap()
                     .allowed,
             );
@@ -520,7 +524,7 @@ fn clock_jumping_backwards_never_admits_more() {
         // At most 200 ms of forward motion: the burst plus what 0.2 s refills.
         assert!(admitted <= 15 + 1, "{name} admitted {admitted}");
         let _ = store
-            .check_sync(Rule::new(b"k", &policy, u64::MAX))
+            .check_sync(Charge::new(b"k", &policy, u64::MAX))
             .unwrap();
     }
 }
@@ -534,7 +538,7 @@ fn stalled_clock_admits_only_the_burst() {
         let admitted = (0..1000)
             .filter(|_| {
                 store
-                    .check_sync(Rule::new(key, &policy, 1))
+                    .check_sync(Charge::new(key, &policy, 1))
                     .unwrap()
                     .allowed
             })
@@ -550,7 +554,7 @@ fn huge_costs_and_extreme_times_do_not_panic() {
         let store = manual_store(&clock);
         for (name, policy) in all_policies() {
             for cost in [0, 1, 15, 16, u64::MAX] {
-                let d = store.check_sync(Rule::new(b"k", &policy, cost)).unwrap();
+                let d = store.check_sync(Charge::new(b"k", &policy, cost)).unwrap();
                 if cost > 15 {
                     assert!(d.is_never(), "{name} cost {cost} at {start}: {d:?}");
                 }
@@ -618,9 +622,9 @@ fn lease_frees_a_permit_whose_holder_crashed() {
     let clock = ManualClock::new();
     let store = manual_store(&clock);
     let p = Policy::concurrency_with_lease(1, Duration::from_secs(30)).unwrap();
-    assert!(store.check_sync(Rule::new(b"k", &p, 1)).unwrap().allowed);
-    let d = store.check_sync(Rule::new(b"k", &p, 1)).unwrap();
+    assert!(store.check_sync(Charge::new(b"k", &p, 1)).unwrap().allowed);
+    let d = store.check_sync(Charge::new(b"k", &p, 1)).unwrap();
     assert_eq!(d.retry_after, Some(Duration::from_secs(30)));
     clock.advance(Duration::from_secs(30));
-    assert!(store.check_sync(Rule::new(b"k", &p, 1)).unwrap().allowed);
+    assert!(store.check_sync(Charge::new(b"k", &p, 1)).unwrap().allowed);
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use models::Model;
 use proptest::prelude::*;
 use tower_throttle::clock::{Clock, ManualClock};
-use tower_throttle::{MemoryStore, PermitId, Policy, Rule};
+use tower_throttle::{Charge, MemoryStore, PermitId, Policy};
 
 #[derive(Clone, Debug)]
 enum Op {
@@ -53,7 +53,7 @@ fn run(policy: Policy, ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::Advance(ns) => clock.advance(Duration::from_nanos(ns)),
             Op::Check { key, cost } => {
                 let k = [b'k', key];
-                let got = store.check_sync(Rule::new(&k, &policy, cost)).unwrap();
+                let got = store.check_sync(Charge::new(&k, &policy, cost)).unwrap();
                 let id = got.permit.map_or(0, |p| p.0);
                 let want = model.check(&k, &policy, now, cost, id);
                 prop_assert_eq!(got, want, "step {} check key {} cost {}", step, key, cost);
@@ -179,9 +179,9 @@ proptest! {
             clock.advance(Duration::from_nanos(advance % 1_500_000_000));
             let now = clock.now_ns();
             let rules = [
-                Rule::new(b"a", &per_second, cost_a),
-                Rule::new(b"b", &burst, cost_b),
-                Rule::new(b"c", &windowed, 1),
+                Charge::new(b"a", &per_second, cost_a),
+                Charge::new(b"b", &burst, cost_b),
+                Charge::new(b"c", &windowed, 1),
             ];
             let got = store.check_all_sync(&rules).unwrap();
             let want = model.check_all(

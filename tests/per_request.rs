@@ -14,7 +14,7 @@ use tower_throttle::clock::Clock;
 use tower_throttle::key::FromExtension;
 use tower_throttle::resolve::{resolver_fn, CachedResolver};
 use tower_throttle::{
-    Limit, Limiter, MemoryStore, MultiLimiter, Policy, RateLimitInfo, ThrottleLayer,
+    Limiter, MemoryStore, MultiLimiter, Policy, RateLimitInfo, Rule, ThrottleLayer,
 };
 
 const MIN: Duration = Duration::from_secs(60);
@@ -171,7 +171,7 @@ async fn a_cached_resolver_asks_the_database_once_per_key() {
         MIN,
     );
     let layer = ThrottleLayer::new(MemoryStore::new(), Policy::fixed_window(1, MIN).unwrap())
-        .and(Limit::new("quota", Policy::fixed_window(2, MIN).unwrap()).resolver(quotas.clone()))
+        .and(Rule::new("quota", Policy::fixed_window(2, MIN).unwrap()).resolver(quotas.clone()))
         .name("burst")
         .key(FromExtension::<User>::new());
     let burst = Policy::fixed_window(100, MIN).unwrap();

@@ -15,7 +15,7 @@ use std::time::Duration;
 use redis_support::{current_thread_runtime as runtime, RedisServer};
 use tower_throttle::clock::ManualClock;
 use tower_throttle::store::redis::{RedisStore, TimeSource};
-use tower_throttle::{Policy, Rule, Store};
+use tower_throttle::{Charge, Policy, Store};
 
 /// A store on `clock` with no TTL padding: the TTLs are the real ones.
 async fn store_on(server: &RedisServer, clock: &ManualClock) -> RedisStore {
@@ -52,7 +52,7 @@ fn a_crowd_split_over_batches_is_admitted_exactly_to_the_limit() {
             // batches, and the stragglers follow while those are out.
             let mut calls = Vec::new();
             for _ in 0..64 {
-                let mut call = Box::pin(store.check(Rule::new(&key, &policy, 1)));
+                let mut call = Box::pin(store.check(Charge::new(&key, &policy, 1)));
                 let early = std::future::poll_fn(|cx| {
                     Poll::Ready(match call.as_mut().poll(cx) {
                         Poll::Ready(d) => Some(d.unwrap().allowed),
@@ -114,7 +114,7 @@ fn a_busy_key_never_expires_before_its_tat() {
         let key = store.redis_key(b"busy", &policy);
         let mut jumped = Duration::ZERO;
         for i in 0..36 {
-            let d = store.check(Rule::new(b"busy", &policy, 1)).await.unwrap();
+            let d = store.check(Charge::new(b"busy", &policy, 1)).await.unwrap();
             assert!(d.allowed, "admission {i}");
             let ttl = pttl(&server, &key);
             assert_expiry_covers(&format!("admission {i}"), ttl, d.reset_after, jumped);
@@ -126,13 +126,13 @@ fn a_busy_key_never_expires_before_its_tat() {
         }
         // A refund moves the expiry back with the tat.
         let before = store
-            .check(Rule::new(b"busy", &policy, 0))
+            .check(Charge::new(b"busy", &policy, 0))
             .await
             .unwrap()
             .reset_after;
         store.refund(b"busy", &policy, 3).await.unwrap();
         let after = store
-            .check(Rule::new(b"busy", &policy, 0))
+            .check(Charge::new(b"busy", &policy, 0))
             .await
             .unwrap()
             .reset_after;
@@ -160,7 +160,7 @@ fn batched_and_multi_rule_checks_keep_the_invariant() {
                     let (store, fast, user) = (store.clone(), fast, users[n % 16].clone());
                     tokio::spawn(async move {
                         store
-                            .check(Rule::new(user.as_bytes(), &fast, 1))
+                            .check(Charge::new(user.as_bytes(), &fast, 1))
                             .await
                             .unwrap()
                     })
@@ -173,15 +173,15 @@ fn batched_and_multi_rule_checks_keep_the_invariant() {
             let user = &users[round % 16];
             let both = store
                 .check_all(&[
-                    Rule::new(user.as_bytes(), &fast, 1),
-                    Rule::new(format!("s:{user}").as_bytes(), &slow, 1),
+                    Charge::new(user.as_bytes(), &fast, 1),
+                    Charge::new(format!("s:{user}").as_bytes(), &slow, 1),
                 ])
                 .await
                 .unwrap();
             assert!(both.iter().all(|d| d.allowed), "round {round}: {both:?}");
             for user in &users {
                 let d = store
-                    .check(Rule::new(user.as_bytes(), &fast, 0))
+                    .check(Charge::new(user.as_bytes(), &fast, 0))
                     .await
                     .unwrap();
                 let ttl = pttl(&server, &store.redis_key(user.as_bytes(), &fast));
@@ -195,7 +195,7 @@ fn batched_and_multi_rule_checks_keep_the_invariant() {
             }
             let s = format!("s:{user}");
             let d = store
-                .check(Rule::new(s.as_bytes(), &slow, 0))
+                .check(Charge::new(s.as_bytes(), &slow, 0))
                 .await
                 .unwrap();
             let ttl = pttl(&server, &store.redis_key(s.as_bytes(), &slow));
@@ -222,7 +222,7 @@ fn a_value_incrby_cannot_parse_is_replaced_whole() {
             .arg(10_000)
             .query(&mut server.conn())
             .unwrap();
-        let d = store.check(Rule::new(b"odd", &policy, 1)).await.unwrap();
+        let d = store.check(Charge::new(b"odd", &policy, 1)).await.unwrap();
         assert!(d.allowed);
         assert_eq!(d.reset_after, Duration::from_millis(1_300));
         let stored: String = redis::cmd("GET")

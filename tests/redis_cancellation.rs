@@ -25,7 +25,7 @@ use http::{Request, Response};
 use http_body_util::Full;
 use tower::{Layer, Service, ServiceExt};
 use tower_throttle::store::redis::RedisStore;
-use tower_throttle::{Limiter, PermitId, Policy, Rule, Store, ThrottleLayer};
+use tower_throttle::{Charge, Limiter, PermitId, Policy, Store, ThrottleLayer};
 
 use faults::Paused;
 use redis_support::{runtime, RedisServer};
@@ -100,7 +100,7 @@ async fn store_on(server: &RedisServer, batching: bool) -> RedisStore {
 async fn answers_within_recovery(store: &RedisStore, what: &str) -> Duration {
     let start = Instant::now();
     loop {
-        match store.check(Rule::new(b"probe", &gcra(), 1)).await {
+        match store.check(Charge::new(b"probe", &gcra(), 1)).await {
             Ok(d) => {
                 assert!(d.allowed, "{what}: the probe key is never limited");
                 return start.elapsed();
@@ -193,13 +193,13 @@ fn request() -> Request<()> {
 async fn run_and_drop(store: &RedisStore, call: Call, polls: usize) {
     let shared = Arc::new(store.clone());
     match call {
-        Call::Check => drop_after(store.check(Rule::new(b"k", &gcra(), 1)), polls).await,
+        Call::Check => drop_after(store.check(Charge::new(b"k", &gcra(), 1)), polls).await,
         Call::CheckAll => {
             let (g, w) = (gcra(), window());
-            let rules = [Rule::new(b"k", &g, 1), Rule::new(b"w", &w, 1)];
+            let rules = [Charge::new(b"k", &g, 1), Charge::new(b"w", &w, 1)];
             drop_after(store.check_all(&rules), polls).await
         }
-        Call::Concurrency => drop_after(store.check(Rule::new(b"c", &pair(), 1)), polls).await,
+        Call::Concurrency => drop_after(store.check(Charge::new(b"c", &pair(), 1)), polls).await,
         Call::Refund => drop_after(store.refund(b"k", &gcra(), 1), polls).await,
         Call::Reset => drop_after(store.reset(b"w", &window()), polls).await,
         Call::Release => drop_after(store.release(b"c", &pair(), PermitId(7)), polls).await,
@@ -236,7 +236,7 @@ fn every_public_future_dropped_at_every_await_point_leaves_the_store_working() {
                         );
                         let paused = Paused::pause(&server);
                         if trip_first {
-                            let r = store.check(Rule::new(b"trip", &gcra(), 1)).await;
+                            let r = store.check(Charge::new(b"trip", &gcra(), 1)).await;
                             assert!(r.is_err(), "{what}: a frozen server cannot answer");
                         }
                         run_and_drop(&store, call, polls).await;
@@ -314,13 +314,13 @@ fn a_stall_leaks_no_concurrency_lease() {
             let store = store_on(&server, batching).await;
             let key = format!("stall-{batching}");
             // Warm the connection so the checks below really go out.
-            assert!(store.check(Rule::new(b"warm", &gcra(), 1)).await.is_ok());
+            assert!(store.check(Charge::new(b"warm", &gcra(), 1)).await.is_ok());
             let paused = Paused::pause(&server);
             let mut tasks = Vec::new();
             for _ in 0..10 {
                 let (store, key) = (store.clone(), key.clone());
                 tasks.push(tokio::spawn(async move {
-                    store.check(Rule::new(key.as_bytes(), &pair(), 1)).await
+                    store.check(Charge::new(key.as_bytes(), &pair(), 1)).await
                 }));
             }
             for t in tasks {
@@ -333,11 +333,11 @@ fn a_stall_leaks_no_concurrency_lease() {
             let settled = no_lease_left(&server, &store, key.as_bytes()).await;
             eprintln!("batching {batching}: leases gone {settled:?} after recovery");
             let a = store
-                .check(Rule::new(key.as_bytes(), &pair(), 1))
+                .check(Charge::new(key.as_bytes(), &pair(), 1))
                 .await
                 .unwrap();
             let b = store
-                .check(Rule::new(key.as_bytes(), &pair(), 1))
+                .check(Charge::new(key.as_bytes(), &pair(), 1))
                 .await
                 .unwrap();
             assert!(a.allowed && b.allowed, "both permits are free again");

@@ -10,7 +10,7 @@ use std::time::Duration;
 use redis_support::{runtime, RedisCluster};
 use tower_throttle::clock::ManualClock;
 use tower_throttle::store::redis::{HashTag, RedisClusterStore, RedisStore, TimeSource};
-use tower_throttle::{Decision, MemoryStore, PermitId, Policy, Rule, Store, StoreError};
+use tower_throttle::{Charge, Decision, MemoryStore, PermitId, Policy, Store, StoreError};
 
 async fn store(cluster: &RedisCluster, tag: HashTag) -> RedisClusterStore {
     RedisStore::builder()
@@ -91,7 +91,7 @@ async fn an_idle_store_sends_nothing(cluster: &RedisCluster) {
     // Its batcher is running once a check has gone through it.
     assert!(
         store
-            .check(Rule::new(b"idle", &p, 1))
+            .check(Charge::new(b"idle", &p, 1))
             .await
             .unwrap()
             .allowed
@@ -108,8 +108,8 @@ async fn multi_rule_checks_share_a_slot(cluster: &RedisCluster) {
     let replies = Policy::sliding_log(2, Duration::from_secs(60)).unwrap();
     let posts = Policy::cell(4, 1, Duration::from_secs(3600)).unwrap();
     let rules = [
-        Rule::new(b"reply:alice", &replies, 1),
-        Rule::new(b"post:alice", &posts, 1),
+        Charge::new(b"reply:alice", &replies, 1),
+        Charge::new(b"post:alice", &posts, 1),
     ];
     for round in 0..4 {
         let d = by_user.check_all(&rules).await.unwrap();
@@ -117,7 +117,7 @@ async fn multi_rule_checks_share_a_slot(cluster: &RedisCluster) {
     }
     // The denied rounds charged nothing to the GCRA rule.
     let peek = by_user
-        .check(Rule::new(b"post:alice", &posts, 0))
+        .check(Charge::new(b"post:alice", &posts, 0))
         .await
         .unwrap();
     assert_eq!(peek.remaining, 3);
@@ -133,8 +133,8 @@ async fn multi_rule_checks_share_a_slot(cluster: &RedisCluster) {
     // One fixed tag: any rules combine.
     let fixed = store(cluster, HashTag::Fixed("all".into())).await;
     let rules = [
-        Rule::new(b"global", &posts, 1),
-        Rule::new(b"ip:10.0.0.1", &replies, 1),
+        Charge::new(b"global", &posts, 1),
+        Charge::new(b"ip:10.0.0.1", &replies, 1),
     ];
     assert!(fixed.check_all(&rules).await.unwrap()[1].allowed);
 }
@@ -154,7 +154,7 @@ async fn bound_holds_across_masters(cluster: &RedisCluster) {
                 tasks.push(tokio::spawn(async move {
                     let mut admitted = 0;
                     for _ in 0..6 {
-                        let d = s.check(Rule::new(&key, &policy, 1)).await.unwrap();
+                        let d = s.check(Charge::new(&key, &policy, 1)).await.unwrap();
                         admitted += u64::from(d.allowed);
                     }
                     (user, admitted)
@@ -197,7 +197,7 @@ async fn hostile_keys_land_in_their_tags_slot(cluster: &RedisCluster) {
     keys.push(vec![b'}'; 10_000]);
     for p in five(3) {
         for k in &keys {
-            let d = s.check(Rule::new(k, &p, 1)).await.unwrap();
+            let d = s.check(Charge::new(k, &p, 1)).await.unwrap();
             assert_eq!(d.remaining, 2);
             let rk = s.redis_key(k, &p);
             let tag = tag_of(&rk);
@@ -261,8 +261,8 @@ async fn same_decisions_as_memory(cluster: &RedisCluster) {
                 0..=1 => clock.advance(Duration::from_micros(next(400_000))),
                 2..=6 => {
                     let cost = next(6);
-                    let m = mem.check(Rule::new(k, p, cost)).await.unwrap();
-                    let r = redis.check(Rule::new(k, p, cost)).await.unwrap();
+                    let m = mem.check(Charge::new(k, p, cost)).await.unwrap();
+                    let r = redis.check(Charge::new(k, p, cost)).await.unwrap();
                     assert_eq!(strip(m), strip(r), "policy {i} step {step}");
                     if let (Some(a), Some(b)) = (m.permit, r.permit) {
                         permits.push((key, a, b));
@@ -279,7 +279,7 @@ async fn same_decisions_as_memory(cluster: &RedisCluster) {
                     redis.release(&keys[key], p, b).await.unwrap();
                 }
                 _ => {
-                    let checks = [Rule::new(&keys[0], p, 1), Rule::new(&keys[1], p, 0)];
+                    let checks = [Charge::new(&keys[0], p, 1), Charge::new(&keys[1], p, 0)];
                     // Multi-rule needs one slot: only on one key here.
                     let m = mem.check_all(&checks[..1]).await.unwrap();
                     let r = redis.check_all(&checks[..1]).await.unwrap();

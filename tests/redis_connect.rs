@@ -12,7 +12,7 @@ use std::time::Duration;
 use redis_support::{current_thread_runtime as runtime, RedisCluster, RedisServer};
 use tower_throttle::clock::ManualClock;
 use tower_throttle::store::redis::{RedisStore, RedisStoreBuilder, TimeSource};
-use tower_throttle::{CellStore, Policy, Rule, Store, StoreError};
+use tower_throttle::{CellStore, Charge, Policy, Store, StoreError};
 
 const PASSWORD: &str = "s3cret-Pa55";
 
@@ -82,10 +82,10 @@ fn requirepass_without_password_in_url_names_the_url() {
     let url = format!("redis://:{PASSWORD}@127.0.0.1:{}/", server.port);
     let store = rt.block_on(builder().connect(url)).unwrap();
     let p = Policy::fixed_window(1, Duration::from_secs(60)).unwrap();
-    let d = rt.block_on(store.check(Rule::new(b"k", &p, 1))).unwrap();
+    let d = rt.block_on(store.check(Charge::new(b"k", &p, 1))).unwrap();
     assert!(d.allowed);
     assert!(
-        !rt.block_on(store.check(Rule::new(b"k", &p, 1)))
+        !rt.block_on(store.check(Charge::new(b"k", &p, 1)))
             .unwrap()
             .allowed
     );
@@ -127,26 +127,26 @@ fn the_minimal_acl_rule_runs_every_algorithm() {
     ];
     rt.block_on(async {
         for p in &policies {
-            let d = store.check(Rule::new(b"u", p, 1)).await.unwrap();
+            let d = store.check(Charge::new(b"u", p, 1)).await.unwrap();
             assert!(d.allowed && d.remaining == 1, "{p:?}: {d:?}");
             if p.is_concurrency() {
                 store.release(b"u", p, d.permit.unwrap()).await.unwrap();
             } else {
                 store.refund(b"u", p, 1).await.unwrap();
             }
-            let d = store.check(Rule::new(b"u", p, 2)).await.unwrap();
+            let d = store.check(Charge::new(b"u", p, 2)).await.unwrap();
             assert!(d.allowed && d.remaining == 0, "{p:?}: {d:?}");
-            assert!(!store.check(Rule::new(b"u", p, 1)).await.unwrap().allowed);
+            assert!(!store.check(Charge::new(b"u", p, 1)).await.unwrap().allowed);
             store.reset(b"u", p).await.unwrap();
-            let d = store.check(Rule::new(b"u", p, 1)).await.unwrap();
+            let d = store.check(Charge::new(b"u", p, 1)).await.unwrap();
             assert!(d.allowed && d.remaining == 1, "{p:?}: {d:?}");
         }
         // A check mixing every algorithm runs the full script.
         let keys: [&[u8]; 5] = [b"m1", b"m2", b"m3", b"m4", b"m5"];
-        let rules: Vec<Rule> = keys
+        let rules: Vec<Charge> = keys
             .iter()
             .zip(&policies)
-            .map(|(k, p)| Rule::new(k, p, 1))
+            .map(|(k, p)| Charge::new(k, p, 1))
             .collect();
         let all = store.check_all(&rules).await.unwrap();
         assert!(all.iter().all(|d| d.allowed), "{all:?}");
@@ -154,7 +154,7 @@ fn the_minimal_acl_rule_runs_every_algorithm() {
     // An ACL tightened after connect: the scripts' refusal names the fix.
     user(&server, "limiter", &without(MINIMAL_RULE, "+zadd"));
     let err = rt
-        .block_on(store.check(Rule::new(b"late", &policies[3], 1)))
+        .block_on(store.check(Charge::new(b"late", &policies[3], 1)))
         .unwrap_err();
     let msg = err.to_string();
     assert!(matches!(err, StoreError::Config(_)), "{err:?}");
@@ -185,7 +185,7 @@ fn acl_user_without_time_is_refused_naming_time() {
         .unwrap();
     let p = Policy::cell(1, 2, Duration::from_secs(60)).unwrap();
     assert!(
-        rt.block_on(store.check(Rule::new(b"k", &p, 1)))
+        rt.block_on(store.check(Charge::new(b"k", &p, 1)))
             .unwrap()
             .allowed
     );
@@ -320,7 +320,7 @@ fn cluster_checks_every_master() {
     let p = Policy::sliding_log(1, Duration::from_secs(60)).unwrap();
     for key in [&b"a"[..], b"b", b"c", b"d"] {
         assert!(
-            rt.block_on(store.check(Rule::new(key, &p, 1)))
+            rt.block_on(store.check(Charge::new(key, &p, 1)))
                 .unwrap()
                 .allowed
         );

@@ -33,7 +33,7 @@ use redis_support::{runtime, RedisCluster, RedisServer};
 use tower::{ServiceBuilder, ServiceExt};
 use tower_throttle::key::HeaderKey;
 use tower_throttle::store::redis::RedisStore;
-use tower_throttle::{FailMode, Policy, Rule, Store, StoreError, ThrottleLayer};
+use tower_throttle::{Charge, FailMode, Policy, Store, StoreError, ThrottleLayer};
 
 /// The store's bound on every call.
 const TIMEOUT: Duration = Duration::from_millis(200);
@@ -141,7 +141,8 @@ impl Load {
                                 Via::Closed => closed.clone().oneshot(req).await.unwrap().status(),
                                 Via::Store => {
                                     let key = format!("store:{}", user_key(user));
-                                    match store.check(Rule::new(key.as_bytes(), &policy, 1)).await {
+                                    match store.check(Charge::new(key.as_bytes(), &policy, 1)).await
+                                    {
                                         Ok(d) if d.allowed => StatusCode::OK,
                                         Ok(_) => StatusCode::TOO_MANY_REQUESTS,
                                         Err(
@@ -216,7 +217,10 @@ fn assert_bounded(recs: &[Rec]) {
 /// Live tasks once the store is warm (its connection and batcher tasks run).
 async fn baseline_tasks<St: Store>(store: &St) -> usize {
     let warm = Policy::cell(0, 1, Duration::from_millis(1)).unwrap();
-    store.check(Rule::new(b"warm-up", &warm, 1)).await.unwrap();
+    store
+        .check(Charge::new(b"warm-up", &warm, 1))
+        .await
+        .unwrap();
     tokio::runtime::Handle::current()
         .metrics()
         .num_alive_tasks()
@@ -439,7 +443,7 @@ fn server_frozen_with_sigstop_then_resumed() {
                     Via::Store => format!("store:{}", frozen_user(user)),
                 };
                 let peek = store
-                    .check(Rule::new(key.as_bytes(), &policy(), 0))
+                    .check(Charge::new(key.as_bytes(), &policy(), 0))
                     .await
                     .unwrap();
                 stale_units += BOUND - peek.remaining;
@@ -497,7 +501,7 @@ fn store_calls_on_a_frozen_server_time_out_and_hold_nothing() {
     runtime().block_on(async {
         let store = store_on(server.url()).await;
         let p = policy();
-        assert!(store.check(Rule::new(b"k", &p, 1)).await.unwrap().allowed);
+        assert!(store.check(Charge::new(b"k", &p, 1)).await.unwrap().allowed);
         let paused = tokio::task::block_in_place(|| faults::Paused::pause(&server));
         // Many concurrent calls, each bounded by the timeout.
         let t0 = Instant::now();
@@ -507,7 +511,7 @@ fn store_calls_on_a_frozen_server_time_out_and_hold_nothing() {
                 tokio::spawn(async move {
                     let key = format!("k{i}");
                     let t = Instant::now();
-                    let r = store.check(Rule::new(key.as_bytes(), &policy(), 1)).await;
+                    let r = store.check(Charge::new(key.as_bytes(), &policy(), 1)).await;
                     (t.elapsed(), r.map(|d| d.allowed))
                 })
             })
@@ -531,7 +535,7 @@ fn store_calls_on_a_frozen_server_time_out_and_hold_nothing() {
         paused.resume();
         let t = Instant::now();
         loop {
-            match store.check(Rule::new(b"k", &p, 1)).await {
+            match store.check(Charge::new(b"k", &p, 1)).await {
                 Ok(d) => {
                     assert!(d.allowed);
                     break;

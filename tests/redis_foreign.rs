@@ -13,7 +13,7 @@ use redis::ConnectionLike;
 use redis_support::{current_thread_runtime as runtime, RedisCluster, RedisServer};
 use tower_throttle::clock::ManualClock;
 use tower_throttle::store::redis::{HashTag, RedisStore, TimeSource};
-use tower_throttle::{Algorithm, Policy, Rule, Store, StoreError};
+use tower_throttle::{Algorithm, Charge, Policy, Store, StoreError};
 
 #[test]
 fn foreign_values_at_gcra_keys_are_typed_errors_then_fresh() {
@@ -36,7 +36,7 @@ fn foreign_values_at_gcra_keys_are_typed_errors_then_fresh() {
                     .query(&mut conn)
                     .unwrap();
                 let err = store
-                    .check(Rule::new(user.as_bytes(), p, 1))
+                    .check(Charge::new(user.as_bytes(), p, 1))
                     .await
                     .unwrap_err();
                 let StoreError::ForeignData { key: named, .. } = &err else {
@@ -46,7 +46,10 @@ fn foreign_values_at_gcra_keys_are_typed_errors_then_fresh() {
                 assert!(err.to_string().contains("another program"), "{err}");
                 // Repaired: a fresh key admits its whole burst.
                 for _ in 0..2 {
-                    let d = store.check(Rule::new(user.as_bytes(), p, 1)).await.unwrap();
+                    let d = store
+                        .check(Charge::new(user.as_bytes(), p, 1))
+                        .await
+                        .unwrap();
                     assert!(d.allowed, "{value}: {d:?}");
                 }
                 let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn).unwrap();
@@ -214,7 +217,7 @@ where
             let key = store.redis_key(user, &policy);
             let what = format!("{label}: {policy:?} after {:?}", p.cmds);
             plant(conn, &key, p);
-            let r = store.check(Rule::new(user, &policy, 1)).await;
+            let r = store.check(Charge::new(user, &policy, 1)).await;
             if !p.foreign {
                 assert!(r.is_ok(), "{what}: {r:?}");
                 continue;
@@ -228,7 +231,7 @@ where
             assert!(exists == 0 || (lease && ttl > 0), "{what}: not deleted");
             // Fresh: the whole limit is there again.
             for n in 0..policy.limit() {
-                let d = store.check(Rule::new(user, &policy, 1)).await.unwrap();
+                let d = store.check(Charge::new(user, &policy, 1)).await.unwrap();
                 assert!(d.allowed, "{what}: check {n}: {d:?}");
             }
             let ttl: i64 = redis::cmd("PTTL").arg(&key).query(conn).unwrap();
@@ -239,7 +242,7 @@ where
             expect_foreign(store.refund(user, &policy, 1).await, &key, &what);
             assert!(
                 store
-                    .check(Rule::new(user, &policy, 1))
+                    .check(Charge::new(user, &policy, 1))
                     .await
                     .unwrap()
                     .allowed
@@ -264,9 +267,9 @@ where
         let key = store.redis_key(users[n].as_bytes(), clobbered);
         plant(conn, &key, &OTHER_TYPES[0]);
         let rules = [
-            Rule::new(users[0].as_bytes(), &fixed, 1),
-            Rule::new(users[1].as_bytes(), &log, 1),
-            Rule::new(users[2].as_bytes(), &lease, 1),
+            Charge::new(users[0].as_bytes(), &fixed, 1),
+            Charge::new(users[1].as_bytes(), &log, 1),
+            Charge::new(users[2].as_bytes(), &lease, 1),
         ];
         expect_foreign(store.check_all(&rules).await, &key, label);
         // Nothing was charged: every rule (limit 1) admits once more.
@@ -286,7 +289,7 @@ where
     let user = format!("{label}-release");
     let user = user.as_bytes();
     let key = store.redis_key(user, &lease);
-    let d = store.check(Rule::new(user, &lease, 1)).await.unwrap();
+    let d = store.check(Charge::new(user, &lease, 1)).await.unwrap();
     plant(conn, &key, &bad(&[&["ZADD", "K", "inf", "1:1:1"]]));
     expect_foreign(
         store.release(user, &lease, d.permit.unwrap()).await,

@@ -13,7 +13,7 @@ use std::time::Duration;
 use redis_support::{current_thread_runtime as runtime, RedisServer};
 use tower_throttle::clock::ManualClock;
 use tower_throttle::store::redis::{RedisStore, TimeSource};
-use tower_throttle::{MemoryStore, Policy, Rule, Store};
+use tower_throttle::{Charge, MemoryStore, Policy, Store};
 
 /// A whole second, in ns.
 const START: u64 = 1_700_000_000_000_000_000;
@@ -75,16 +75,16 @@ fn decisions_microseconds_from_the_horizon_match_the_memory_store() {
                     let key = key.as_bytes();
                     clock.set_ns(START);
                     loop {
-                        let m = mem.check(Rule::new(key, policy, 1)).await.unwrap();
-                        let r = redis.check(Rule::new(key, policy, 1)).await.unwrap();
+                        let m = mem.check(Charge::new(key, policy, 1)).await.unwrap();
+                        let r = redis.check(Charge::new(key, policy, 1)).await.unwrap();
                         assert_eq!(m, r, "filling {key:?}");
                         if !m.allowed {
                             break;
                         }
                     }
                     clock.set_ns(START + us * 1_000);
-                    let m = mem.check(Rule::new(key, policy, cost)).await.unwrap();
-                    let r = redis.check(Rule::new(key, policy, cost)).await.unwrap();
+                    let m = mem.check(Charge::new(key, policy, cost)).await.unwrap();
+                    let r = redis.check(Charge::new(key, policy, cost)).await.unwrap();
                     assert_eq!(m, r, "{policy:?} cost {cost} at +{us} µs");
                 }
             }
@@ -103,7 +103,7 @@ fn one_key_checked_many_times_in_a_batch_is_charged_each_time() {
         for round in 0..4u64 {
             // Concurrent checks share batches; one key repeats in each, and
             // after the first round some of its checks are denied.
-            let checks = (0..30).map(|_| redis.check(Rule::new(b"crowd", &policy, 1)));
+            let checks = (0..30).map(|_| redis.check(Charge::new(b"crowd", &policy, 1)));
             let admitted = futures_util::future::join_all(checks)
                 .await
                 .into_iter()
@@ -112,15 +112,18 @@ fn one_key_checked_many_times_in_a_batch_is_charged_each_time() {
             let mut want = 0;
             for _ in 0..30 {
                 want += usize::from(
-                    mem.check(Rule::new(b"crowd", &policy, 1))
+                    mem.check(Charge::new(b"crowd", &policy, 1))
                         .await
                         .unwrap()
                         .allowed,
                 );
             }
             assert_eq!(admitted, want, "round {round}");
-            let m = mem.check(Rule::new(b"crowd", &policy, 0)).await.unwrap();
-            let r = redis.check(Rule::new(b"crowd", &policy, 0)).await.unwrap();
+            let m = mem.check(Charge::new(b"crowd", &policy, 0)).await.unwrap();
+            let r = redis
+                .check(Charge::new(b"crowd", &policy, 0))
+                .await
+                .unwrap();
             assert_eq!(m, r, "round {round}");
             clock.advance(Duration::from_micros(1_001));
         }
@@ -142,7 +145,7 @@ fn expiries_next_to_a_whole_second_are_the_exact_ones() {
             let key = redis.redis_key(user.as_bytes(), &policy);
             for k in 1..=15u64 {
                 let d = redis
-                    .check(Rule::new(user.as_bytes(), &policy, 1))
+                    .check(Charge::new(user.as_bytes(), &policy, 1))
                     .await
                     .unwrap();
                 assert!(d.allowed, "admission {k}");

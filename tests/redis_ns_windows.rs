@@ -16,7 +16,7 @@ use proptest::prelude::*;
 use redis_support::RedisServer;
 use tower_throttle::clock::ManualClock;
 use tower_throttle::store::redis::{RedisStore, TimeSource};
-use tower_throttle::{Decision, MemoryStore, PermitId, Policy, PolicyError, Rule, Store};
+use tower_throttle::{Charge, Decision, MemoryStore, PermitId, Policy, PolicyError, Store};
 
 /// Durations in ns that are not whole µs, from `min` ns to 3 s, and
 /// the thirds and sevenths of common periods.
@@ -128,7 +128,9 @@ async fn batched_and_multi_rule_checks_in_ns_match_memory() {
         let tasks: Vec<_> = (0..100)
             .map(|_| {
                 let (store, key) = (store.clone(), key.clone());
-                tokio::spawn(async move { store.check(Rule::new(&key, &policy, 1)).await.unwrap() })
+                tokio::spawn(
+                    async move { store.check(Charge::new(&key, &policy, 1)).await.unwrap() },
+                )
             })
             .collect();
         let mut remaining = Vec::new();
@@ -159,10 +161,10 @@ async fn batched_and_multi_rule_checks_in_ns_match_memory() {
     ];
     let mut denied = 0;
     for step in 0..40u64 {
-        let rules: Vec<Rule<'_>> = small
+        let rules: Vec<Charge<'_>> = small
             .iter()
             .zip(&keys)
-            .map(|(p, k)| Rule::new(k, p, step % 3))
+            .map(|(p, k)| Charge::new(k, p, step % 3))
             .collect();
         let m = mem.check_all(&rules).await.unwrap();
         let r = store.check_all(&rules).await.unwrap();

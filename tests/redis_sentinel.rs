@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use redis_support::{free_port, runtime, RedisServer};
 use tower_throttle::store::redis::{RedisSentinelStore, RedisStore};
-use tower_throttle::{Policy, Rule, Store, StoreError};
+use tower_throttle::{Charge, Policy, Store, StoreError};
 
 const MASTER: &str = "themaster";
 
@@ -165,9 +165,9 @@ fn finds_the_master_by_name() {
         let store = connect(&group).await;
         let p = Policy::fixed_window(3, Duration::from_secs(60)).unwrap();
         for _ in 0..3 {
-            assert!(store.check(Rule::new(b"k", &p, 1)).await.unwrap().allowed);
+            assert!(store.check(Charge::new(b"k", &p, 1)).await.unwrap().allowed);
         }
-        assert!(!store.check(Rule::new(b"k", &p, 1)).await.unwrap().allowed);
+        assert!(!store.check(Charge::new(b"k", &p, 1)).await.unwrap().allowed);
         // The state is on the master.
         let key = store.redis_key(b"k", &p);
         assert_eq!(window_count(&group.master, &key), 3);
@@ -225,8 +225,8 @@ fn follows_a_failover_under_load() {
                     .unwrap();
                 failover_at = Some(start.elapsed());
             }
-            let a = store.check(Rule::new(b"count", &count, 1)).await;
-            let b = store.check(Rule::new(b"cap", &cap, 1)).await;
+            let a = store.check(Charge::new(b"count", &count, 1)).await;
+            let b = store.check(Charge::new(b"cap", &cap, 1)).await;
             match (a, b) {
                 (Ok(a), Ok(b)) => {
                     assert!(a.allowed);
@@ -277,7 +277,7 @@ fn follows_a_failover_under_load() {
         );
         // The last calls all succeeded on the new master.
         for _ in 0..20 {
-            store.check(Rule::new(b"count", &count, 1)).await.unwrap();
+            store.check(Charge::new(b"count", &count, 1)).await.unwrap();
         }
     });
 }

@@ -32,7 +32,7 @@ use http_body_util::Full;
 use tower::{Layer, ServiceExt};
 use tower_throttle::key::{Global, HeaderKey};
 use tower_throttle::store::redis::RedisStore;
-use tower_throttle::{Limiter, Policy, Rule, Store, ThrottleLayer};
+use tower_throttle::{Charge, Limiter, Policy, Store, ThrottleLayer};
 
 use faults::Paused;
 use redis_support::{runtime, RedisServer};
@@ -154,7 +154,7 @@ async fn recovery(store: &RedisStore, fault: &str) -> Duration {
     let start = Instant::now();
     let probe = Policy::fixed_window(1_000_000, Duration::from_secs(3600)).unwrap();
     loop {
-        let error = match store.check(Rule::new(b"probe", &probe, 1)).await {
+        let error = match store.check(Charge::new(b"probe", &probe, 1)).await {
             Ok(_) => return start.elapsed(),
             Err(e) => e,
         };

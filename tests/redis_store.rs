@@ -13,7 +13,9 @@ use proptest::prelude::*;
 use redis_support::{current_thread_runtime as runtime, RedisServer};
 use tower_throttle::clock::ManualClock;
 use tower_throttle::store::redis::{RedisStore, TimeSource};
-use tower_throttle::{CellStore, Decision, MemoryStore, PermitId, Policy, Rule, Store, StoreError};
+use tower_throttle::{
+    CellStore, Charge, Decision, MemoryStore, PermitId, Policy, Store, StoreError,
+};
 
 /// A store on `clock`; TTLs padded so that real time passing faster than
 /// the frozen test clock never expires state the model still holds.
@@ -154,8 +156,8 @@ impl Bench {
                 match op {
                     Op::Advance(n) => clock.advance(us(n)),
                     Op::Check(cost) => {
-                        let m = mem.check(Rule::new(key, &policy, cost)).await.unwrap();
-                        let r = redis.check(Rule::new(key, &policy, cost)).await.unwrap();
+                        let m = mem.check(Charge::new(key, &policy, cost)).await.unwrap();
+                        let r = redis.check(Charge::new(key, &policy, cost)).await.unwrap();
                         prop_assert_eq!(no_permit(m), no_permit(r), "step {} cost {}", step, cost);
                         if let (Some(a), Some(b)) = (m.permit, r.permit) {
                             permits.push((a, b));
@@ -230,8 +232,8 @@ fn sliding_log_bursts_at_one_instant_are_counted_exactly() {
         let k = b"burst";
         // Same-instant units, refunds from the top, more units, bigger bursts.
         for (cost, refund) in [(12, 3), (5, 0), (0, 0), (9, 11), (25, 0), (14, 2), (3, 0)] {
-            let m = mem.check(Rule::new(k, &p, cost)).await.unwrap();
-            let r = redis.check(Rule::new(k, &p, cost)).await.unwrap();
+            let m = mem.check(Charge::new(k, &p, cost)).await.unwrap();
+            let r = redis.check(Charge::new(k, &p, cost)).await.unwrap();
             assert_eq!(m, r, "cost {cost}");
             mem.refund(k, &p, refund).await.unwrap();
             redis.refund(k, &p, refund).await.unwrap();
@@ -242,7 +244,7 @@ fn sliding_log_bursts_at_one_instant_are_counted_exactly() {
             .unwrap();
         assert_eq!(
             members,
-            30 - mem.check(Rule::new(k, &p, 0)).await.unwrap().remaining
+            30 - mem.check(Charge::new(k, &p, 0)).await.unwrap().remaining
         );
     });
 }
@@ -262,7 +264,7 @@ fn cl_throttle_examples_from_the_design() {
             .unwrap();
         let p = Policy::cell(15, 30, Duration::from_secs(60)).unwrap();
         for store in [&manual, &on_server] {
-            let rule = Rule::new(b"laoqian", &p, 1);
+            let rule = Charge::new(b"laoqian", &p, 1);
             assert_eq!(
                 store.check(rule).await.unwrap().to_cell_reply(),
                 [0, 16, 15, -1, 2]
@@ -313,12 +315,12 @@ fn multi_rule_checks_are_all_or_nothing_and_match_memory() {
         let policies = five(3);
         let tight = Policy::fixed_window(1, Duration::from_secs(10)).unwrap();
         let names: Vec<Vec<u8>> = (0..5).map(|i| format!("rule{i}").into_bytes()).collect();
-        let mut rules: Vec<Rule<'_>> = names
+        let mut rules: Vec<Charge<'_>> = names
             .iter()
             .zip(&policies)
-            .map(|(k, p)| Rule::new(k, p, 1))
+            .map(|(k, p)| Charge::new(k, p, 1))
             .collect();
-        rules.push(Rule::new(b"tight", &tight, 1));
+        rules.push(Charge::new(b"tight", &tight, 1));
         for round in 0..4 {
             let m = mem.check_all(&rules).await.unwrap();
             let r = redis.check_all(&rules).await.unwrap();
@@ -336,12 +338,12 @@ fn multi_rule_checks_are_all_or_nothing_and_match_memory() {
             clock.advance(Duration::from_millis(1));
         }
         for (k, p) in names.iter().zip(&policies) {
-            let peek = redis.check(Rule::new(k, p, 0)).await.unwrap();
+            let peek = redis.check(Charge::new(k, p, 0)).await.unwrap();
             assert_eq!(peek.remaining, 2);
         }
         let dup = [
-            Rule::new(b"same", &tight, 1),
-            Rule::new(b"same", &policies[0], 1),
+            Charge::new(b"same", &tight, 1),
+            Charge::new(b"same", &policies[0], 1),
         ];
         assert!(matches!(
             redis.check_all(&dup).await,
@@ -411,15 +413,15 @@ fn every_key_has_a_ttl_within_the_policy_bound() {
         };
         for (i, p) in policies.iter().enumerate() {
             let key = format!("k{i}").into_bytes();
-            assert!(store.check(Rule::new(&key, p, 2)).await.unwrap().allowed);
+            assert!(store.check(Charge::new(&key, p, 2)).await.unwrap().allowed);
             assert_ttls("after an admission");
-            assert!(!store.check(Rule::new(&key, p, 2)).await.unwrap().allowed);
+            assert!(!store.check(Charge::new(&key, p, 2)).await.unwrap().allowed);
             assert_ttls("after a denial");
             store.refund(&key, p, 1).await.unwrap();
             assert_ttls("after a refund");
             // A second key checked then fully given back leaves nothing behind.
             let gone = format!("gone{i}").into_bytes();
-            let d = store.check(Rule::new(&gone, p, 1)).await.unwrap();
+            let d = store.check(Charge::new(&gone, p, 1)).await.unwrap();
             if let Some(id) = d.permit {
                 store.release(&gone, p, id).await.unwrap();
             } else {
@@ -433,7 +435,7 @@ fn every_key_has_a_ttl_within_the_policy_bound() {
 // ------------------------------------------------------------ server time ---
 
 /// Sends `n` checks alternately through two store instances; counts the admitted.
-async fn alternate<A: Store, B: Store>(a: &A, b: &B, rule: Rule<'_>, n: usize) -> u64 {
+async fn alternate<A: Store, B: Store>(a: &A, b: &B, rule: Charge<'_>, n: usize) -> u64 {
     let mut admitted = 0;
     for i in 0..n {
         let d = if i % 2 == 0 {
@@ -451,7 +453,7 @@ fn skewed_app_clocks_are_irrelevant_with_server_time() {
     let server = RedisServer::start();
     runtime().block_on(async {
         let p = Policy::cell(9, 1, Duration::from_secs(3600)).unwrap();
-        let rule = Rule::new(b"user", &p, 1);
+        let rule = Charge::new(b"user", &p, 1);
         // Two app instances whose own clocks are hours apart, on server time.
         let a = RedisStore::connect(server.url()).await.unwrap();
         let b = RedisStore::connect(server.url()).await.unwrap();
@@ -467,7 +469,7 @@ fn skewed_app_clocks_are_irrelevant_with_server_time() {
         let late = ManualClock::starting_at(1_700_000_000_000_000_000 + 7_200_000_000_000);
         let a = client_store(&server.url(), &early).await;
         let b = client_store(&server.url(), &late).await;
-        let rule = Rule::new(b"skewed", &p, 1);
+        let rule = Charge::new(b"skewed", &p, 1);
         let admitted = alternate(&a, &b, rule, 30).await;
         assert!(
             admitted > 10,
@@ -496,7 +498,7 @@ async fn four_instances_hammering_one_key_admit_exactly_the_bound() {
                 tasks.push(tokio::spawn(async move {
                     let mut admitted = 0u64;
                     for _ in 0..20 {
-                        let d = store.check(Rule::new(&key, &policy, 1)).await.unwrap();
+                        let d = store.check(Charge::new(&key, &policy, 1)).await.unwrap();
                         admitted += u64::from(d.allowed);
                     }
                     admitted
@@ -522,8 +524,13 @@ async fn four_instances_hammering_one_key_admit_exactly_the_bound() {
             tasks.push(tokio::spawn(async move {
                 let mut admitted = 0u64;
                 for _ in 0..20 {
-                    admitted +=
-                        u64::from(store.check(Rule::new(b"srv", &p, 1)).await.unwrap().allowed);
+                    admitted += u64::from(
+                        store
+                            .check(Charge::new(b"srv", &p, 1))
+                            .await
+                            .unwrap()
+                            .allowed,
+                    );
                 }
                 admitted
             }));
@@ -549,7 +556,7 @@ fn reconnects_after_the_server_restarts() {
             .await
             .unwrap();
         let p = Policy::fixed_window(100, Duration::from_secs(60)).unwrap();
-        let rule = Rule::new(b"k", &p, 1);
+        let rule = Charge::new(b"k", &p, 1);
         assert!(store.check(rule).await.unwrap().allowed);
 
         server.stop();
@@ -589,13 +596,17 @@ fn scripts_are_reloaded_after_script_flush() {
     runtime().block_on(async {
         let store = RedisStore::connect(server.url()).await.unwrap();
         let p = Policy::sliding_log(5, Duration::from_secs(60)).unwrap();
-        assert!(store.check(Rule::new(b"k", &p, 1)).await.unwrap().allowed);
+        assert!(store.check(Charge::new(b"k", &p, 1)).await.unwrap().allowed);
         let _: () = redis::cmd("SCRIPT")
             .arg("FLUSH")
             .query(&mut server.conn())
             .unwrap();
         assert_eq!(
-            store.check(Rule::new(b"k", &p, 1)).await.unwrap().remaining,
+            store
+                .check(Charge::new(b"k", &p, 1))
+                .await
+                .unwrap()
+                .remaining,
             3
         );
     });
@@ -654,14 +665,14 @@ fn errors_are_typed() {
             Policy::fixed_window(1, Duration::from_micros((1 << 50) + 1)).unwrap(),
             Policy::sliding_window((1 << 50) + 1, Duration::from_secs(3600)).unwrap(),
         ] {
-            let err = store.check(Rule::new(b"k", &p, 1)).await.unwrap_err();
+            let err = store.check(Charge::new(b"k", &p, 1)).await.unwrap_err();
             assert!(matches!(err, StoreError::Unsupported(_)), "{err:?}");
         }
         for p in [
             Policy::fixed_window(1, Duration::from_nanos(999)).unwrap(),
             Policy::sliding_window(1 << 40, Duration::from_secs(3600)).unwrap(),
         ] {
-            assert!(store.check(Rule::new(b"k", &p, 1)).await.unwrap().allowed);
+            assert!(store.check(Charge::new(b"k", &p, 1)).await.unwrap().allowed);
         }
         // A key of another type under a GCRA name: a typed error naming
         // the key, which is repaired (deleted): the next check is fresh.
@@ -673,14 +684,14 @@ fn errors_are_typed() {
             .query(&mut server.conn())
             .unwrap();
         let err = store
-            .check(Rule::new(b"clobbered", &p, 1))
+            .check(Charge::new(b"clobbered", &p, 1))
             .await
             .unwrap_err();
         let StoreError::ForeignData { key: named, .. } = &err else {
             panic!("{err:?}")
         };
         assert_eq!(named.as_bytes(), &key[..]);
-        let d = store.check(Rule::new(b"clobbered", &p, 1)).await.unwrap();
+        let d = store.check(Charge::new(b"clobbered", &p, 1)).await.unwrap();
         assert_eq!(d.to_cell_reply(), [0, 2, 1, -1, 1]);
         // Every other algorithm likewise.
         let p = Policy::fixed_window(1, Duration::from_secs(1)).unwrap();
@@ -691,13 +702,13 @@ fn errors_are_typed() {
             .query(&mut server.conn())
             .unwrap();
         let err = store
-            .check(Rule::new(b"clobbered", &p, 1))
+            .check(Charge::new(b"clobbered", &p, 1))
             .await
             .unwrap_err();
         assert!(matches!(err, StoreError::ForeignData { .. }), "{err:?}");
         assert!(
             store
-                .check(Rule::new(b"clobbered", &p, 1))
+                .check(Charge::new(b"clobbered", &p, 1))
                 .await
                 .unwrap()
                 .allowed
@@ -744,7 +755,7 @@ fn hostile_keys_are_independent_and_bounded() {
         let keys = hostile_keys();
         for p in five(3) {
             for k in &keys {
-                let d = store.check(Rule::new(k, &p, 1)).await.unwrap();
+                let d = store.check(Charge::new(k, &p, 1)).await.unwrap();
                 assert!(d.allowed);
                 assert_eq!(
                     d.remaining,
@@ -799,7 +810,9 @@ async fn batched_callers_on_one_key_admit_exactly_the_bound_in_order() {
         let tasks: Vec<_> = (0..200)
             .map(|_| {
                 let (store, key) = (store.clone(), key.clone());
-                tokio::spawn(async move { store.check(Rule::new(&key, &policy, 1)).await.unwrap() })
+                tokio::spawn(
+                    async move { store.check(Charge::new(&key, &policy, 1)).await.unwrap() },
+                )
             })
             .collect();
         let mut remaining = Vec::new();
@@ -841,7 +854,7 @@ async fn batches_mixing_keys_algorithms_and_multi_rule_checks() {
                 tasks.push(tokio::spawn(async move {
                     let key = format!("mix{i}:{k}");
                     let d = store
-                        .check(Rule::new(key.as_bytes(), &policies[i], 1 + round % 2))
+                        .check(Charge::new(key.as_bytes(), &policies[i], 1 + round % 2))
                         .await
                         .unwrap();
                     (format!("{i}:{k}"), u64::from(d.allowed) * (1 + round % 2))
@@ -851,7 +864,10 @@ async fn batches_mixing_keys_algorithms_and_multi_rule_checks() {
         let store = store.clone();
         tasks.push(tokio::spawn(async move {
             let g = Policy::cell(99, 1, Duration::from_secs(3600)).unwrap();
-            let rules = [Rule::new(b"pair:a", &g, 1), Rule::new(b"pair:b", &tight, 1)];
+            let rules = [
+                Charge::new(b"pair:a", &g, 1),
+                Charge::new(b"pair:b", &tight, 1),
+            ];
             let d = store.check_all(&rules).await.unwrap();
             ("pair".to_string(), u64::from(d.iter().all(|d| d.allowed)))
         }));
@@ -864,14 +880,17 @@ async fn batches_mixing_keys_algorithms_and_multi_rule_checks() {
     assert_eq!(used["pair"], 3);
     // All or nothing: the GCRA rule was charged only with the window's 3.
     let g = Policy::cell(99, 1, Duration::from_secs(3600)).unwrap();
-    let peek = store.check(Rule::new(b"pair:a", &g, 0)).await.unwrap();
+    let peek = store.check(Charge::new(b"pair:a", &g, 0)).await.unwrap();
     assert_eq!(peek.remaining, 97);
     for (i, p) in policies.iter().enumerate() {
         for k in 0..3 {
             let key = format!("mix{i}:{k}");
             let n = used[&format!("{i}:{k}")];
             assert!((6..=7).contains(&n), "{key}: {n} units admitted of 7");
-            let peek = store.check(Rule::new(key.as_bytes(), p, 0)).await.unwrap();
+            let peek = store
+                .check(Charge::new(key.as_bytes(), p, 0))
+                .await
+                .unwrap();
             assert_eq!(peek.remaining, 7 - n, "{key}");
         }
     }
@@ -910,7 +929,7 @@ async fn a_clobbered_key_fails_alone_in_a_uniform_batch() {
                     tokio::spawn(async move {
                         (
                             i % 16,
-                            store.check(Rule::new(k.as_bytes(), &policy, 1)).await,
+                            store.check(Charge::new(k.as_bytes(), &policy, 1)).await,
                         )
                     })
                 })
@@ -977,7 +996,7 @@ fn a_caller_giving_up_while_queued_is_never_counted() {
         // The first check goes out at once and waits for the server...
         let first = {
             let store = store.clone();
-            tokio::spawn(async move { store.check(Rule::new(b"q", &p, 1)).await.unwrap() })
+            tokio::spawn(async move { store.check(Charge::new(b"q", &p, 1)).await.unwrap() })
         };
         tokio::time::sleep(Duration::from_millis(50)).await;
         // ...so these queue behind it, and their callers give up.
@@ -985,7 +1004,7 @@ fn a_caller_giving_up_while_queued_is_never_counted() {
         for _ in 0..20 {
             let r = tokio::time::timeout(
                 Duration::from_millis(20),
-                store.check(Rule::new(b"q", &p, 1)),
+                store.check(Charge::new(b"q", &p, 1)),
             )
             .await;
             gave_up += u32::from(r.is_err());
@@ -993,7 +1012,7 @@ fn a_caller_giving_up_while_queued_is_never_counted() {
         assert_eq!(gave_up, 20);
         assert!(first.await.unwrap().allowed);
         busy.join().unwrap();
-        let peek = store.check(Rule::new(b"q", &p, 0)).await.unwrap();
+        let peek = store.check(Charge::new(b"q", &p, 0)).await.unwrap();
         assert_eq!(peek.remaining, 999, "only the first check was charged");
     });
 }
@@ -1016,8 +1035,8 @@ fn batching_off_decides_the_same() {
         for (i, p) in five(3).into_iter().enumerate() {
             let key = format!("off{i}").into_bytes();
             for cost in [1, 2, 1, 0, 5] {
-                let m = mem.check(Rule::new(&key, &p, cost)).await.unwrap();
-                let r = store.check(Rule::new(&key, &p, cost)).await.unwrap();
+                let m = mem.check(Charge::new(&key, &p, cost)).await.unwrap();
+                let r = store.check(Charge::new(&key, &p, cost)).await.unwrap();
                 assert_eq!(no_permit(m), no_permit(r), "policy {i} cost {cost}");
                 clock.advance(Duration::from_millis(700));
             }
@@ -1048,8 +1067,8 @@ fn deny_cache_answers_like_redis_and_lets_go_in_time() {
             let mut checks = 0;
             for step in 0..400u64 {
                 for cost in [1, 2, 1] {
-                    let m = mem.check(Rule::new(&key, p, cost)).await.unwrap();
-                    let r = store.check(Rule::new(&key, p, cost)).await.unwrap();
+                    let m = mem.check(Charge::new(&key, p, cost)).await.unwrap();
+                    let r = store.check(Charge::new(&key, p, cost)).await.unwrap();
                     assert_eq!(m, r, "policy {i} step {step} cost {cost}");
                     checks += 1;
                 }
@@ -1075,37 +1094,49 @@ fn deny_cache_is_invalidated_by_refund_reset_and_release() {
         let p = Policy::cell(1, 1, Duration::from_secs(3600)).unwrap();
         let k = b"inv";
         let fill = || async {
-            while store.check(Rule::new(k, &p, 1)).await.unwrap().allowed {}
-            assert!(!store.check(Rule::new(k, &p, 1)).await.unwrap().allowed);
+            while store.check(Charge::new(k, &p, 1)).await.unwrap().allowed {}
+            assert!(!store.check(Charge::new(k, &p, 1)).await.unwrap().allowed);
         };
         fill().await;
         assert_eq!(store.deny_cache_len(), 1);
         store.refund(k, &p, 1).await.unwrap();
         assert_eq!(store.deny_cache_len(), 0);
-        assert!(store.check(Rule::new(k, &p, 1)).await.unwrap().allowed);
+        assert!(store.check(Charge::new(k, &p, 1)).await.unwrap().allowed);
         fill().await;
         assert_eq!(store.deny_cache_len(), 1);
         store.reset(k, &p).await.unwrap();
         assert_eq!(store.deny_cache_len(), 0);
-        assert!(store.check(Rule::new(k, &p, 1)).await.unwrap().allowed);
+        assert!(store.check(Charge::new(k, &p, 1)).await.unwrap().allowed);
         fill().await;
         store.release(k, &p, PermitId(1)).await.unwrap();
         // release does nothing for GCRA, and changes nothing in Redis either.
-        assert!(!store.check(Rule::new(k, &p, 1)).await.unwrap().allowed);
+        assert!(!store.check(Charge::new(k, &p, 1)).await.unwrap().allowed);
 
         // Sliding log and concurrency denials are never cached.
         for p in [
             Policy::sliding_log(1, Duration::from_secs(60)).unwrap(),
             Policy::concurrency(1).unwrap(),
         ] {
-            let d = store.check(Rule::new(b"nc", &p, 1)).await.unwrap();
+            let d = store.check(Charge::new(b"nc", &p, 1)).await.unwrap();
             assert!(d.allowed);
             let before = store.deny_cache_len();
-            assert!(!store.check(Rule::new(b"nc", &p, 1)).await.unwrap().allowed);
+            assert!(
+                !store
+                    .check(Charge::new(b"nc", &p, 1))
+                    .await
+                    .unwrap()
+                    .allowed
+            );
             assert_eq!(store.deny_cache_len(), before);
             if let Some(id) = d.permit {
                 store.release(b"nc", &p, id).await.unwrap();
-                assert!(store.check(Rule::new(b"nc", &p, 1)).await.unwrap().allowed);
+                assert!(
+                    store
+                        .check(Charge::new(b"nc", &p, 1))
+                        .await
+                        .unwrap()
+                        .allowed
+                );
             }
         }
     });
@@ -1135,8 +1166,13 @@ async fn deny_cache_never_admits_more_than_redis_and_is_bounded() {
                     if t0.elapsed() > Duration::from_millis(800) {
                         break;
                     }
-                    admitted +=
-                        u64::from(store.check(Rule::new(b"hot", &p, 1)).await.unwrap().allowed);
+                    admitted += u64::from(
+                        store
+                            .check(Charge::new(b"hot", &p, 1))
+                            .await
+                            .unwrap()
+                            .allowed,
+                    );
                     tokio::task::yield_now().await;
                 }
                 admitted
@@ -1157,7 +1193,7 @@ async fn deny_cache_never_admits_more_than_redis_and_is_bounded() {
     for i in 0..20 {
         let key = format!("k{i}").into_bytes();
         for _ in 0..6 {
-            store.check(Rule::new(&key, &p, 1)).await.unwrap();
+            store.check(Charge::new(&key, &p, 1)).await.unwrap();
         }
         assert!(store.deny_cache_len() <= 4);
     }
@@ -1179,23 +1215,23 @@ fn cell_remaining_is_redis_cells_to_the_bit() {
         let stores: [&dyn DynCheck; 2] = [&mem, &redis];
         for (i, store) in stores.into_iter().enumerate() {
             let key = format!("c{i}");
-            let rule = Rule::new(key.as_bytes(), &p, 2);
+            let rule = Charge::new(key.as_bytes(), &p, 2);
             assert_eq!(store.run(rule).await.to_cell_reply(), [0, 101, 99, -1, 1]);
             clock.advance(Duration::from_nanos(3_516_998 - 50_000));
-            let peek = Rule::new(key.as_bytes(), &p, 0);
+            let peek = Charge::new(key.as_bytes(), &p, 0);
             assert_eq!(store.run(peek).await.to_cell_reply(), [0, 101, 100, -1, 1]);
             // The other GCRA constructors keep exact nanoseconds (T = 3,516,999).
             clock.advance(Duration::from_secs(60));
             let key = format!("f{i}");
             assert_eq!(
                 store
-                    .run(Rule::new(key.as_bytes(), &funnel, 2))
+                    .run(Charge::new(key.as_bytes(), &funnel, 2))
                     .await
                     .remaining,
                 99
             );
             clock.advance(Duration::from_nanos(3_516_999 - 50_000));
-            let peek = Rule::new(key.as_bytes(), &funnel, 0);
+            let peek = Charge::new(key.as_bytes(), &funnel, 0);
             assert_eq!(store.run(peek).await.remaining, 99);
             clock.advance(Duration::from_secs(60));
         }
@@ -1206,14 +1242,14 @@ fn cell_remaining_is_redis_cells_to_the_bit() {
 trait DynCheck {
     fn run<'a>(
         &'a self,
-        rule: Rule<'a>,
+        rule: Charge<'a>,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Decision> + 'a>>;
 }
 
 impl<S: Store> DynCheck for S {
     fn run<'a>(
         &'a self,
-        rule: Rule<'a>,
+        rule: Charge<'a>,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Decision> + 'a>> {
         Box::pin(async move { self.check(rule).await.unwrap() })
     }

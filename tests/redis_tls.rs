@@ -309,13 +309,13 @@ fn rediss_cluster() {
             let key = format!("user-{k}");
             for _ in 0..5 {
                 let d = store
-                    .check(tower_throttle::Rule::new(key.as_bytes(), &p, 1))
+                    .check(tower_throttle::Charge::new(key.as_bytes(), &p, 1))
                     .await
                     .unwrap();
                 assert!(d.allowed, "{key}");
             }
             let d = store
-                .check(tower_throttle::Rule::new(key.as_bytes(), &p, 1))
+                .check(tower_throttle::Charge::new(key.as_bytes(), &p, 1))
                 .await
                 .unwrap();
             assert!(!d.allowed, "{key}");

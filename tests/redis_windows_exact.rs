@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use model_bench::{with_ops, Bench, Op};
 use proptest::prelude::*;
-use tower_throttle::{Policy, Rule, Store};
+use tower_throttle::{Charge, Policy, Store};
 
 /// Windows from a second to a year and a day, whole µs or not, with counts
 /// up to 10^6 (large ones often): (3·max + 2)·w mostly passes 2^52.
@@ -70,7 +70,7 @@ fn a_day_long_million_sliding_window_admits_at_the_exact_instant() {
                 Op::Check(c) => {
                     let d = bench
                         .redis
-                        .check(Rule::new(b"tie", &policy, c))
+                        .check(Charge::new(b"tie", &policy, c))
                         .await
                         .unwrap();
                     allowed.push(d.allowed);

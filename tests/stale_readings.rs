@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use models::Model;
 use tower_throttle::clock::{Clock, ManualClock};
-use tower_throttle::{MemoryStore, Policy, Rule};
+use tower_throttle::{Charge, MemoryStore, Policy};
 
 const LIMIT: u64 = 20;
 const START: u64 = 1_700_000_000_000_000_000;
@@ -48,7 +48,7 @@ fn store(clock: &ManualClock) -> MemoryStore<ManualClock> {
 /// Checks one unit of `key` as read at `at`.
 fn check_at(store: &MemoryStore<ManualClock>, clock: &ManualClock, p: &Policy, at: u64) -> bool {
     clock.set_ns(at);
-    store.check_sync(Rule::new(b"k", p, 1)).unwrap().allowed
+    store.check_sync(Charge::new(b"k", p, 1)).unwrap().allowed
 }
 
 /// What the model admits checking greedily (up to 1,000 times) at each
@@ -214,7 +214,7 @@ fn threads_with_overtaken_readings_never_admit_more_than_the_model() {
                                 manual.advance(Duration::from_nanos(step));
                             }
                         }
-                        let d = store.check_sync(Rule::new(b"k", &policy, 1)).unwrap();
+                        let d = store.check_sync(Charge::new(b"k", &policy, 1)).unwrap();
                         admitted.fetch_add(u64::from(d.allowed), Ordering::Relaxed);
                     }
                 })

@@ -16,7 +16,7 @@ use tower_throttle::clock::ManualClock;
 use tower_throttle::key::{BearerToken, Global};
 use tower_throttle::response::{RATELIMIT, X_RATELIMIT_RESET};
 use tower_throttle::{
-    Decision, MemoryStore, PermitId, Policy, Rule, Store, StoreError, ThrottleLayer,
+    Charge, Decision, MemoryStore, PermitId, Policy, Store, StoreError, ThrottleLayer,
 };
 
 const PREFIX: &str = "secretpfx";
@@ -50,10 +50,10 @@ fn request(peer: Option<&str>, token: Option<&str>) -> Request<()> {
 struct Failing;
 
 impl Store for Failing {
-    async fn check(&self, _: Rule<'_>) -> Result<Decision, StoreError> {
+    async fn check(&self, _: Charge<'_>) -> Result<Decision, StoreError> {
         Err(StoreError::Protocol(STORE_ERROR.into()))
     }
-    async fn check_all(&self, _: &[Rule<'_>]) -> Result<Vec<Decision>, StoreError> {
+    async fn check_all(&self, _: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
         Err(StoreError::Protocol(STORE_ERROR.into()))
     }
     async fn refund(&self, _: &[u8], _: &Policy, _: u64) -> Result<(), StoreError> {

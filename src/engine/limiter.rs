@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::decision::{Decision, PermitId};
 use crate::policy::Policy;
 use crate::policy::{effective_policy, rebase};
-use crate::store::{MemoryStore, Rule, RuleSpec, Store, StoreError};
+use crate::store::{Charge, MemoryStore, RuleSpec, Store, StoreError};
 
 /// How many times a delayed request (the layer's delay mode, `wait` on
 /// other algorithms than GCRA) is checked again before giving up.
@@ -135,7 +135,9 @@ impl<S: Store> Limiter<S> {
     /// [`Limiter::release`] or the lease ends; prefer [`Limiter::acquire`].
     pub async fn check_n(&self, key: impl AsRef<[u8]>, cost: u64) -> Result<Decision, StoreError> {
         let key = self.full_key(key.as_ref());
-        self.store.check(Rule::new(&key, &self.policy, cost)).await
+        self.store
+            .check(Charge::new(&key, &self.policy, cost))
+            .await
     }
 
     /// Charges `cost` units of `policy` to `key`: a policy chosen per call
@@ -151,7 +153,7 @@ impl<S: Store> Limiter<S> {
         cost: u64,
     ) -> Result<Decision, StoreError> {
         let key = self.key_for(key.as_ref(), policy);
-        self.store.check(Rule::new(&key, policy, cost)).await
+        self.store.check(Charge::new(&key, policy, cost)).await
     }
 
     /// [`Limiter::refund`] of a [`Limiter::check_with`].
@@ -223,7 +225,7 @@ impl<S: Store> Limiter<S> {
         loop {
             let left = max_wait.saturating_sub(waited);
             let used = effective_policy(&real, cost, Some(left));
-            let mut decision = self.store.check(Rule::new(&key, &used, cost)).await?;
+            let mut decision = self.store.check(Charge::new(&key, &used, cost)).await?;
             let slot = rebase(&real, &used, &mut decision);
             if decision.allowed {
                 if !slot.is_zero() {
@@ -280,7 +282,7 @@ impl<S: Store> Limiter<S> {
         key: impl AsRef<[u8]>,
     ) -> Result<Result<Permit<S>, Decision>, StoreError> {
         let key = self.full_key(key.as_ref()).into_owned();
-        let decision = self.store.check(Rule::new(&key, &self.policy, 1)).await?;
+        let decision = self.store.check(Charge::new(&key, &self.policy, 1)).await?;
         if !decision.allowed {
             return Ok(Err(decision));
         }

@@ -7,7 +7,7 @@ use crate::decision::Decision;
 use crate::limiter::KeyPrefix;
 use crate::limiter::{valid_name, MAX_DELAY_ATTEMPTS};
 use crate::policy::Policy;
-use crate::store::{all_allowed, MemoryStore, Rule, Store, StoreError};
+use crate::store::{all_allowed, Charge, MemoryStore, Store, StoreError};
 
 /// Several named policies over one store, checked together by key: all or
 /// nothing, in one store call ([`Store::check_all`]), as a
@@ -107,7 +107,7 @@ impl<S: Store> MultiLimiter<S> {
     ///
     /// # Panics
     ///
-    /// On a name [`Limit::new`](crate::Limit::new) refuses.
+    /// On a name [`Rule::new`](crate::Rule::new) refuses.
     pub fn new(store: S, name: &str, policy: Policy) -> Self {
         Self::from_shared(Arc::new(store), name, policy)
     }
@@ -126,7 +126,7 @@ impl<S: Store> MultiLimiter<S> {
     ///
     /// # Panics
     ///
-    /// On a name [`Limit::new`](crate::Limit::new) refuses, or one another
+    /// On a name [`Rule::new`](crate::Rule::new) refuses, or one another
     /// rule already has.
     #[must_use]
     pub fn and(mut self, name: &str, policy: Policy) -> Self {
@@ -181,10 +181,10 @@ impl<S: Store> MultiLimiter<S> {
         cost: u64,
     ) -> Result<MultiDecision, StoreError> {
         let keys = self.keys(key.as_ref());
-        let rules: Vec<Rule<'_>> = keys
+        let rules: Vec<Charge<'_>> = keys
             .iter()
             .zip(self.rules.iter())
-            .map(|(k, (_, policy))| Rule::new(k, policy, cost))
+            .map(|(k, (_, policy))| Charge::new(k, policy, cost))
             .collect();
         let decisions = self.store.check_all(&rules).await?;
         if decisions.len() != rules.len() {

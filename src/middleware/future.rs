@@ -10,7 +10,7 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use crate::body::{Guard, ThrottleBody};
-use crate::check::{Charge, HeldPermits, Verdict};
+use crate::check::{HeldCharge, HeldPermits, Verdict};
 use crate::info::RateLimitInfo;
 use crate::response::add_headers;
 use crate::settings::Forwarding;
@@ -65,7 +65,7 @@ pub(crate) struct Carried<St: Store> {
     /// whether it was a `CONNECT`.
     upgrade: Option<(UpgradePermit, bool)>,
     /// Counted by verdict: kept or refunded once the status is known.
-    charge: Option<Box<Charge<St>>>,
+    charge: Option<Box<HeldCharge<St>>>,
 }
 
 /// A request waiting for its check, with the service that will take it.

@@ -16,9 +16,9 @@ use crate::resolve::{PolicyResolver, PolicySource};
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_throttle::{key::BearerToken, Limit, Policy};
+/// use tower_throttle::{key::BearerToken, Rule, Policy};
 ///
-/// let daily = Limit::new("day", Policy::fixed_window(100, Duration::from_secs(86_400))?)
+/// let daily = Rule::new("day", Policy::fixed_window(100, Duration::from_secs(86_400))?)
 ///     .key(BearerToken)
 ///     .cost(1);
 /// # let _ = daily;
@@ -26,7 +26,7 @@ use crate::resolve::{PolicyResolver, PolicySource};
 /// ```
 #[derive(Clone)]
 #[must_use = "builders do nothing until used"]
-pub struct Limit {
+pub struct Rule {
     pub(crate) name: Arc<str>,
     pub(crate) policy: Policy,
     pub(crate) key: Option<Arc<dyn KeyExtractor>>,
@@ -34,7 +34,7 @@ pub struct Limit {
     pub(crate) source: Option<PolicySource>,
 }
 
-impl Limit {
+impl Rule {
     /// A limit named `name` applying `policy`.
     ///
     /// # Panics
@@ -46,7 +46,7 @@ impl Limit {
             valid_name(name),
             "rate-limit rule name {name:?} must be 1-64 of [A-Za-z0-9_.-]"
         );
-        Limit {
+        Rule {
             name: name.into(),
             policy,
             key: None,
@@ -80,10 +80,10 @@ impl Limit {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_throttle::{Limit, Policy};
+    /// use tower_throttle::{Rule, Policy};
     ///
     /// let premium = Policy::sliding_window(50, Duration::from_secs(60))?;
-    /// let replies = Limit::new("reply", Policy::sliding_window(5, Duration::from_secs(60))?)
+    /// let replies = Rule::new("reply", Policy::sliding_window(5, Duration::from_secs(60))?)
     ///     .policy_fn(move |req| req.headers().contains_key("x-premium").then_some(premium));
     /// # let _ = replies;
     /// # Ok::<(), tower_throttle::PolicyError>(())
@@ -125,7 +125,7 @@ impl Limit {
     }
 }
 
-impl fmt::Debug for Limit {
+impl fmt::Debug for Rule {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Limit")
             .field("name", &self.name)

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use tower_throttle::clock::ManualClock;
-use tower_throttle::{MemoryStore, Policy, Rule, StoreError};
+use tower_throttle::{Charge, MemoryStore, Policy, StoreError};
 
 const HOUR: Duration = Duration::from_secs(3600);
 
@@ -26,7 +26,7 @@ fn fill(store: &MemoryStore<ManualClock>, n: usize) -> Policy {
         let key = format!("filler{i}");
         assert!(
             store
-                .check_sync(Rule::new(key.as_bytes(), &long, 1))
+                .check_sync(Charge::new(key.as_bytes(), &long, 1))
                 .unwrap()
                 .allowed
         );
@@ -36,7 +36,7 @@ fn fill(store: &MemoryStore<ManualClock>, n: usize) -> Policy {
 
 fn allowed(store: &MemoryStore<ManualClock>, key: &str, policy: &Policy) -> bool {
     store
-        .check_sync(Rule::new(key.as_bytes(), policy, 1))
+        .check_sync(Charge::new(key.as_bytes(), policy, 1))
         .unwrap()
         .allowed
 }
@@ -54,10 +54,10 @@ fn held_keys_keep_their_exact_limits_when_the_store_is_full() {
     // A flood of new keys on both policies...
     for i in 0..1_000 {
         store
-            .check_sync(Rule::new(format!("user:{i}").as_bytes(), &user, 1))
+            .check_sync(Charge::new(format!("user:{i}").as_bytes(), &user, 1))
             .unwrap();
         store
-            .check_sync(Rule::new(format!("g{i}").as_bytes(), &global, 1))
+            .check_sync(Charge::new(format!("g{i}").as_bytes(), &global, 1))
             .unwrap();
     }
     assert!(store.is_full());
@@ -179,8 +179,8 @@ fn multi_rule_checks_stay_all_or_nothing_across_held_keys_and_overflow() {
     fill(&store, 2);
     let both = |u: &str, i: &str| {
         let rules = [
-            Rule::new(u.as_bytes(), &user, 1),
-            Rule::new(i.as_bytes(), &ip, 1),
+            Charge::new(u.as_bytes(), &user, 1),
+            Charge::new(i.as_bytes(), &ip, 1),
         ];
         store.check_all_sync(&rules).unwrap()
     };
@@ -200,7 +200,9 @@ fn multi_rule_checks_stay_all_or_nothing_across_held_keys_and_overflow() {
     // Now the overflow state denies: bob is not charged.
     let d = both("user:bob", "ip:4");
     assert!(d[0].allowed && !d[1].allowed);
-    let peek = store.check_sync(Rule::new(b"user:bob", &user, 0)).unwrap();
+    let peek = store
+        .check_sync(Charge::new(b"user:bob", &user, 0))
+        .unwrap();
     assert_eq!(peek.remaining, 1, "bob keeps his unit");
 }
 
@@ -212,8 +214,8 @@ fn rules_of_one_check_on_one_overflow_state_are_charged_together() {
     let p = Policy::fixed_window(3, Duration::from_secs(60)).unwrap();
     let pair = |a: &'static str, b: &'static str| {
         let rules = [
-            Rule::new(a.as_bytes(), &p, 1),
-            Rule::new(b.as_bytes(), &p, 1),
+            Charge::new(a.as_bytes(), &p, 1),
+            Charge::new(b.as_bytes(), &p, 1),
         ];
         store.check_all_sync(&rules).unwrap()
     };
@@ -233,7 +235,11 @@ fn concurrency_permits_taken_in_overflow_are_released() {
     let store = small_store(&clock, 2);
     fill(&store, 2);
     let c = Policy::concurrency(2).unwrap();
-    let take = |key: &str| store.check_sync(Rule::new(key.as_bytes(), &c, 1)).unwrap();
+    let take = |key: &str| {
+        store
+            .check_sync(Charge::new(key.as_bytes(), &c, 1))
+            .unwrap()
+    };
     let first = take("job:1");
     let second = take("job:2");
     assert!(first.allowed && second.allowed);
@@ -248,7 +254,7 @@ fn concurrency_permits_taken_in_overflow_are_released() {
     // Through a multi-rule check too.
     store.release_sync(b"job:2", &c, second.permit.unwrap());
     let other = Policy::concurrency(5).unwrap();
-    let rules = [Rule::new(b"job:5", &c, 1), Rule::new(b"x:5", &other, 1)];
+    let rules = [Charge::new(b"job:5", &c, 1), Charge::new(b"x:5", &other, 1)];
     let d = store.check_all_sync(&rules).unwrap();
     assert!(d.iter().all(|d| d.allowed));
     store.release_sync(b"job:5", &c, d[0].permit.unwrap());
@@ -267,7 +273,7 @@ fn only_a_policy_per_request_can_still_make_the_store_answer_full() {
         assert!(allowed(&store, &format!("k{n}"), &policy(n)), "{n}");
     }
     let err = store
-        .check_sync(Rule::new(b"k1025", &policy(1_025), 1))
+        .check_sync(Charge::new(b"k1025", &policy(1_025), 1))
         .unwrap_err();
     assert!(matches!(err, StoreError::Full { max_keys: 1 }), "{err:?}");
     // Held overflow states keep working; cold ones make room.

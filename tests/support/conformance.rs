@@ -20,7 +20,7 @@
 
 use std::time::Duration;
 
-use tower_throttle::{Algorithm, Decision, Policy, Rule, Store, StoreError};
+use tower_throttle::{Algorithm, Charge, Decision, Policy, Store, StoreError};
 
 use crate::models::Model;
 
@@ -95,7 +95,7 @@ pub async fn untimed<S: Store>(subject: &Subject<S>) {
         for i in 0..limit {
             let d = subject
                 .store
-                .check(Rule::new(&key, &policy, 1))
+                .check(Charge::new(&key, &policy, 1))
                 .await
                 .unwrap();
             assert!(
@@ -106,7 +106,7 @@ pub async fn untimed<S: Store>(subject: &Subject<S>) {
         }
         let d = subject
             .store
-            .check(Rule::new(&key, &policy, 1))
+            .check(Charge::new(&key, &policy, 1))
             .await
             .unwrap();
         assert!(!d.allowed, "{} / {name}: past the burst", subject.name);
@@ -221,7 +221,7 @@ async fn model_walk<S: Store>(subject: &Subject<S>, name: &str, policy: &Policy)
                 };
                 let got = subject
                     .store
-                    .check(Rule::new(&key, policy, cost))
+                    .check(Charge::new(&key, policy, cost))
                     .await
                     .unwrap_or_else(|e| panic!("{}: {what}: {e}", subject.name));
                 let permit = got.permit.map_or(0, |p| p.0);
@@ -246,13 +246,13 @@ async fn expiry<S: Store>(subject: &Subject<S>, name: &str, policy: &Policy) {
     for _ in 0..limit + 1 {
         let _ = subject
             .store
-            .check(Rule::new(&key, policy, 1))
+            .check(Charge::new(&key, policy, 1))
             .await
             .unwrap();
     }
     let d = subject
         .store
-        .check(Rule::new(&key, policy, 1))
+        .check(Charge::new(&key, policy, 1))
         .await
         .unwrap();
     assert!(!d.allowed, "{} / {name}: used up", subject.name);
@@ -260,7 +260,7 @@ async fn expiry<S: Store>(subject: &Subject<S>, name: &str, policy: &Policy) {
     for i in 0..limit {
         let d = subject
             .store
-            .check(Rule::new(&key, policy, 1))
+            .check(Charge::new(&key, policy, 1))
             .await
             .unwrap();
         assert!(
@@ -276,18 +276,22 @@ async fn all_or_nothing<S: Store>(subject: &Subject<S>) {
     let open = Policy::fixed_window(10, Duration::from_secs(60)).unwrap();
     let shut = Policy::cell(0, 1, Duration::from_secs(60)).unwrap();
     let (a, b) = (key(subject, "a", "multi"), key(subject, "b", "multi"));
-    let first = subject.store.check(Rule::new(&b, &shut, 1)).await.unwrap();
+    let first = subject
+        .store
+        .check(Charge::new(&b, &shut, 1))
+        .await
+        .unwrap();
     assert!(first.allowed, "{}: the one unit of b", subject.name);
     for _ in 0..3 {
         let ds = subject
             .store
-            .check_all(&[Rule::new(&a, &open, 1), Rule::new(&b, &shut, 1)])
+            .check_all(&[Charge::new(&a, &open, 1), Charge::new(&b, &shut, 1)])
             .await
             .unwrap();
         assert!(ds[0].allowed && !ds[1].allowed, "{}: {ds:?}", subject.name);
         assert_eq!(ds[0].remaining, 10, "{}: a was not charged", subject.name);
     }
-    let d = subject.store.check(Rule::new(&a, &open, 0)).await;
+    let d = subject.store.check(Charge::new(&a, &open, 0)).await;
     if subject.caps.peek {
         assert_eq!(d.unwrap().remaining, 10, "{}: a untouched", subject.name);
     }
@@ -301,7 +305,7 @@ async fn concurrency_permits<S: Store>(subject: &Subject<S>) {
     for _ in 0..3 {
         let d = subject
             .store
-            .check(Rule::new(&key, &policy, 1))
+            .check(Charge::new(&key, &policy, 1))
             .await
             .unwrap();
         assert!(d.allowed, "{}: a permit", subject.name);
@@ -315,14 +319,14 @@ async fn concurrency_permits<S: Store>(subject: &Subject<S>) {
     assert_eq!(ids.len(), 3, "{}: permit ids are distinct", subject.name);
     let d = subject
         .store
-        .check(Rule::new(&key, &policy, 1))
+        .check(Charge::new(&key, &policy, 1))
         .await
         .unwrap();
     assert!(!d.allowed, "{}: the limit holds", subject.name);
     subject.store.release(&key, &policy, ids[1]).await.unwrap();
     let d = subject
         .store
-        .check(Rule::new(&key, &policy, 1))
+        .check(Charge::new(&key, &policy, 1))
         .await
         .unwrap();
     assert!(d.allowed, "{}: a release frees a permit", subject.name);
@@ -330,7 +334,7 @@ async fn concurrency_permits<S: Store>(subject: &Subject<S>) {
     subject.store.release(&key, &policy, ids[1]).await.unwrap();
     let d = subject
         .store
-        .check(Rule::new(&key, &policy, 1))
+        .check(Charge::new(&key, &policy, 1))
         .await
         .unwrap();
     assert!(
@@ -353,7 +357,7 @@ async fn typed_errors<S: Store>(subject: &Subject<S>) {
     if subject.caps.multi_rule {
         let r = subject
             .store
-            .check_all(&[Rule::new(&k, &policy, 1), Rule::new(&k, &policy, 1)])
+            .check_all(&[Charge::new(&k, &policy, 1), Charge::new(&k, &policy, 1)])
             .await;
         assert!(
             matches!(r, Err(StoreError::InvalidRequest(_))),
@@ -364,13 +368,13 @@ async fn typed_errors<S: Store>(subject: &Subject<S>) {
     // A cost no policy can ever admit is a denial forever, not an error.
     let d = subject
         .store
-        .check(Rule::new(&k, &policy, u64::MAX))
+        .check(Charge::new(&k, &policy, u64::MAX))
         .await
         .unwrap();
     assert!(d.is_never(), "{}: {d:?}", subject.name);
     if !subject.caps.all_algorithms {
         let log = Policy::sliding_log(1, Duration::from_secs(1)).unwrap();
-        let r = subject.store.check(Rule::new(&k, &log, 1)).await;
+        let r = subject.store.check(Charge::new(&k, &log, 1)).await;
         assert!(
             matches!(r, Err(StoreError::Unsupported(_))),
             "{}: an unsupported algorithm: {r:?}",

@@ -9,7 +9,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use tower_throttle::clock::ManualClock;
 use tower_throttle::store::redis::{RedisStore, TimeSource};
-use tower_throttle::{Decision, MemoryStore, PermitId, Policy, Rule, Store};
+use tower_throttle::{Charge, Decision, MemoryStore, PermitId, Policy, Store};
 
 use crate::redis_support::{current_thread_runtime as runtime, RedisServer};
 
@@ -92,8 +92,8 @@ impl Bench {
                 match op {
                     Op::Advance(n) => clock.advance(Duration::from_micros(n)),
                     Op::Check(cost) => {
-                        let m = mem.check(Rule::new(key, &policy, cost)).await.unwrap();
-                        let r = redis.check(Rule::new(key, &policy, cost)).await.unwrap();
+                        let m = mem.check(Charge::new(key, &policy, cost)).await.unwrap();
+                        let r = redis.check(Charge::new(key, &policy, cost)).await.unwrap();
                         prop_assert_eq!(strip(m), strip(r), "step {} cost {}", step, cost);
                         if let (Some(a), Some(b)) = (m.permit, r.permit) {
                             permits.push((a, b));

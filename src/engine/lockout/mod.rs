@@ -37,7 +37,7 @@ use std::time::Duration;
 use crate::decision::Decision;
 use crate::limiter::KeyPrefix;
 use crate::policy::{Policy, PolicyError};
-use crate::store::{MemoryStore, Rule, Store, StoreError};
+use crate::store::{Charge, MemoryStore, Store, StoreError};
 
 /// Locks a key out for `lock` after `strikes` denials within `within`.
 /// See the [module docs](self).
@@ -97,7 +97,7 @@ impl Penalty {
         key: &[u8],
     ) -> Result<Option<Duration>, StoreError> {
         let lock_key = self.derived(b"lock:", key);
-        let peek = store.check(Rule::new(&lock_key, &self.lock, 0)).await?;
+        let peek = store.check(Charge::new(&lock_key, &self.lock, 0)).await?;
         Ok(left(&peek))
     }
 
@@ -110,7 +110,7 @@ impl Penalty {
         key: &[u8],
     ) -> Option<Result<Option<Duration>, StoreError>> {
         let lock_key = self.derived(b"lock:", key);
-        let peek = store.check_now(Rule::new(&lock_key, &self.lock, 0))?;
+        let peek = store.check_now(Charge::new(&lock_key, &self.lock, 0))?;
         Some(peek.map(|d| left(&d)))
     }
 
@@ -124,7 +124,7 @@ impl Penalty {
     ) -> Result<Option<Duration>, StoreError> {
         let strikes_key = self.derived(b"strikes:", key);
         let strike = store
-            .check(Rule::new(&strikes_key, &self.strikes, 1))
+            .check(Charge::new(&strikes_key, &self.strikes, 1))
             .await?;
         // Admitted with units left: below the bound. Admitted with none left
         // is the `strikes`-th denial; denied means concurrent denials
@@ -133,7 +133,7 @@ impl Penalty {
             return Ok(None);
         }
         let lock_key = self.derived(b"lock:", key);
-        let lock = store.check(Rule::new(&lock_key, &self.lock, 1)).await?;
+        let lock = store.check(Charge::new(&lock_key, &self.lock, 1)).await?;
         // After the lock the key starts over with no strikes.
         store.reset(&strikes_key, &self.strikes).await?;
         Ok(Some(if lock.allowed {
@@ -276,7 +276,7 @@ impl<S: Store> LockoutLimiter<S> {
         if let Some(left) = self.penalty.check_locked(store, &key).await? {
             return Ok(self.penalty.locked(&self.policy, left));
         }
-        let d = store.check(Rule::new(&key, &self.policy, cost)).await?;
+        let d = store.check(Charge::new(&key, &self.policy, cost)).await?;
         if d.allowed {
             return Ok(d);
         }

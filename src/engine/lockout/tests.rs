@@ -47,7 +47,7 @@ fn the_third_denial_locks_the_key_for_the_whole_lock() {
         assert_eq!((d.allowed, d.retry_after), (false, Some(3 * MIN)));
         assert_eq!(l.locked_for("u").await.unwrap(), Some(3 * MIN));
         // Locked checks are not charged: the rule is fresh when the lock ends.
-        let peek = l.store().check(Rule::new(b"login:u", l.policy(), 0));
+        let peek = l.store().check(Charge::new(b"login:u", l.policy(), 0));
         assert_eq!(peek.await.unwrap().remaining, 2);
         clock.advance(3 * MIN);
         assert_eq!(l.locked_for("u").await.unwrap(), None);

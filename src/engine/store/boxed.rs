@@ -41,7 +41,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use super::{Namespaces, Rule, Store, StoreError};
+use super::{Charge, Namespaces, Store, StoreError};
 use crate::decision::{Decision, PermitId};
 use crate::policy::Policy;
 
@@ -49,10 +49,10 @@ type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// [`Store`] with boxed futures: dyn-compatible. Implemented for every store.
 trait DynStore: Send + Sync + 'static {
-    fn check<'a>(&'a self, rule: Rule<'a>) -> BoxFuture<'a, Result<Decision, StoreError>>;
+    fn check<'a>(&'a self, rule: Charge<'a>) -> BoxFuture<'a, Result<Decision, StoreError>>;
     fn check_all<'a>(
         &'a self,
-        rules: &'a [Rule<'a>],
+        rules: &'a [Charge<'a>],
     ) -> BoxFuture<'a, Result<Vec<Decision>, StoreError>>;
     fn refund<'a>(
         &'a self,
@@ -71,19 +71,19 @@ trait DynStore: Send + Sync + 'static {
         policy: &'a Policy,
         permit: PermitId,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
-    fn check_all_now(&self, rules: &[Rule<'_>]) -> Option<Result<Vec<Decision>, StoreError>>;
-    fn check_now(&self, rule: Rule<'_>) -> Option<Result<Decision, StoreError>>;
+    fn check_all_now(&self, rules: &[Charge<'_>]) -> Option<Result<Vec<Decision>, StoreError>>;
+    fn check_now(&self, rule: Charge<'_>) -> Option<Result<Decision, StoreError>>;
     fn namespaces(&self) -> Option<&Namespaces>;
 }
 
 impl<S: Store> DynStore for S {
-    fn check<'a>(&'a self, rule: Rule<'a>) -> BoxFuture<'a, Result<Decision, StoreError>> {
+    fn check<'a>(&'a self, rule: Charge<'a>) -> BoxFuture<'a, Result<Decision, StoreError>> {
         Box::pin(Store::check(self, rule))
     }
 
     fn check_all<'a>(
         &'a self,
-        rules: &'a [Rule<'a>],
+        rules: &'a [Charge<'a>],
     ) -> BoxFuture<'a, Result<Vec<Decision>, StoreError>> {
         Box::pin(Store::check_all(self, rules))
     }
@@ -114,11 +114,11 @@ impl<S: Store> DynStore for S {
         Box::pin(Store::release(self, key, policy, permit))
     }
 
-    fn check_all_now(&self, rules: &[Rule<'_>]) -> Option<Result<Vec<Decision>, StoreError>> {
+    fn check_all_now(&self, rules: &[Charge<'_>]) -> Option<Result<Vec<Decision>, StoreError>> {
         Store::check_all_now(self, rules)
     }
 
-    fn check_now(&self, rule: Rule<'_>) -> Option<Result<Decision, StoreError>> {
+    fn check_now(&self, rule: Charge<'_>) -> Option<Result<Decision, StoreError>> {
         Store::check_now(self, rule)
     }
 
@@ -161,11 +161,11 @@ impl Store for BoxStore {
     // the borrows of `self` and of the arguments apart (a bare boxed future
     // would need one lifetime shorter than both, which `impl Future` cannot
     // name).
-    async fn check(&self, rule: Rule<'_>) -> Result<Decision, StoreError> {
+    async fn check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
         self.inner.check(rule).await
     }
 
-    async fn check_all(&self, rules: &[Rule<'_>]) -> Result<Vec<Decision>, StoreError> {
+    async fn check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
         self.inner.check_all(rules).await
     }
 
@@ -187,12 +187,12 @@ impl Store for BoxStore {
     }
 
     #[inline]
-    fn check_all_now(&self, rules: &[Rule<'_>]) -> Option<Result<Vec<Decision>, StoreError>> {
+    fn check_all_now(&self, rules: &[Charge<'_>]) -> Option<Result<Vec<Decision>, StoreError>> {
         self.inner.check_all_now(rules)
     }
 
     #[inline]
-    fn check_now(&self, rule: Rule<'_>) -> Option<Result<Decision, StoreError>> {
+    fn check_now(&self, rule: Charge<'_>) -> Option<Result<Decision, StoreError>> {
         self.inner.check_now(rule)
     }
 
@@ -211,7 +211,7 @@ mod tests {
     use crate::clock::ManualClock;
     use crate::policy::Policy;
     use crate::store::MemoryStore;
-    use crate::store::{Rule, Store};
+    use crate::store::{Charge, Store};
 
     fn block_on<F: Future>(f: F) -> F::Output {
         tokio::runtime::Builder::new_current_thread()
@@ -228,7 +228,7 @@ mod tests {
         let p = Policy::cell(2, 1, Duration::from_secs(1)).unwrap();
         block_on(async {
             for i in 0..6 {
-                let rule = Rule::new(b"k", &p, 1);
+                let rule = Charge::new(b"k", &p, 1);
                 let a = Store::check(&plain, rule).await.unwrap();
                 let b = Store::check(&boxed, rule).await.unwrap();
                 assert_eq!(a, b, "check {i}");
@@ -240,14 +240,14 @@ mod tests {
             clock.advance(Duration::from_secs(1));
             Store::refund(&boxed, b"k", &p, 1).await.unwrap();
             plain.refund(b"k", &p, 1).await.unwrap();
-            let rules = [Rule::new(b"k", &p, 1), Rule::new(b"j", &p, 3)];
+            let rules = [Charge::new(b"k", &p, 1), Charge::new(b"j", &p, 3)];
             assert_eq!(
                 plain.check_all(&rules).await.unwrap(),
                 Store::check_all(&boxed, &rules).await.unwrap()
             );
             Store::reset(&boxed, b"k", &p).await.unwrap();
             assert_eq!(
-                Store::check(&boxed, Rule::new(b"k", &p, 0))
+                Store::check(&boxed, Charge::new(b"k", &p, 0))
                     .await
                     .unwrap()
                     .remaining,
@@ -261,17 +261,17 @@ mod tests {
         let boxed = BoxStore::new(MemoryStore::new());
         let p = Policy::concurrency(1).unwrap();
         let d = boxed
-            .check_now(Rule::new(b"c", &p, 1))
+            .check_now(Charge::new(b"c", &p, 1))
             .expect("memory decides at once")
             .unwrap();
         assert!(d.allowed);
-        let again = Store::check_all_now(&boxed, &[Rule::new(b"c", &p, 1)])
+        let again = Store::check_all_now(&boxed, &[Charge::new(b"c", &p, 1)])
             .unwrap()
             .unwrap();
         assert!(!again[0].allowed, "the permit is held");
         block_on(Store::release(&boxed, b"c", &p, d.permit.unwrap())).unwrap();
         assert!(
-            Store::check_now(&boxed, Rule::new(b"c", &p, 1))
+            Store::check_now(&boxed, Charge::new(b"c", &p, 1))
                 .unwrap()
                 .unwrap()
                 .allowed

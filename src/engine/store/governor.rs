@@ -28,7 +28,7 @@ use governor::middleware::StateInformationMiddleware;
 use governor::state::keyed::DefaultKeyedStateStore;
 use governor::{Quota, RateLimiter};
 
-use super::{Rule, RuleSpec, Store, StoreError};
+use super::{Charge, RuleSpec, Store, StoreError};
 use crate::algorithm::gcra;
 use crate::decision::{Decision, PermitId};
 use crate::policy::{Algorithm, GcraParams, Policy};
@@ -112,7 +112,7 @@ where
     }
 
     /// Decides one rule now.
-    pub fn check_sync(&self, rule: Rule<'_>) -> Result<Decision, StoreError> {
+    pub fn check_sync(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
         let Algorithm::Gcra(p) = rule.policy.algorithm() else {
             return Err(StoreError::Unsupported("non-GCRA policies on governor"));
         };
@@ -194,11 +194,11 @@ where
         Ok(())
     }
 
-    async fn check(&self, rule: Rule<'_>) -> Result<Decision, StoreError> {
+    async fn check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
         self.check_sync(rule)
     }
 
-    async fn check_all(&self, rules: &[Rule<'_>]) -> Result<Vec<Decision>, StoreError> {
+    async fn check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
         match rules {
             [rule] => Ok(vec![self.check_sync(*rule)?]),
             _ => Err(StoreError::Unsupported("all-or-nothing rules on governor")),

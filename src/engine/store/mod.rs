@@ -29,9 +29,10 @@ pub use namespaces::Namespaces;
 use crate::decision::{Decision, PermitId};
 use crate::policy::Policy;
 
-/// One rule of a check: charge `cost` units of `policy` to `key`.
+/// One charge of a store call: `cost` units of `policy` against `key`
+/// (a [`Rule`](crate::Rule) of a layer becomes one per request).
 #[derive(Clone, Copy, Debug)]
-pub struct Rule<'a> {
+pub struct Charge<'a> {
     /// The full key (already prefixed). Any bytes.
     pub key: &'a [u8],
     /// The limit to apply.
@@ -40,10 +41,10 @@ pub struct Rule<'a> {
     pub cost: u64,
 }
 
-impl<'a> Rule<'a> {
-    /// A rule charging `cost` units of `policy` to `key`.
+impl<'a> Charge<'a> {
+    /// A charge of `cost` units of `policy` against `key`.
     pub fn new(key: &'a [u8], policy: &'a Policy, cost: u64) -> Self {
-        Rule { key, policy, cost }
+        Charge { key, policy, cost }
     }
 }
 
@@ -72,17 +73,17 @@ impl<'a> RuleSpec<'a> {
 /// Every implementation follows the definitions in [`crate::algorithm`]; the
 /// test suite holds each one to the same reference models.
 pub trait Store: Send + Sync + 'static {
-    /// Decides one rule; consumes its cost only if allowed.
-    fn check(&self, rule: Rule<'_>) -> impl Future<Output = Result<Decision, StoreError>> + Send;
+    /// Decides one charge; consumes its cost only if allowed.
+    fn check(&self, rule: Charge<'_>) -> impl Future<Output = Result<Decision, StoreError>> + Send;
 
-    /// Decides several rules at once, all or nothing: the costs are consumed
-    /// only if every rule allows. When one denies, nothing changes: denying
-    /// rules report their denial, and rules that would have passed report a
+    /// Decides several charges at once, all or nothing: the costs are
+    /// consumed only if every one is allowed. When one denies, nothing
+    /// changes: denying charges report their denial, and those that would have passed report a
     /// peek (`allowed: true`, `remaining` and `reset_after` of the unchanged
     /// state). Keys must be distinct.
     fn check_all(
         &self,
-        rules: &[Rule<'_>],
+        rules: &[Charge<'_>],
     ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send;
 
     /// Gives `amount` units back to `key` (for work that turned out not to count).
@@ -126,13 +127,13 @@ pub trait Store: Send + Sync + 'static {
     /// can): the same answer [`Store::check_all`] would give. `None` (the
     /// default) sends the caller to the asynchronous path. Lets the layer
     /// skip allocating a future for in-process stores.
-    fn check_all_now(&self, rules: &[Rule<'_>]) -> Option<Result<Vec<Decision>, StoreError>> {
+    fn check_all_now(&self, rules: &[Charge<'_>]) -> Option<Result<Vec<Decision>, StoreError>> {
         let _ = rules;
         None
     }
 
     /// [`Store::check_all_now`] for one rule.
-    fn check_now(&self, rule: Rule<'_>) -> Option<Result<Decision, StoreError>> {
+    fn check_now(&self, rule: Charge<'_>) -> Option<Result<Decision, StoreError>> {
         let _ = rule;
         None
     }
@@ -155,13 +156,13 @@ impl<S: Store> Store for std::sync::Arc<S> {
         (**self).namespaces()
     }
 
-    fn check(&self, rule: Rule<'_>) -> impl Future<Output = Result<Decision, StoreError>> + Send {
+    fn check(&self, rule: Charge<'_>) -> impl Future<Output = Result<Decision, StoreError>> + Send {
         (**self).check(rule)
     }
 
     fn check_all(
         &self,
-        rules: &[Rule<'_>],
+        rules: &[Charge<'_>],
     ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
         (**self).check_all(rules)
     }
@@ -196,11 +197,11 @@ impl<S: Store> Store for std::sync::Arc<S> {
         (**self).validate(rules)
     }
 
-    fn check_all_now(&self, rules: &[Rule<'_>]) -> Option<Result<Vec<Decision>, StoreError>> {
+    fn check_all_now(&self, rules: &[Charge<'_>]) -> Option<Result<Vec<Decision>, StoreError>> {
         (**self).check_all_now(rules)
     }
 
-    fn check_now(&self, rule: Rule<'_>) -> Option<Result<Decision, StoreError>> {
+    fn check_now(&self, rule: Charge<'_>) -> Option<Result<Decision, StoreError>> {
         (**self).check_now(rule)
     }
 }

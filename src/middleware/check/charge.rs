@@ -15,18 +15,18 @@ use crate::store::Store;
 /// does not count. Dropped without a response (the client went away, the
 /// inner service's future was dropped), the charge stands: an attempt
 /// whose outcome is unknown counts, so hanging up cannot dodge the limit.
-pub(crate) struct Charge<St: Store> {
+pub(crate) struct HeldCharge<St: Store> {
     store: Arc<St>,
     count_if: CountIf,
     charged: Vec<(Vec<u8>, Policy, u64)>,
 }
 
-impl<St: Store> Charge<St> {
+impl<St: Store> HeldCharge<St> {
     pub(super) fn collect(shared: &LayerState<St>, plan: &Plan) -> Option<Box<Self>> {
         let count_if = shared.settings.count_if.clone()?;
         let charged = plan.refundable(shared);
         (!charged.is_empty()).then(|| {
-            Box::new(Charge {
+            Box::new(HeldCharge {
                 store: shared.store.clone(),
                 count_if,
                 charged,
@@ -40,7 +40,7 @@ impl<St: Store> Charge<St> {
         if (self.count_if)(status) {
             return;
         }
-        let Charge { store, charged, .. } = self;
+        let HeldCharge { store, charged, .. } = self;
         release_detached(async move {
             for (key, policy, cost) in charged {
                 // A failed refund leaves the unit counted: the limit holds.

@@ -12,7 +12,7 @@ use crate::grpc::Reply;
 use crate::info::RateLimitInfo;
 use crate::key::{bound_key_part, KeyWriter, RequestHead, MAX_KEY_PART};
 use crate::mode::Mode;
-use crate::store::{Rule, Store, StoreError};
+use crate::store::{Charge, Store, StoreError};
 
 /// Builds the request's keys and decides at once when the store answers in
 /// process and no wait is needed.
@@ -51,7 +51,9 @@ fn decide_simple<St: Store>(shared: &LayerState<St>, req: &RequestHead<'_>) -> S
     }
     bound_key_part(&mut keys, part, MAX_KEY_PART);
     let cost = rule.cost.of(req);
-    let answer = shared.store.check_now(Rule::new(&keys, &rule.policy, cost));
+    let answer = shared
+        .store
+        .check_now(Charge::new(&keys, &rule.policy, cost));
     if let Some(Ok(d)) = &answer {
         if d.allowed
             && d.permit.is_none()

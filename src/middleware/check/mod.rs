@@ -23,7 +23,7 @@ mod permits;
 mod plan;
 mod settle;
 
-pub(crate) use charge::Charge;
+pub(crate) use charge::HeldCharge;
 pub(crate) use evaluate::decide_now;
 pub(crate) use hold::Holds;
 pub(crate) use later::evaluate;

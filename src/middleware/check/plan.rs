@@ -14,7 +14,7 @@ use crate::key::{bound_key_part, KeyWriter, MissingKey, RequestHead, MAX_KEY_PAR
 use crate::mode::OnMissingKey;
 use crate::policy::Policy;
 use crate::response::Rejection;
-use crate::store::{Rule, Store, StoreError};
+use crate::store::{Charge, Store, StoreError};
 
 /// A rule to check: its index, its key in the plan's buffer, its cost and
 /// the policy applied.
@@ -241,8 +241,8 @@ fn misconfigured<St>(
 
 /// A plan's rules as the store takes them: one, or all in one call.
 pub(super) enum StoreRules<'a> {
-    One(Rule<'a>),
-    Many(Vec<Rule<'a>>),
+    One(Charge<'a>),
+    Many(Vec<Charge<'a>>),
 }
 
 /// The store's decisions for a plan's rules, in the plan's order.
@@ -259,12 +259,12 @@ impl Plan {
         policy: impl Fn(usize, &PlannedRule) -> &'a Policy,
     ) -> StoreRules<'a> {
         match &self.rules {
-            PlannedRules::One(a) => StoreRules::One(Rule::new(self.key(a), policy(0, a), a.cost)),
+            PlannedRules::One(a) => StoreRules::One(Charge::new(self.key(a), policy(0, a), a.cost)),
             PlannedRules::Many(actives) => StoreRules::Many(
                 actives
                     .iter()
                     .enumerate()
-                    .map(|(i, a)| Rule::new(self.key(a), policy(i, a), a.cost))
+                    .map(|(i, a)| Charge::new(self.key(a), policy(i, a), a.cost))
                     .collect(),
             ),
         }

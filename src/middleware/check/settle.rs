@@ -6,7 +6,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Response;
 
-use super::{count, Charge, HeldPermits, LayerState, Plan};
+use super::{count, HeldCharge, HeldPermits, LayerState, Plan};
 use crate::grpc::{respond, Reply};
 use crate::info::RateLimitInfo;
 use crate::mode::{FailMode, Mode, MAX_DELAY_ATTEMPTS};
@@ -23,7 +23,7 @@ pub(crate) enum Verdict<St: Store> {
         info: Option<RateLimitInfo>,
         permits: Option<HeldPermits<St>>,
         /// Counted by outcome: the charge to keep or refund.
-        charge: Option<Box<Charge<St>>>,
+        charge: Option<Box<HeldCharge<St>>>,
     },
     Reject(Box<Response<Bytes>>),
 }
@@ -64,7 +64,7 @@ pub(super) fn settle<St: Store>(
     if info.allowed() {
         count(shared, "allowed", None);
         let permits = HeldPermits::collect(shared, plan, &info);
-        let charge = Charge::collect(shared, plan);
+        let charge = HeldCharge::collect(shared, plan);
         return Step::Done(Verdict::Forward {
             info: Some(info),
             permits,

@@ -9,7 +9,7 @@ use tower::{service_fn, ServiceExt};
 
 use super::*;
 use crate::key::{Global, HeaderKey};
-use crate::store::{Rule, Store, StoreError};
+use crate::store::{Charge, Store, StoreError};
 use crate::{Decision, MemoryStore, OnMissingKey, PermitId, Policy, ThrottleLayer};
 
 type ThrottledResponse = http::Response<crate::ThrottleBody<http_body_util::Full<Bytes>>>;
@@ -168,10 +168,10 @@ async fn missing_keys_are_unauthenticated_or_internal() {
 struct Broken;
 
 impl Store for Broken {
-    async fn check(&self, _: Rule<'_>) -> Result<Decision, StoreError> {
+    async fn check(&self, _: Charge<'_>) -> Result<Decision, StoreError> {
         Err(StoreError::Connection("refused".into()))
     }
-    async fn check_all(&self, _: &[Rule<'_>]) -> Result<Vec<Decision>, StoreError> {
+    async fn check_all(&self, _: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
         Err(StoreError::Connection("refused".into()))
     }
     async fn refund(&self, _: &[u8], _: &Policy, _: u64) -> Result<(), StoreError> {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::ThrottleLayer;
 use crate::check::LayerState;
 use crate::info::RuleSummary;
-use crate::rule::{Limit, RuleCfg, RuleError};
+use crate::rule::{Rule, RuleCfg, RuleError};
 use crate::store::{RuleSpec, Store};
 
 impl<St: Store> ThrottleLayer<St> {
@@ -46,7 +46,7 @@ impl<St: Store> ThrottleLayer<St> {
     }
 
     /// `prefix:rule-name:`, the start of every key of `limit`.
-    fn key_head(&self, limit: &Limit) -> Vec<u8> {
+    fn key_head(&self, limit: &Rule) -> Vec<u8> {
         let mut key_head = Vec::new();
         if let Some(prefix) = &self.prefix {
             key_head.extend_from_slice(prefix.as_bytes());

@@ -8,12 +8,12 @@ use tower_layer::Layer;
 
 use crate::key::{KeyExtractor, PeerIp};
 use crate::policy::Policy;
-use crate::rule::{Cost, Limit};
+use crate::rule::{Cost, Rule};
 use crate::service::Throttle;
 use crate::settings::Settings;
 use crate::store::Store;
 
-/// Rate-limits HTTP requests: applies one or more [`Limit`]s through a
+/// Rate-limits HTTP requests: applies one or more [`Rule`]s through a
 /// [`Store`], answering `429 Too Many Requests` (or waiting, or only logging;
 /// see [`Mode`](crate::Mode)) when one denies.
 ///
@@ -35,7 +35,7 @@ use crate::store::Store;
 /// use std::time::Duration;
 /// use axum::{routing::post, Router};
 /// use http::StatusCode;
-/// use tower_throttle::{key::FromExtension, Limit, MemoryStore, OnMissingKey, Policy, ThrottleLayer};
+/// use tower_throttle::{key::FromExtension, Rule, MemoryStore, OnMissingKey, Policy, ThrottleLayer};
 ///
 /// #[derive(Clone)]
 /// struct UserId(u64);
@@ -47,7 +47,7 @@ use crate::store::Store;
 /// // 5 replies a minute AND 100 a day per signed-in user, all or nothing.
 /// let replies = ThrottleLayer::new(store.clone(), Policy::sliding_log(5, Duration::from_secs(60))?)
 ///     .name("minute")
-///     .and(Limit::new("day", Policy::fixed_window(100, Duration::from_secs(86_400))?))
+///     .and(Rule::new("day", Policy::fixed_window(100, Duration::from_secs(86_400))?))
 ///     .key(FromExtension::<UserId>::new())
 ///     .prefix("reply")
 ///     .on_missing_key(OnMissingKey::Reject(StatusCode::UNAUTHORIZED));
@@ -58,7 +58,7 @@ use crate::store::Store;
 #[must_use = "builders do nothing until used"]
 pub struct ThrottleLayer<St> {
     store: Arc<St>,
-    limits: Vec<Limit>,
+    limits: Vec<Rule>,
     key: Arc<dyn KeyExtractor>,
     cost: Cost,
     prefix: Option<Arc<str>>,
@@ -107,7 +107,7 @@ impl<St: Store> ThrottleLayer<St> {
     pub fn new(store: St, policy: Policy) -> Self {
         ThrottleLayer {
             store: Arc::new(store),
-            limits: vec![Limit::new("default", policy)],
+            limits: vec![Rule::new("default", policy)],
             key: Arc::new(PeerIp::new()),
             cost: Cost::Fixed(1),
             prefix: None,

@@ -7,7 +7,7 @@ use super::ThrottleLayer;
 use crate::key::{KeyExtractor, RequestHead};
 use crate::limiter::valid_name;
 use crate::policy::Policy;
-use crate::rule::{Cost, Limit};
+use crate::rule::{Cost, Rule};
 use crate::store::Store;
 
 impl<St: Store> ThrottleLayer<St> {
@@ -15,9 +15,9 @@ impl<St: Store> ThrottleLayer<St> {
     ///
     /// # Panics
     ///
-    /// On a name [`Limit::new`] refuses or one another rule already has.
+    /// On a name [`Rule::new`] refuses or one another rule already has.
     pub fn name(mut self, name: &str) -> Self {
-        let first = Limit {
+        let first = Rule {
             name: name.into(),
             ..self.limits.remove(0)
         };
@@ -34,12 +34,12 @@ impl<St: Store> ThrottleLayer<St> {
     /// # Panics
     ///
     /// When another rule of the layer has the same name.
-    pub fn and(self, limit: Limit) -> Self {
+    pub fn and(self, limit: Rule) -> Self {
         let at = self.limits.len();
         self.push(limit, at)
     }
 
-    fn push(mut self, limit: Limit, at: usize) -> Self {
+    fn push(mut self, limit: Rule, at: usize) -> Self {
         self.owner = Arc::new(());
         assert!(
             self.limits.iter().all(|l| l.name != limit.name),
@@ -70,7 +70,7 @@ impl<St: Store> ThrottleLayer<St> {
     }
 
     /// Takes the first rule's policy from the request (see
-    /// [`Limit::policy_fn`]): `None` keeps the rule's own.
+    /// [`Rule::policy_fn`]): `None` keeps the rule's own.
     pub fn policy_fn(
         mut self,
         f: impl Fn(&RequestHead<'_>) -> Option<Policy> + Send + Sync + 'static,
@@ -81,7 +81,7 @@ impl<St: Store> ThrottleLayer<St> {
     }
 
     /// Takes the first rule's policy from a `T` in the request extensions,
-    /// set by an authentication layer (see [`Limit::policy_from_extension`]).
+    /// set by an authentication layer (see [`Rule::policy_from_extension`]).
     ///
     /// ```
     /// use std::time::Duration;

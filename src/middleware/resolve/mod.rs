@@ -1,11 +1,11 @@
 //! Policies chosen per request: tiers, negotiated quotas.
 //!
-//! A [`Limit`](crate::Limit) normally applies one policy to every key. With
-//! [`Limit::policy_fn`](crate::Limit::policy_fn) (or
-//! [`Limit::policy_from_extension`](crate::Limit::policy_from_extension)) it
+//! A [`Rule`](crate::Rule) normally applies one policy to every key. With
+//! [`Rule::policy_fn`](crate::Rule::policy_fn) (or
+//! [`Rule::policy_from_extension`](crate::Rule::policy_from_extension)) it
 //! takes the policy from the request, synchronously: a tier an
 //! authentication layer put in the extensions. With
-//! [`Limit::resolver`](crate::Limit::resolver) it asks a [`PolicyResolver`]
+//! [`Rule::resolver`](crate::Rule::resolver) it asks a [`PolicyResolver`]
 //! with the rule's key (an API key, a customer id), asynchronously: a quota
 //! in a database, behind a [`CachedResolver`] so that the hot path reads a
 //! bounded in-process cache and not the database. `None` from either means

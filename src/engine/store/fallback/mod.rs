@@ -50,7 +50,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use super::{MemoryStore, Namespaces, Rule, Store, StoreError};
+use super::{Charge, MemoryStore, Namespaces, Store, StoreError};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::{DecidedBy, Decision, PermitId};
 use crate::policy::Policy;
@@ -277,19 +277,19 @@ fn nanos(d: Duration) -> u64 {
 }
 
 impl<P: Store, F: Store> FallbackStore<P, F> {
-    async fn fallback_check(&self, rule: Rule<'_>) -> Result<Decision, StoreError> {
+    async fn fallback_check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
         count_fallback();
         let d = self.fallback.check(rule).await?;
         Ok(self.shared.adopt(rule.policy, d))
     }
 
-    async fn fallback_check_all(&self, rules: &[Rule<'_>]) -> Result<Vec<Decision>, StoreError> {
+    async fn fallback_check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
         count_fallback();
         let ds = self.fallback.check_all(rules).await?;
         Ok(self.adopt_all(rules, ds))
     }
 
-    fn adopt_all(&self, rules: &[Rule<'_>], ds: Vec<Decision>) -> Vec<Decision> {
+    fn adopt_all(&self, rules: &[Charge<'_>], ds: Vec<Decision>) -> Vec<Decision> {
         ds.into_iter()
             .zip(rules)
             .map(|(d, r)| self.shared.adopt(r.policy, d))
@@ -298,7 +298,7 @@ impl<P: Store, F: Store> FallbackStore<P, F> {
 }
 
 impl<P: Store, F: Store> Store for FallbackStore<P, F> {
-    async fn check(&self, rule: Rule<'_>) -> Result<Decision, StoreError> {
+    async fn check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
         let Route::Primary(_claim) = self.shared.route() else {
             return self.fallback_check(rule).await;
         };
@@ -315,7 +315,7 @@ impl<P: Store, F: Store> Store for FallbackStore<P, F> {
         }
     }
 
-    async fn check_all(&self, rules: &[Rule<'_>]) -> Result<Vec<Decision>, StoreError> {
+    async fn check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
         let Route::Primary(_claim) = self.shared.route() else {
             return self.fallback_check_all(rules).await;
         };
@@ -356,7 +356,7 @@ impl<P: Store, F: Store> Store for FallbackStore<P, F> {
         }
     }
 
-    fn check_now(&self, rule: Rule<'_>) -> Option<Result<Decision, StoreError>> {
+    fn check_now(&self, rule: Charge<'_>) -> Option<Result<Decision, StoreError>> {
         match self.shared.route() {
             // While the primary is down an in-process fallback decides
             // without a future, as it would alone.
@@ -377,7 +377,7 @@ impl<P: Store, F: Store> Store for FallbackStore<P, F> {
         }
     }
 
-    fn check_all_now(&self, rules: &[Rule<'_>]) -> Option<Result<Vec<Decision>, StoreError>> {
+    fn check_all_now(&self, rules: &[Charge<'_>]) -> Option<Result<Vec<Decision>, StoreError>> {
         match self.shared.route() {
             Route::Fallback => {
                 let ds = self.fallback.check_all_now(rules)?;

@@ -48,11 +48,11 @@ impl Flaky {
 }
 
 impl Store for Flaky {
-    async fn check(&self, rule: Rule<'_>) -> Result<Decision, StoreError> {
+    async fn check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
         self.gate().await?;
         self.inner.check(rule).await
     }
-    async fn check_all(&self, rules: &[Rule<'_>]) -> Result<Vec<Decision>, StoreError> {
+    async fn check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
         self.gate().await?;
         self.inner.check_all(rules).await
     }
@@ -97,7 +97,7 @@ fn window(n: u64) -> Policy {
 fn the_fallback_decides_while_the_primary_is_down_then_hands_back() {
     let (clock, primary, store) = setup();
     let p = window(3);
-    let rule = Rule::new(b"k", &p, 1);
+    let rule = Charge::new(b"k", &p, 1);
     block_on(async {
         let d = store.check(rule).await.unwrap();
         assert_eq!(
@@ -131,7 +131,7 @@ fn the_fallback_decides_while_the_primary_is_down_then_hands_back() {
     });
 }
 
-async fn futures<S: Store>(store: &S, rule: Rule<'_>, n: usize) -> Vec<Decision> {
+async fn futures<S: Store>(store: &S, rule: Charge<'_>, n: usize) -> Vec<Decision> {
     let mut out = Vec::new();
     for _ in 0..n {
         out.push(store.check(rule).await.unwrap());
@@ -143,7 +143,7 @@ async fn futures<S: Store>(store: &S, rule: Rule<'_>, n: usize) -> Vec<Decision>
 fn a_failed_probe_keeps_the_fallback_for_another_interval() {
     let (clock, primary, store) = setup();
     let p = window(10);
-    let rule = Rule::new(b"k", &p, 1);
+    let rule = Charge::new(b"k", &p, 1);
     block_on(async {
         primary.set(DOWN);
         store.check(rule).await.unwrap();
@@ -165,7 +165,7 @@ fn a_failed_probe_keeps_the_fallback_for_another_interval() {
 fn other_errors_are_not_hidden_by_the_fallback() {
     let (_clock, primary, store) = setup();
     let p = window(10);
-    let twice = [Rule::new(b"k", &p, 1), Rule::new(b"k", &p, 1)];
+    let twice = [Charge::new(b"k", &p, 1), Charge::new(b"k", &p, 1)];
     let err = block_on(store.check_all(&twice)).unwrap_err();
     assert!(matches!(err, StoreError::InvalidRequest(_)), "{err}");
     assert!(!store.is_on_fallback());
@@ -176,7 +176,7 @@ fn other_errors_are_not_hidden_by_the_fallback() {
 fn permits_are_released_on_the_store_that_granted_them() {
     let (clock, primary, store) = setup();
     let p = Policy::concurrency(1).unwrap();
-    let rule = Rule::new(b"c", &p, 1);
+    let rule = Charge::new(b"c", &p, 1);
     block_on(async {
         let on_primary = store.check(rule).await.unwrap().permit.unwrap();
         primary.set(DOWN);
@@ -201,7 +201,7 @@ fn permits_are_released_on_the_store_that_granted_them() {
 fn on_fallback_an_in_process_fallback_decides_without_a_future() {
     let (_clock, primary, store) = setup();
     let p = window(1);
-    let rule = Rule::new(b"k", &p, 1);
+    let rule = Charge::new(b"k", &p, 1);
     assert!(store.check_now(rule).is_none(), "the primary is remote");
     primary.set(DOWN);
     assert!(block_on(store.check(rule)).unwrap().allowed);
@@ -218,7 +218,7 @@ fn on_fallback_an_in_process_fallback_decides_without_a_future() {
 fn a_probe_dropped_mid_call_lets_the_next_call_probe() {
     let (clock, primary, store) = setup();
     let p = window(10);
-    let rule = Rule::new(b"k", &p, 1);
+    let rule = Charge::new(b"k", &p, 1);
     primary.set(DOWN);
     block_on(store.check(rule)).unwrap();
     clock.advance(DEFAULT_PROBE_INTERVAL);
@@ -240,7 +240,7 @@ fn a_probe_dropped_mid_call_lets_the_next_call_probe() {
 fn reset_reaches_both_stores_and_reports_the_primary() {
     let (_clock, primary, store) = setup();
     let p = window(1);
-    let rule = Rule::new(b"k", &p, 1);
+    let rule = Charge::new(b"k", &p, 1);
     block_on(async {
         store.check(rule).await.unwrap();
         primary.set(DOWN);
@@ -260,7 +260,7 @@ fn fallback_permit_ids_are_forgotten_once_their_lease_is_over() {
     block_on(async {
         for i in 0..(MIN_PRUNE_AT as u64 * 3) {
             let key = i.to_be_bytes();
-            let d = store.check(Rule::new(&key, &p, 1)).await.unwrap();
+            let d = store.check(Charge::new(&key, &p, 1)).await.unwrap();
             assert!(d.allowed);
             clock.advance(Duration::from_millis(10));
         }

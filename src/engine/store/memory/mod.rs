@@ -87,7 +87,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockWriteGuard};
 use std::time::Duration;
 
-use super::{Rule, Store, StoreError};
+use super::{Charge, Store, StoreError};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::{Decision, PermitId};
 use crate::policy::{Algorithm, Policy};
@@ -165,11 +165,11 @@ impl<C> Drop for MemoryShared<C> {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_throttle::{MemoryStore, Policy, Rule};
+/// use tower_throttle::{MemoryStore, Policy, Charge};
 ///
 /// let store = MemoryStore::new();
 /// let reply = Policy::sliding_log(5, Duration::from_secs(60))?;
-/// let d = store.check_sync(Rule::new(b"laoqian:reply", &reply, 1))?;
+/// let d = store.check_sync(Charge::new(b"laoqian:reply", &reply, 1))?;
 /// assert!(d.allowed);
 /// assert_eq!(d.remaining, 4);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -253,7 +253,7 @@ impl<C: Clock> MemoryStore<C> {
     }
 
     /// Decides one rule now, synchronously. [`Store::check`] calls this.
-    pub fn check_sync(&self, rule: Rule<'_>) -> Result<Decision, StoreError> {
+    pub fn check_sync(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
         let now = self.inner.clock.now_ns();
         let (hash, index) = self.locate(rule.key);
         let mut promote = false;
@@ -360,11 +360,11 @@ impl<C: Clock> Store for MemoryStore<C> {
         Some(&self.inner.namespaces)
     }
 
-    async fn check(&self, rule: Rule<'_>) -> Result<Decision, StoreError> {
+    async fn check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
         self.check_sync(rule)
     }
 
-    async fn check_all(&self, rules: &[Rule<'_>]) -> Result<Vec<Decision>, StoreError> {
+    async fn check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
         self.check_all_sync(rules)
     }
 
@@ -388,11 +388,11 @@ impl<C: Clock> Store for MemoryStore<C> {
         Ok(())
     }
 
-    fn check_all_now(&self, rules: &[Rule<'_>]) -> Option<Result<Vec<Decision>, StoreError>> {
+    fn check_all_now(&self, rules: &[Charge<'_>]) -> Option<Result<Vec<Decision>, StoreError>> {
         Some(self.check_all_sync(rules))
     }
 
-    fn check_now(&self, rule: Rule<'_>) -> Option<Result<Decision, StoreError>> {
+    fn check_now(&self, rule: Charge<'_>) -> Option<Result<Decision, StoreError>> {
         Some(self.check_sync(rule))
     }
 }

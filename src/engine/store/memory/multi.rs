@@ -9,11 +9,11 @@ use std::sync::RwLockWriteGuard;
 use super::{write, MemoryStore, Ns, Shard, Slot};
 use crate::clock::Clock;
 use crate::decision::{Decision, PermitId};
-use crate::store::{Rule, StoreError};
+use crate::store::{Charge, StoreError};
 
 impl<C: Clock> MemoryStore<C> {
     /// Decides several rules atomically, synchronously. [`Store::check_all`](crate::Store::check_all) calls this.
-    pub fn check_all_sync(&self, rules: &[Rule<'_>]) -> Result<Vec<Decision>, StoreError> {
+    pub fn check_all_sync(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
         if let [rule] = rules {
             return self.check_sync(*rule).map(|d| vec![d]);
         }
@@ -176,6 +176,6 @@ enum Place {
     Overflow(Ns),
 }
 
-fn fresh_peek(rule: &Rule<'_>, now: u64, cost: u64, permit: Option<PermitId>) -> Decision {
+fn fresh_peek(rule: &Charge<'_>, now: u64, cost: u64, permit: Option<PermitId>) -> Decision {
     Slot::decide_fresh(rule.policy, now, cost, permit, false).1
 }

@@ -11,7 +11,7 @@ use super::{MemoryStore, Shard};
 use crate::clock::Clock;
 use crate::decision::{Decision, PermitId};
 use crate::policy::Policy;
-use crate::store::{Rule, StoreError};
+use crate::store::{Charge, StoreError};
 
 /// Distinct (namespace, policy) overflow states held at once. Policies come
 /// from configuration, so real applications hold a handful; the bound only
@@ -148,7 +148,7 @@ impl<C: Clock> MemoryStore<C> {
     pub(super) fn check_overflow(
         &self,
         ns: Ns,
-        rule: Rule<'_>,
+        rule: Charge<'_>,
         now: u64,
         permit: Option<PermitId>,
     ) -> Result<Decision, StoreError> {

@@ -11,7 +11,7 @@ use super::error::timed;
 use super::{keys, reply, CellStoreBuilder};
 use crate::decision::{Decision, PermitId};
 use crate::policy::{Algorithm, GcraParams, Policy};
-use crate::store::{Rule, RuleSpec, Store, StoreError};
+use crate::store::{Charge, RuleSpec, Store, StoreError};
 
 const NOT_LOADED: StoreError = StoreError::Unsupported(
     "CL.THROTTLE: the redis-cell module is not loaded on this Redis server \
@@ -205,7 +205,7 @@ impl Store for CellStore {
         super::validate::cell(rules)
     }
 
-    async fn check(&self, rule: Rule<'_>) -> Result<Decision, StoreError> {
+    async fn check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
         let params = Self::gcra(rule.policy)?;
         let (burst, count, period) = cell_args(&params)?;
         let mut cmd = redis::cmd("CL.THROTTLE");
@@ -229,7 +229,7 @@ impl Store for CellStore {
         decision(&v).map(|d| with_quota_after(&params, d))
     }
 
-    async fn check_all(&self, rules: &[Rule<'_>]) -> Result<Vec<Decision>, StoreError> {
+    async fn check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
         match rules {
             [] => Ok(Vec::new()),
             [rule] => Ok(vec![self.check(*rule).await?]),

@@ -19,7 +19,7 @@ use super::registry::ScriptId;
 use super::{abandoned, batcher, keys, validate, RedisStore};
 use crate::decision::{Decision, PermitId};
 use crate::policy::{Algorithm, Policy};
-use crate::store::{Rule, RuleSpec, Store, StoreError};
+use crate::store::{Charge, RuleSpec, Store, StoreError};
 
 /// Permit ids: a random per-store base plus a counter, so instances sharing
 /// a key never hand out the same id.
@@ -175,13 +175,13 @@ where
         validate::rules(rules, &self.cfg.tag, self.cfg.cluster)
     }
 
-    async fn check(&self, rule: Rule<'_>) -> Result<Decision, StoreError> {
+    async fn check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
         let mut d = self.check_all(&[rule]).await?;
         d.pop()
             .ok_or_else(|| StoreError::Protocol("no decision in the reply".into()))
     }
 
-    async fn check_all(&self, rules: &[Rule<'_>]) -> Result<Vec<Decision>, StoreError> {
+    async fn check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
         if rules.is_empty() {
             return Ok(Vec::new());
         }
