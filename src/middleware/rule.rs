@@ -16,7 +16,7 @@ use crate::resolve::{PolicyResolver, PolicySource};
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_throttle::{key::BearerToken, Rule, Policy};
+/// use tower_throttle::{key::BearerToken, Policy, Rule};
 ///
 /// let daily = Rule::new("day", Policy::fixed_window(100, Duration::from_secs(86_400))?)
 ///     .key(BearerToken)
@@ -80,7 +80,7 @@ impl Rule {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_throttle::{Rule, Policy};
+    /// use tower_throttle::{Policy, Rule};
     ///
     /// let premium = Policy::sliding_window(50, Duration::from_secs(60))?;
     /// let replies = Rule::new("reply", Policy::sliding_window(5, Duration::from_secs(60))?)

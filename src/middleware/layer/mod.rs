@@ -35,7 +35,7 @@ use crate::store::Store;
 /// use std::time::Duration;
 /// use axum::{routing::post, Router};
 /// use http::StatusCode;
-/// use tower_throttle::{key::FromExtension, Rule, MemoryStore, OnMissingKey, Policy, ThrottleLayer};
+/// use tower_throttle::{key::FromExtension, MemoryStore, OnMissingKey, Policy, Rule, ThrottleLayer};
 ///
 /// #[derive(Clone)]
 /// struct UserId(u64);
