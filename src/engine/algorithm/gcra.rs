@@ -147,6 +147,27 @@ pub fn rebase(p: &GcraParams, extra_ns: u64, d: Decision) -> (Decision, Duration
     }
 }
 
+/// Whether [`check`] allows `cost` units at `now`, and if so the state
+/// [`admit`] gives: the admission alone, for callers that read nothing else
+/// of an allowed decision (the same u64 fast path, then the exact one).
+#[inline(always)]
+pub(crate) fn admits(p: &GcraParams, tat: u64, now: u64, cost: u64) -> Option<u64> {
+    let (t, tau) = (p.emission_interval_ns, p.tolerance_ns);
+    if let (Some(inc), Some(horizon)) = (t.checked_mul(cost), now.checked_add(tau)) {
+        if let Some(new_tat) = tat.max(now).checked_add(inc) {
+            return (new_tat <= horizon).then_some(new_tat);
+        }
+    }
+    admits_wide(p, tat, now, cost)
+}
+
+#[cold]
+fn admits_wide(p: &GcraParams, tat: u64, now: u64, cost: u64) -> Option<u64> {
+    check_wide(p, tat, now, cost)
+        .allowed
+        .then(|| admit(p, tat, now, cost))
+}
+
 /// The new `tat` after admitting `cost` units; call only when [`check`] allowed.
 #[inline]
 pub fn admit(p: &GcraParams, tat: u64, now: u64, cost: u64) -> u64 {

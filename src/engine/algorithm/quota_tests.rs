@@ -216,3 +216,34 @@ fn t_is_bounded_by_reset_and_retry() {
         }
     }
 }
+
+/// The admission-only answer the memory store gives a simple layer agrees
+/// with the full decision: same verdict, same new state, overflow included.
+#[test]
+fn gcra_admits_agrees_with_check_and_admit() {
+    let policies = [
+        Policy::cell(15, 30, secs(60)).unwrap(),
+        Policy::token_bucket(10, 1.0).unwrap(),
+        Policy::cell(999_999, 1, secs(1)).unwrap(),
+    ];
+    let near_max = u64::MAX - S;
+    for policy in &policies {
+        let Algorithm::Gcra(p) = *policy.algorithm() else {
+            unreachable!()
+        };
+        for now in [0, T0, near_max] {
+            for ahead in [0, S / 3, 10 * S, 100 * S, u64::MAX] {
+                let tat = now.saturating_add(ahead);
+                for cost in [0, 1, 2, 15, 16, 1_000_000, u64::MAX] {
+                    let d = gcra::check(&p, tat, now, cost);
+                    let expected = d.allowed.then(|| gcra::admit(&p, tat, now, cost));
+                    assert_eq!(
+                        gcra::admits(&p, tat, now, cost),
+                        expected,
+                        "tat {tat} now {now} cost {cost}"
+                    );
+                }
+            }
+        }
+    }
+}

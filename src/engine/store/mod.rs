@@ -138,6 +138,17 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// [`Store::check_now`] for a caller that reads nothing of an admission
+    /// but whether it holds a permit: a store may answer `Ok(None)` for an
+    /// admitted request with no permit, sparing the figures of its
+    /// decision. Every other answer (a denial, a permit) is the complete
+    /// decision. The default forwards to `check_now`. The layer's admitted
+    /// fast path; not a stable interface.
+    #[doc(hidden)]
+    fn admit_now(&self, rule: Charge<'_>) -> Option<Result<Option<Decision>, StoreError>> {
+        self.check_now(rule).map(|answer| answer.map(Some))
+    }
+
     /// The registry that refuses two layers sharing this store's counters
     /// by accident (see [`Namespaces`]); clones of a store must return the
     /// same one. `None` (the default): no check.
@@ -203,5 +214,9 @@ impl<S: Store> Store for std::sync::Arc<S> {
 
     fn check_now(&self, rule: Charge<'_>) -> Option<Result<Decision, StoreError>> {
         (**self).check_now(rule)
+    }
+
+    fn admit_now(&self, rule: Charge<'_>) -> Option<Result<Option<Decision>, StoreError>> {
+        (**self).admit_now(rule)
     }
 }

@@ -51,19 +51,22 @@ fn decide_simple<St: Store>(shared: &LayerState<St>, req: &RequestHead<'_>) -> S
     }
     bound_key_part(&mut keys, part, MAX_KEY_PART);
     let cost = rule.cost.of(req);
-    let answer = shared
-        .store
-        .check_now(Charge::new(&keys, &rule.policy, cost));
-    if let Some(Ok(d)) = &answer {
-        if d.allowed
-            && d.permit.is_none()
-            && !tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG)
-        {
-            recycle_keys(keys);
-            count(shared, "allowed", None);
-            return Stage::Admitted;
+    let charge = Charge::new(&keys, &rule.policy, cost);
+    // An admission's figures are read only by the debug log.
+    let answer = if tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG) {
+        shared.store.check_now(charge)
+    } else {
+        match shared.store.admit_now(charge) {
+            Some(Ok(Some(d))) if !(d.allowed && d.permit.is_none()) => Some(Ok(d)),
+            Some(Ok(_)) => {
+                recycle_keys(keys);
+                count(shared, "allowed", None);
+                return Stage::Admitted;
+            }
+            Some(Err(e)) => Some(Err(e)),
+            None => None,
         }
-    }
+    };
     let end = keys.len();
     let plan = Plan {
         keys,

@@ -348,14 +348,22 @@ pub(crate) fn push_digest(out: &mut Vec<u8>, bytes: &[u8]) {
 }
 
 /// Replaces `buf[start..]` by `#` and its digest when longer than `max`.
+/// Inline: every request pays the length test, rarely the digest.
+#[inline]
 pub(crate) fn bound_key_part(buf: &mut Vec<u8>, start: usize, max: usize) {
     if buf.len() - start > max {
-        let digest = Sha256::digest(&buf[start..]);
-        buf.truncate(start);
-        buf.push(b'#');
-        for &b in &digest[..16] {
-            buf.extend_from_slice(&[HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
-        }
+        digest_key_part(buf, start);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn digest_key_part(buf: &mut Vec<u8>, start: usize) {
+    let digest = Sha256::digest(&buf[start..]);
+    buf.truncate(start);
+    buf.push(b'#');
+    for &b in &digest[..16] {
+        buf.extend_from_slice(&[HEX[usize::from(b >> 4)], HEX[usize::from(b & 15)]]);
     }
 }
 

@@ -74,6 +74,13 @@ impl HotCell {
         }
     }
 
+    /// [`decide`](Self::decide) with `admit`, for a caller that reads
+    /// nothing of an admission; `None` once retired.
+    #[inline(always)]
+    pub(super) fn admit(&self, p: &GcraParams, now: u64, cost: u64) -> Option<Brief> {
+        admit_on(&self.tat, p, now, cost)
+    }
+
     /// The current state (never `RETIRED` while the cell is in its map).
     pub(super) fn load(&self) -> u64 {
         self.tat.load(Ordering::Acquire)
@@ -104,6 +111,42 @@ impl HotCell {
                 Ok(_) => return true,
                 Err(actual) => current = actual,
             }
+        }
+    }
+}
+
+/// An admission-only check's answer (see `MemoryStore::admit_sync`).
+pub(super) enum Brief {
+    /// Allowed and admitted; the decision's figures were not computed.
+    Admitted,
+    /// Denied: the complete decision.
+    Denied(Decision),
+}
+
+/// Admits `cost` units on the state word `tat` when GCRA allows them, with
+/// no decision; a denial is decided in full on the same state. `None` when
+/// the word is `RETIRED` (a plain map slot never is).
+#[inline(always)]
+pub(super) fn admit_on(tat: &AtomicU64, p: &GcraParams, now: u64, cost: u64) -> Option<Brief> {
+    let mut current = tat.load(Ordering::Acquire);
+    loop {
+        if current == RETIRED {
+            return None;
+        }
+        let Some(next) = gcra::admits(p, current, now, cost) else {
+            return Some(Brief::Denied(gcra::check(p, current, now, cost)));
+        };
+        if cost == 0 {
+            return Some(Brief::Admitted);
+        }
+        match tat.compare_exchange_weak(
+            current,
+            next.min(RETIRED - 1),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        ) {
+            Ok(_) => return Some(Brief::Admitted),
+            Err(actual) => current = actual,
         }
     }
 }
@@ -142,9 +185,9 @@ thread_local! {
 }
 
 /// The answer of [`check`].
-pub(super) enum Lookup {
+pub(super) enum Lookup<R = Decision> {
     /// Decided on this thread's hot cell.
-    Hit(Decision),
+    Hit(R),
     /// Not cached: decide through the map, then promote the key if asked.
     Miss { promote: bool },
 }
@@ -153,11 +196,21 @@ pub(super) enum Lookup {
 /// that key; otherwise counts the check towards a promotion.
 #[inline(always)]
 pub(super) fn check(store: u64, hash: u64, p: &GcraParams, now: u64, cost: u64) -> Lookup {
+    check_with(store, hash, |cell| cell.decide(p, now, cost, true))
+}
+
+/// [`check`], deciding on the cached cell with `decide` (`None`: retired).
+#[inline(always)]
+pub(super) fn check_with<R>(
+    store: u64,
+    hash: u64,
+    decide: impl FnOnce(&HotCell) -> Option<R>,
+) -> Lookup<R> {
     CACHE
         .try_with(|c| {
             if c.store.get() == store && c.hash.get() == hash {
                 if let Some(cell) = c.cell.take() {
-                    if let Some(d) = cell.decide(p, now, cost, true) {
+                    if let Some(d) = decide(&cell) {
                         c.cell.set(Some(cell));
                         return Lookup::Hit(d);
                     }

@@ -92,6 +92,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::decision::{Decision, PermitId};
 use crate::policy::{Algorithm, Policy};
 
+mod admit;
 mod builder;
 mod hot;
 mod multi;
@@ -276,9 +277,23 @@ impl<C: Clock> MemoryStore<C> {
             }
             return Ok(d);
         }
-        // Absent, or held for another algorithm: decide on a fresh state and
-        // insert only what an admission changes.
-        // Its namespace is set on insertion.
+        self.check_absent(rule, now, hash, index, permit)
+    }
+
+    /// [`check_sync`](Self::check_sync) of a key absent from its shard, or
+    /// held there for another algorithm: decides on a fresh state and
+    /// inserts only what an admission changes (its namespace set on
+    /// insertion).
+    #[inline(never)]
+    fn check_absent(
+        &self,
+        rule: Charge<'_>,
+        now: u64,
+        hash: u64,
+        index: usize,
+        permit: Option<PermitId>,
+    ) -> Result<Decision, StoreError> {
+        let shard = self.shard(index);
         let (mut fresh, decision) = Slot::decide_fresh(rule.policy, now, rule.cost, permit, true);
         let mut shard = write(shard);
         if let Some(slot) = shard.slots.get(&hash) {
@@ -394,5 +409,9 @@ impl<C: Clock> Store for MemoryStore<C> {
 
     fn check_now(&self, rule: Charge<'_>) -> Option<Result<Decision, StoreError>> {
         Some(self.check_sync(rule))
+    }
+
+    fn admit_now(&self, rule: Charge<'_>) -> Option<Result<Option<Decision>, StoreError>> {
+        Some(self.admit_sync(rule))
     }
 }
