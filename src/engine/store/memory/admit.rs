@@ -58,9 +58,65 @@ impl Slot {
     #[inline]
     fn admit(&self, p: &GcraParams, now: u64, cost: u64) -> Option<Brief> {
         match self {
-            Slot::Gcra(tat, _) => admit_on(tat, p, now, cost),
+            Slot::Gcra(tat, _) => admit_on(tat, p, now, cost, false),
             Slot::Hot(hot, _) => hot.0.admit(p, now, cost),
             Slot::Other(..) => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::clock::ManualClock;
+    use crate::policy::Policy;
+    use crate::store::{Charge, MemoryStore};
+
+    /// The admission-only path and the full check leave the same states and
+    /// give the same verdicts, and the same decisions for denials: hot keys
+    /// (promoted to a thread cell), plain slots, fresh keys, another
+    /// algorithm's key, costs 0 to above the limit.
+    #[test]
+    fn admission_only_checks_match_full_checks_step_by_step() {
+        let clock = ManualClock::new();
+        let fast = MemoryStore::builder().clock(clock.clone()).build();
+        let full = MemoryStore::builder().clock(clock.clone()).build();
+        let gcra = Policy::cell(4, 10, Duration::from_millis(1_500)).unwrap();
+        let funnel = Policy::funnel(3, 2.5).unwrap();
+        let window = Policy::fixed_window(3, Duration::from_secs(1)).unwrap();
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let keys: [&[u8]; 4] = [b"hot", b"warm", b"cold", b"shared"];
+        for step in 0..20_000 {
+            // Mostly one key, so it is promoted to the thread's hot cell.
+            let key = if next(4) == 0 { keys[next(4) as usize] } else { keys[0] };
+            let policy = match next(10) {
+                0 => &funnel,
+                1 if key == b"shared" => &window,
+                _ => &gcra,
+            };
+            let cost = next(7);
+            let brief = fast.admit_sync(Charge::new(key, policy, cost)).unwrap();
+            let d = full.check_sync(Charge::new(key, policy, cost)).unwrap();
+            match brief {
+                None => assert!(d.allowed && d.permit.is_none(), "step {step}: {d:?}"),
+                Some(b) => assert_eq!(b, d, "step {step}"),
+            }
+            clock.advance(Duration::from_micros(next(400_000)));
+        }
+        // Same states: peeks agree for every key and policy.
+        for key in keys {
+            for policy in [&gcra, &funnel, &window] {
+                let a = fast.check_sync(Charge::new(key, policy, 0)).unwrap();
+                let b = full.check_sync(Charge::new(key, policy, 0)).unwrap();
+                assert_eq!(a, b);
+            }
         }
     }
 }

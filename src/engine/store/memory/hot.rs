@@ -78,7 +78,7 @@ impl HotCell {
     /// nothing of an admission; `None` once retired.
     #[inline(always)]
     pub(super) fn admit(&self, p: &GcraParams, now: u64, cost: u64) -> Option<Brief> {
-        admit_on(&self.tat, p, now, cost)
+        admit_on(&self.tat, p, now, cost, true)
     }
 
     /// The current state (never `RETIRED` while the cell is in its map).
@@ -124,13 +124,21 @@ pub(super) enum Brief {
 }
 
 /// Admits `cost` units on the state word `tat` when GCRA allows them, with
-/// no decision; a denial is decided in full on the same state. `None` when
-/// the word is `RETIRED` (a plain map slot never is).
+/// no decision; a denial is decided in full on the same state. `hot`: the
+/// word is a hot cell's, where `RETIRED` is reserved (`None` once retired;
+/// admitted states kept below it, as [`HotCell::decide`] does); a plain map
+/// slot's word takes any value, as `Slot::decide` writes it.
 #[inline(always)]
-pub(super) fn admit_on(tat: &AtomicU64, p: &GcraParams, now: u64, cost: u64) -> Option<Brief> {
+pub(super) fn admit_on(
+    tat: &AtomicU64,
+    p: &GcraParams,
+    now: u64,
+    cost: u64,
+    hot: bool,
+) -> Option<Brief> {
     let mut current = tat.load(Ordering::Acquire);
     loop {
-        if current == RETIRED {
+        if hot && current == RETIRED {
             return None;
         }
         let Some(next) = gcra::admits(p, current, now, cost) else {
@@ -139,12 +147,8 @@ pub(super) fn admit_on(tat: &AtomicU64, p: &GcraParams, now: u64, cost: u64) -> 
         if cost == 0 {
             return Some(Brief::Admitted);
         }
-        match tat.compare_exchange_weak(
-            current,
-            next.min(RETIRED - 1),
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        ) {
+        let next = if hot { next.min(RETIRED - 1) } else { next };
+        match tat.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
             Ok(_) => return Some(Brief::Admitted),
             Err(actual) => current = actual,
         }
