@@ -95,7 +95,11 @@ mod tests {
         let keys: [&[u8]; 4] = [b"hot", b"warm", b"cold", b"shared"];
         for step in 0..20_000 {
             // Mostly one key, so it is promoted to the thread's hot cell.
-            let key = if next(4) == 0 { keys[next(4) as usize] } else { keys[0] };
+            let key = if next(4) == 0 {
+                keys[next(4) as usize]
+            } else {
+                keys[0]
+            };
             let policy = match next(10) {
                 0 => &funnel,
                 1 if key == b"shared" => &window,
