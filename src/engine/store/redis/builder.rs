@@ -172,7 +172,7 @@ impl RedisStoreBuilder {
     /// Bound on every call, connecting included (default [`DEFAULT_TIMEOUT`]);
     /// a call that takes longer fails with [`StoreError::Timeout`].
     pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout.max(Duration::from_millis(1));
+        self.timeout = timeout.max(super::MIN_TIMEOUT);
         self
     }
 

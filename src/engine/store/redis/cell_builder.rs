@@ -76,7 +76,7 @@ impl CellStoreBuilder {
     /// with [`StoreError::Timeout`], and the next calls fail at once until
     /// the server answers a probe again (no offline queue).
     pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.timeout = timeout.max(Duration::from_millis(1));
+        self.timeout = timeout.max(super::MIN_TIMEOUT);
         self
     }
 

@@ -164,6 +164,8 @@ use crate::store::StoreError;
 pub const DEFAULT_PREFIX: &str = "throttle";
 /// Default bound on every store call.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(200);
+/// The shortest store timeout a builder accepts (shorter ones are raised).
+pub(crate) const MIN_TIMEOUT: Duration = Duration::from_millis(1);
 /// Default most checks sent in one script call when batching.
 pub const DEFAULT_MAX_BATCH: usize = 128;
 /// Default capacity of the batching queue (checks waiting to be sent).

@@ -35,12 +35,23 @@ end
 -- A script parameter of a duration in ns (codes 'F', 'S', 'L', 'C'): a
 -- number where it is exact, else (a duration of 2^53 ns, 104 days, or more)
 -- the exact pair { µs, ns remainder } cut from its decimal digits.
+local str_sub = string.sub
+
+-- A decimal string of ns as the exact pair (µs, ns remainder).
+local function ns_split(v)
+  local n = #v
+  if n <= 3 then
+    return 0, tonumber(v)
+  end
+  return tonumber(str_sub(v, 1, n - 3)), tonumber(str_sub(v, n - 2))
+end
+
 local function dur_param(v)
   local x = tonumber(v)
   if x and x < 9007199254740992 then
     return x
   end
-  return { tonumber(string.sub(v, 1, -4)), tonumber(string.sub(v, -3)) }
+  return { ns_split(v) }
 end
 
 -- A duration from dur_param as (whole µs, ns remainder), exactly.

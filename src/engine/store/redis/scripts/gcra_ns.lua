@@ -13,16 +13,7 @@
 
 local NS_OFFSET_US = 2400000000000000 -- NS_OFFSET = 2.4·10^18 ns
 local NS_MARK = 2.4e18
-local sub, fmt = string.sub, string.format
-
--- A decimal string of ns as an exact pair.
-local function ns_split(v)
-  local n = #v
-  if n <= 3 then
-    return 0, tonumber(v)
-  end
-  return tonumber(sub(v, 1, n - 3)), tonumber(sub(v, n - 2))
-end
+local fmt = string.format
 
 -- The stored value `v` (nil: absent) as a tat pair; nil for a value that is
 -- no tat (see gcra_valid).

@@ -5,7 +5,8 @@
 -- `now` µs is floor(1000·now / w): below 2^52 for w >= 1000 ns, up to
 -- 1000·2^52 for shorter windows. An index is a number below 2^53 and the
 -- pair { hi, lo } = 1000·hi + lo (0 <= lo < 1000) from 2^53 on: one form per
--- value, so equal indices have equal forms. States hold it in decimal.
+-- value, so equal indices have equal forms. States hold it in decimal;
+-- `dur_split` (common.lua) reads either form as (hi, lo).
 local WIN_BIG = 9007199254740992 -- 2^53
 
 local function win_idx(hi, lo)
@@ -13,14 +14,6 @@ local function win_idx(hi, lo)
     return 1000 * hi + lo
   end
   return { hi, lo }
-end
-
-local function win_hilo(x)
-  if type(x) == 'table' then
-    return x[1], x[2]
-  end
-  local hi = fdiv(x, 1000)
-  return hi, x - 1000 * hi
 end
 
 local function win_lt(x, y)
@@ -45,7 +38,7 @@ local function win_add(x, d)
   if type(x) ~= 'table' and x + d < WIN_BIG then
     return x + d
   end
-  local hi, lo = win_hilo(x)
+  local hi, lo = dur_split(x)
   local c = fdiv(lo + d, 1000)
   return win_idx(hi + c, lo + d - 1000 * c)
 end
@@ -55,8 +48,8 @@ local function win_diff(k, q)
   if type(k) ~= 'table' and type(q) ~= 'table' then
     return k - q
   end
-  local kh, kl = win_hilo(k)
-  local qh, ql = win_hilo(q)
+  local kh, kl = dur_split(k)
+  local qh, ql = dur_split(q)
   return 1000 * (kh - qh) + (kl - ql)
 end
 
