@@ -4,11 +4,14 @@
 
 #[path = "support/redis.rs"]
 mod redis_support;
+#[macro_use]
+#[path = "support/model_bench.rs"]
+mod model_bench;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use model_bench::{with_ops, Bench, Op};
 use proptest::prelude::*;
 use redis_support::{current_thread_runtime as runtime, RedisServer};
 use tower_throttle::clock::ManualClock;
@@ -49,29 +52,6 @@ fn us(n: u64) -> Duration {
 }
 
 // ---------------------------------------------------------------- models ---
-
-#[derive(Clone, Debug)]
-enum Op {
-    Advance(u64),
-    Check(u64),
-    Refund(u64),
-    Reset,
-    Release(usize),
-}
-
-/// Policy plus ops; `span` µs is the policy's natural time scale.
-fn with_ops(policy: Policy, span: u64) -> impl Strategy<Value = (Policy, Vec<Op>)> {
-    let limit = policy.limit();
-    let op = prop_oneof![
-        2 => (0..=span / 8).prop_map(Op::Advance),
-        2 => (0..=span * 2).prop_map(Op::Advance),
-        8 => (0..=limit + 1).prop_map(Op::Check),
-        1 => (1..=limit + 1).prop_map(Op::Refund),
-        1 => Just(Op::Reset),
-        2 => any::<usize>().prop_map(Op::Release),
-    ];
-    (Just(policy), proptest::collection::vec(op, 1..=30))
-}
 
 fn gcra() -> impl Strategy<Value = (Policy, Vec<Op>)> {
     (0u64..=5, 1u64..=3_000_000).prop_flat_map(|(burst, t)| {
@@ -116,93 +96,6 @@ fn concurrency() -> impl Strategy<Value = (Policy, Vec<Op>)> {
             lease,
         )
     })
-}
-
-/// One Redis server, store and clock for all cases of a property.
-struct Bench {
-    _server: RedisServer,
-    rt: tokio::runtime::Runtime,
-    clock: ManualClock,
-    redis: RedisStore,
-    case: AtomicU64,
-}
-
-impl Bench {
-    fn new() -> Bench {
-        let server = RedisServer::start();
-        let rt = runtime();
-        let clock = ManualClock::starting_at(1_700_000_000_000_000_000);
-        let redis = rt.block_on(client_store(&server.url(), &clock));
-        Bench {
-            _server: server,
-            rt,
-            clock,
-            redis,
-            case: AtomicU64::new(0),
-        }
-    }
-
-    /// Runs `ops` on the Redis store and a fresh memory store; fails on the
-    /// first decision that differs.
-    fn run(&self, policy: Policy, ops: Vec<Op>) -> Result<(), TestCaseError> {
-        let key = format!("case-{}", self.case.fetch_add(1, Ordering::Relaxed));
-        let key = key.as_bytes();
-        let mem = memory(&self.clock);
-        let redis = &self.redis;
-        let clock = &self.clock;
-        self.rt.block_on(async {
-            let mut permits: Vec<(PermitId, PermitId)> = Vec::new();
-            for (step, op) in ops.into_iter().enumerate() {
-                match op {
-                    Op::Advance(n) => clock.advance(us(n)),
-                    Op::Check(cost) => {
-                        let m = mem.check(Charge::new(key, &policy, cost)).await.unwrap();
-                        let r = redis.check(Charge::new(key, &policy, cost)).await.unwrap();
-                        prop_assert_eq!(no_permit(m), no_permit(r), "step {} cost {}", step, cost);
-                        if let (Some(a), Some(b)) = (m.permit, r.permit) {
-                            permits.push((a, b));
-                        }
-                    }
-                    Op::Refund(n) => {
-                        mem.refund(key, &policy, n).await.unwrap();
-                        redis.refund(key, &policy, n).await.unwrap();
-                    }
-                    Op::Reset => {
-                        mem.reset(key, &policy).await.unwrap();
-                        redis.reset(key, &policy).await.unwrap();
-                        permits.clear();
-                    }
-                    Op::Release(i) if !permits.is_empty() => {
-                        let (a, b) = permits.remove(i % permits.len());
-                        mem.release(key, &policy, a).await.unwrap();
-                        redis.release(key, &policy, b).await.unwrap();
-                    }
-                    Op::Release(_) => {}
-                }
-            }
-            Ok(())
-        })
-    }
-}
-
-fn cases(n: u32) -> ProptestConfig {
-    ProptestConfig {
-        cases: n,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
-}
-
-macro_rules! model_test {
-    ($name:ident, $strategy:expr) => {
-        #[test]
-        fn $name() {
-            let bench = Bench::new();
-            proptest!(cases(256), |((policy, ops) in $strategy)| {
-                bench.run(policy, ops)?;
-            });
-        }
-    };
 }
 
 model_test!(gcra_matches_memory_store, gcra());
