@@ -14,6 +14,9 @@ mod redis_support;
 #[path = "support/conformance.rs"]
 mod conformance;
 
+#[path = "support/faults.rs"]
+mod faults;
+
 use std::time::Duration;
 
 use conformance::{run, Caps, Subject};
@@ -65,6 +68,7 @@ async fn governor_store() {
         // reset_after is an upper bound (documented on GovernorStore).
         caps: Caps {
             all_algorithms: false,
+            cell_only: false,
             peek: false,
             refund: false,
             reset: false,
@@ -143,7 +147,9 @@ mod redis_stores {
         };
         let server = RedisServer::start_with_args(&["--loadmodule".into(), module]);
         runtime().block_on(async {
-            let store = CellStore::connect(RedisStore::builder(), server.url())
+            let store = CellStore::builder()
+                .timeout(Duration::from_millis(150))
+                .connect(server.url())
                 .await
                 .unwrap();
             // redis-cell runs on the server's own clock in whole seconds:
@@ -156,6 +162,7 @@ mod redis_stores {
                 now_ns: Box::new(move || clock.now_ns()),
                 caps: Caps {
                     all_algorithms: false,
+                    cell_only: true,
                     peek: true,
                     refund: false,
                     reset: true,
@@ -166,6 +173,53 @@ mod redis_stores {
                 key_prefix: format!("cell-{}", std::process::id()),
             };
             conformance::untimed(&subject).await;
+            no_offline_queue(&server, &subject.store).await;
         });
+    }
+
+    /// CellStore's breaker: calls made while the server is frozen fail and
+    /// are not buffered to run when it wakes (at most the call that tripped
+    /// the breaker and the probes reach it late), and the store answers
+    /// again within a second of the server.
+    async fn no_offline_queue(server: &RedisServer, store: &CellStore) {
+        use std::time::Instant;
+        use tower_throttle::{Charge, Policy, Store};
+        let policy = Policy::cell(1_000, 1_000, Duration::from_secs(1)).unwrap();
+        let cells = |s: &RedisServer| {
+            let calls = tokio::task::block_in_place(|| faults::command_calls(s));
+            calls.get("cl.throttle").copied().unwrap_or(0)
+        };
+        let before = cells(server);
+        let paused = tokio::task::block_in_place(|| faults::Paused::pause(server));
+        let mut failed = 0;
+        for i in 0..30u32 {
+            let key = format!("frozen-{i}");
+            if store
+                .check(Charge::new(key.as_bytes(), &policy, 1))
+                .await
+                .is_err()
+            {
+                failed += 1;
+            }
+        }
+        assert_eq!(failed, 30, "every call fails while the server is frozen");
+        paused.resume();
+        let woke = Instant::now();
+        loop {
+            if store.check(Charge::new(b"awake", &policy, 1)).await.is_ok() {
+                break;
+            }
+            assert!(
+                woke.elapsed() < Duration::from_secs(1),
+                "the store stays failed"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let late = cells(server) - before - 1; // less the awake check
+        assert!(
+            late <= 1,
+            "{late} CL.THROTTLE calls made while frozen ran after the server woke"
+        );
     }
 }

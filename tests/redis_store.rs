@@ -182,6 +182,14 @@ fn cell_store_reports_a_missing_module_clearly() {
             .unwrap_err();
         assert!(matches!(err, StoreError::Unsupported(_)), "{err:?}");
         assert!(err.to_string().contains("redis-cell"), "{err}");
+        let err = CellStore::builder()
+            .prefix("cells")
+            .timeout(Duration::from_secs(2))
+            .require_safe_eviction(true)
+            .connect(server.url())
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("redis-cell"), "{err}");
     });
 }
 

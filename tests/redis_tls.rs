@@ -221,6 +221,18 @@ fn cell_store_connects_over_tls() {
             .await
             .unwrap_err();
         assert!(matches!(err, StoreError::Connection(_)), "{err:?}");
+        // CellStore's own builder takes the same path.
+        let err = CellStore::builder()
+            .tls_root_cert(pki.read("ca.crt"))
+            .connect(url.as_str())
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("redis-cell"), "{err}");
+        let err = CellStore::builder()
+            .connect(url.as_str())
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Connection(_)), "{err:?}");
     });
 }
 

@@ -29,6 +29,9 @@ use crate::models::Model;
 pub struct Caps {
     /// Sliding logs, windows and concurrency (not only GCRA).
     pub all_algorithms: bool,
+    /// GCRA only as `Policy::cell` builds it (redis-cell takes its own
+    /// arguments; the other GCRA constructors are refused as config errors).
+    pub cell_only: bool,
     /// Checks of cost 0 report without charging.
     pub peek: bool,
     /// `refund` gives units back.
@@ -47,6 +50,7 @@ impl Caps {
     /// Everything, at nanosecond resolution (the memory store).
     pub const FULL: Caps = Caps {
         all_algorithms: true,
+        cell_only: false,
         peek: true,
         refund: true,
         reset: true,
@@ -122,6 +126,9 @@ pub fn policies(caps: Caps) -> Vec<(&'static str, Policy)> {
         ("funnel", Policy::funnel(4, 2.0).unwrap()),
         ("token_bucket", Policy::token_bucket(5, 4.0).unwrap()),
     ];
+    if caps.cell_only {
+        all.retain(|(_, p)| p.cell_args().is_some());
+    }
     if caps.all_algorithms {
         all.extend([
             ("sliding_log", Policy::sliding_log(4, s(2)).unwrap()),

@@ -208,12 +208,17 @@ impl Store for CellStore {
     async fn check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
         let params = Self::gcra(rule.policy)?;
         let (burst, count, period) = cell_args(&params)?;
+        // A cost above the limit is denied for ever whatever its size, with
+        // the same reply; redis-cell parses quantities as i64 and multiplies
+        // them by the interval, so a larger one is an error or an overflow
+        // in the server.
+        let quantity = rule.cost.min(params.limit.saturating_add(1));
         let mut cmd = redis::cmd("CL.THROTTLE");
         cmd.arg(self.redis_key(rule.key))
             .arg(burst)
             .arg(count)
             .arg(period)
-            .arg(rule.cost);
+            .arg(quantity);
         let mut conn = self.conn.clone();
         let call = async {
             match tokio::time::timeout(self.timeout, cmd.query_async(&mut conn)).await {
