@@ -3,14 +3,13 @@
 //! through `ThrottleLayer` with each store, 10,000 users round robin, every check admitted.
 //! `cargo bench --bench boxed`.
 
-use std::convert::Infallible;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use http::{HeaderValue, Request, Response};
-use tower::{Layer, Service, ServiceExt};
+use tower::{Layer, Service};
 use tower_throttle::key::HeaderKey;
 use tower_throttle::store::BoxStore;
 use tower_throttle::{Charge, MemoryStore, Policy, Store, ThrottleLayer};
@@ -20,6 +19,10 @@ use tower_throttle::{Charge, MemoryStore, Policy, Store, ThrottleLayer};
 #[path = "common/user_header.rs"]
 mod user_header;
 use user_header::USER;
+
+#[path = "common/traffic.rs"]
+mod traffic;
+use traffic::{inner, send, users};
 
 const USERS: usize = 10_000;
 
@@ -79,10 +82,6 @@ fn store_check(c: &mut Criterion) {
     g.finish();
 }
 
-fn inner() -> impl Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone {
-    tower::service_fn(|_req: Request<Body>| async { Ok(Response::new(Body::from("ok"))) })
-}
-
 fn drive<S, B>(svc: &S, users: &[HeaderValue], iters: u64) -> Duration
 where
     S: Service<Request<Body>, Response = Response<B>> + Clone,
@@ -94,23 +93,13 @@ where
     let mut svc = svc.clone();
     rt.block_on(async {
         let start = Instant::now();
-        for i in 0..iters as usize {
-            let req = Request::builder()
-                .uri("/reply")
-                .header(USER, users[i % users.len()].clone())
-                .body(Body::empty())
-                .unwrap();
-            let ready = svc.ready().await.unwrap();
-            black_box(ready.call(req).await.unwrap().status());
-        }
+        send(&mut svc, &USER, users, iters as usize).await;
         start.elapsed()
     })
 }
 
 fn layer(c: &mut Criterion) {
-    let users: Vec<HeaderValue> = (0..USERS)
-        .map(|i| HeaderValue::from_str(&format!("user-{i}")).unwrap())
-        .collect();
+    let users = users(USERS);
     let mut g = c.benchmark_group("layer_allowed");
     g.throughput(Throughput::Elements(1));
     let plain = ThrottleLayer::new(MemoryStore::new(), policy())

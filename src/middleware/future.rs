@@ -198,7 +198,36 @@ where
 {
     type Output = Result<Response<ThrottleBody<ResB>>, S::Error>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+    #[inline]
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // The common case, an admission with nothing carried: the inner
+        // response goes straight out, with as few moves as the compiler
+        // can manage; every other phase is out of line.
+        if let PhaseProj::Calling {
+            future,
+            carried: None,
+        } = self.as_mut().project().state.project()
+        {
+            return future
+                .poll(cx)
+                .map(|result| result.map(|response| response.map(ThrottleBody::inner)));
+        }
+        self.poll_phases(cx)
+    }
+}
+
+impl<S, ReqB, ResB, St> ResponseFuture<S, ReqB, St>
+where
+    S: Service<Request<ReqB>, Response = Response<ResB>>,
+    St: Store,
+{
+    /// Every other phase: a check still running, an admission carrying
+    /// headers, permits or a charge, or the layer's own answer.
+    #[inline(never)]
+    fn poll_phases(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<Response<ThrottleBody<ResB>>, S::Error>> {
         let mut this = self.project();
         loop {
             match this.state.as_mut().project() {

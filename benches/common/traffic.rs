@@ -1,0 +1,41 @@
+//! Allowed traffic for the layer benches that share it (`boxed.rs`,
+//! `layer_paired.rs`, through `#[path]`): a handler answering `"ok"`, and
+//! requests keyed by the `x-user` header, users taken round robin.
+
+use std::convert::Infallible;
+use std::hint::black_box;
+
+use axum::body::Body;
+use http::{HeaderName, HeaderValue, Request, Response};
+use tower::{Service, ServiceExt};
+
+/// The inner service: `200 ok`, nothing else.
+pub fn inner() -> impl Service<Request<Body>, Response = Response<Body>, Error = Infallible> + Clone
+{
+    tower::service_fn(|_req: Request<Body>| async { Ok(Response::new(Body::from("ok"))) })
+}
+
+/// `user-0` … `user-{n-1}`.
+pub fn users(n: usize) -> Vec<HeaderValue> {
+    (0..n)
+        .map(|i| HeaderValue::from_str(&format!("user-{i}")).unwrap())
+        .collect()
+}
+
+/// Sends `n` requests through `svc`, each built in the loop (so a bare
+/// service's time is the floor), header `name` set to the next user.
+pub async fn send<S, B>(svc: &mut S, name: &HeaderName, users: &[HeaderValue], n: usize)
+where
+    S: Service<Request<Body>, Response = Response<B>>,
+    S::Error: std::fmt::Debug,
+{
+    for i in 0..n {
+        let req = Request::builder()
+            .uri("/reply")
+            .header(name, users[i % users.len()].clone())
+            .body(Body::empty())
+            .unwrap();
+        let ready = svc.ready().await.unwrap();
+        black_box(ready.call(req).await.unwrap().status());
+    }
+}
