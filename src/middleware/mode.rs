@@ -31,13 +31,18 @@ pub enum Mode {
     /// Wait for the quota, up to `max_wait` in all, then forward; answer 429
     /// when the wait would be longer (or the request can never fit).
     ///
-    /// GCRA rules (cell, funnel, token bucket) reserve the next free slot
-    /// within the remaining budget in the same store call: the request then
-    /// sleeps until its slot and is forwarded without checking again, so
-    /// waiters queue behind each other instead of stampeding. Other rules
-    /// sleep for the decision's `retry_after` and are checked again, at most
+    /// A request counted by one GCRA rule (cell, funnel, token bucket),
+    /// beside any concurrency rules, reserves the next free slot within the
+    /// remaining budget in the same store call: it then sleeps until its
+    /// slot and is forwarded without checking again, so waiters queue behind
+    /// each other instead of stampeding. Other requests sleep for the
+    /// decision's `retry_after` and are checked again, at most
     /// [`MAX_DELAY_ATTEMPTS`] times; a request that loses the race for a
-    /// freed slot waits again within the same budget.
+    /// freed slot waits again within the same budget. That includes requests
+    /// counted by two or more rules (a global rule and a per-user one): a
+    /// slot reserved in each rule would count the request at that rule's
+    /// own slot while it runs at the latest one, letting another request run
+    /// beside it where the rule allows one.
     Delay {
         /// The longest a request is held before it is rejected.
         max_wait: Duration,

@@ -100,6 +100,22 @@ impl Plan {
             .collect()
     }
 
+    /// Whether a delayed request may reserve a GCRA slot: at most one of
+    /// its rules counts it (the others, if any, hold concurrency permits,
+    /// which waiting only holds longer). With two counting rules each would
+    /// count the request at its own slot while it runs at the later one, and
+    /// another request could run in the earlier rule at that same instant,
+    /// more than that rule allows; giving the early charge back instead
+    /// could let a later waiter's slot be taken twice. Such requests wait
+    /// and check again.
+    pub(super) fn reservable<St>(&self, shared: &LayerState<St>) -> bool {
+        let counting = self
+            .actives()
+            .iter()
+            .filter(|a| a.cost > 0 && !self.policy(shared, a).is_concurrency());
+        counting.count() <= 1
+    }
+
     /// The policy `a` applies: the request's, or its rule's.
     pub(super) fn policy<'a, St>(
         &'a self,
