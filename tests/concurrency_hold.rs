@@ -9,23 +9,15 @@ use bytes::Bytes;
 use http::{header::RETRY_AFTER, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use tower::{service_fn, Layer, ServiceExt};
-use tower_throttle::clock::Clock;
 use tower_throttle::key::Global;
 use tower_throttle::{MemoryStore, Policy, ThrottleLayer};
 
-/// Store time that follows tokio's clock, so `tokio::time::pause` drives both.
-struct TokioClock(tokio::time::Instant);
-
-impl Clock for TokioClock {
-    fn now_ns(&self) -> u64 {
-        1_000_000_000 + self.0.elapsed().as_nanos() as u64
-    }
-}
+#[path = "support/tokio_clock.rs"]
+mod tokio_clock;
+use tokio_clock::{tokio_store, TokioClock};
 
 fn store() -> MemoryStore<TokioClock> {
-    MemoryStore::builder()
-        .clock(TokioClock(tokio::time::Instant::now()))
-        .build()
+    tokio_store()
 }
 
 async fn ok(_: Request<()>) -> Result<Response<Full<Bytes>>, Infallible> {

@@ -12,18 +12,12 @@ use bytes::Bytes;
 use http::{HeaderName, Request, Response, StatusCode};
 use http_body_util::Full;
 use tower::{Layer, ServiceExt};
-use tower_throttle::clock::Clock;
 use tower_throttle::key::{Global, HeaderKey};
-use tower_throttle::{MemoryStore, Policy, Rule, ThrottleLayer};
+use tower_throttle::{Policy, Rule, ThrottleLayer};
 
-/// Store time that follows tokio's clock, so `tokio::time::pause` drives both.
-struct TokioClock(tokio::time::Instant);
-
-impl Clock for TokioClock {
-    fn now_ns(&self) -> u64 {
-        1_000_000_000 + self.0.elapsed().as_nanos() as u64
-    }
-}
+#[path = "support/tokio_clock.rs"]
+mod tokio_clock;
+use tokio_clock::tokio_store;
 
 const USER: HeaderName = HeaderName::from_static("x-user");
 
@@ -39,9 +33,7 @@ fn request(user: u32) -> Request<()> {
 /// waiting up to `max_wait`; returns (user, when it ran) for each admitted
 /// request, and the number refused.
 async fn run(users: &[u32], max_wait: Duration) -> (Vec<(u32, Duration)>, usize) {
-    let store = MemoryStore::builder()
-        .clock(TokioClock(tokio::time::Instant::now()))
-        .build();
+    let store = tokio_store();
     let layer = ThrottleLayer::new(store, Policy::cell(0, 1, Duration::from_secs(1)).unwrap())
         .key(Global)
         .and(
@@ -147,9 +139,7 @@ async fn waiters_of_many_users_never_share_a_slot() {
 /// and be refused.
 #[tokio::test(start_paused = true)]
 async fn one_counting_rule_beside_a_concurrency_rule_still_reserves() {
-    let store = MemoryStore::builder()
-        .clock(TokioClock(tokio::time::Instant::now()))
-        .build();
+    let store = tokio_store();
     let layer = ThrottleLayer::new(store, Policy::cell(0, 1, Duration::from_secs(1)).unwrap())
         .key(Global)
         .and(Rule::new("inflight", Policy::concurrency(100).unwrap()).key(Global))

@@ -12,18 +12,12 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use tower::{Layer, Service, ServiceExt};
-use tower_throttle::clock::Clock;
 use tower_throttle::key::Global;
 use tower_throttle::{MemoryStore, Policy, RateLimitInfo, ThrottleLayer};
 
-/// Store time that follows tokio's clock, so `tokio::time::pause` drives both.
-struct TokioClock(tokio::time::Instant);
-
-impl Clock for TokioClock {
-    fn now_ns(&self) -> u64 {
-        1_000_000_000 + self.0.elapsed().as_nanos() as u64
-    }
-}
+#[path = "support/tokio_clock.rs"]
+mod tokio_clock;
+use tokio_clock::tokio_store;
 
 #[derive(Clone)]
 struct Counting {
@@ -160,9 +154,7 @@ async fn dropped_futures_release_concurrency_permits() {
 
 #[tokio::test(start_paused = true)]
 async fn delay_mode_waits_for_the_slot_within_the_bound() {
-    let store = MemoryStore::builder()
-        .clock(TokioClock(tokio::time::Instant::now()))
-        .build();
+    let store = tokio_store();
     // One request per second; waiting requests may wait up to 3 s.
     let layer = ThrottleLayer::new(store, Policy::cell(0, 1, Duration::from_secs(1)).unwrap())
         .key(Global)
@@ -286,9 +278,7 @@ impl<S: tower_throttle::Store> tower_throttle::Store for CountingStore<S> {
 async fn delay_mode_reserves_gcra_slots_without_rechecking() {
     let checks = Arc::new(AtomicUsize::new(0));
     let store = CountingStore {
-        inner: MemoryStore::builder()
-            .clock(TokioClock(tokio::time::Instant::now()))
-            .build(),
+        inner: tokio_store(),
         checks: checks.clone(),
     };
     // Bursts of 2, then one every 500 ms; waiting up to 2 s.
@@ -373,9 +363,7 @@ async fn concurrency_permits_last_until_the_body_ends() {
 /// waiters that left.
 #[tokio::test(start_paused = true)]
 async fn delay_mode_gives_back_the_slots_of_dropped_waiters() {
-    let store = MemoryStore::builder()
-        .clock(TokioClock(tokio::time::Instant::now()))
-        .build();
+    let store = tokio_store();
     // One request per second, no burst; waiting up to 2 s.
     let layer = ThrottleLayer::new(store, Policy::cell(0, 1, Duration::from_secs(1)).unwrap())
         .key(Global)

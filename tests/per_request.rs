@@ -10,7 +10,6 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use tower::{service_fn, Layer, ServiceExt};
-use tower_throttle::clock::Clock;
 use tower_throttle::key::FromExtension;
 use tower_throttle::resolve::{resolver_fn, CachedResolver};
 use tower_throttle::{
@@ -282,20 +281,9 @@ async fn server_errors_are_refunded() {
     );
 }
 
-/// Store time that follows tokio's clock, so `tokio::time::pause` drives both.
-struct TokioClock(tokio::time::Instant);
-
-impl Clock for TokioClock {
-    fn now_ns(&self) -> u64 {
-        1_000_000_000 + self.0.elapsed().as_nanos() as u64
-    }
-}
-
-fn tokio_store() -> MemoryStore<TokioClock> {
-    MemoryStore::builder()
-        .clock(TokioClock(tokio::time::Instant::now()))
-        .build()
-}
+#[path = "support/tokio_clock.rs"]
+mod tokio_clock;
+use tokio_clock::tokio_store;
 
 #[tokio::test(start_paused = true)]
 async fn wait_reserves_gcra_slots_in_order_within_the_budget() {
