@@ -28,6 +28,13 @@ fn retry_after<B>(r: &Response<B>) -> Option<&str> {
     r.headers().get(RETRY_AFTER).map(|v| v.to_str().unwrap())
 }
 
+/// The `t` of the `RateLimit` field's one item.
+fn t<B>(r: &Response<B>) -> &str {
+    let field = r.headers()["ratelimit"].to_str().unwrap();
+    let (_, t) = field.rsplit_once(";t=").expect(field);
+    t
+}
+
 /// Uploads that hold their permit 3 s: a denial says 3, not the 60 s lease.
 #[tokio::test(start_paused = true)]
 async fn retry_after_is_the_observed_hold_time_not_the_lease() {
@@ -39,6 +46,8 @@ async fn retry_after_is_the_observed_hold_time_not_the_lease() {
     let denied = svc.clone().oneshot(Request::new(())).await.unwrap();
     assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(retry_after(&denied), Some("1"));
+    // `t` follows the estimate too: `Retry-After` is never earlier than it.
+    assert_eq!(t(&denied), "1");
     // Released at once: a hold time of ~0, which the next ones outweigh.
     drop(held);
     for _ in 0..8 {
@@ -51,6 +60,7 @@ async fn retry_after_is_the_observed_hold_time_not_the_lease() {
     let denied = svc.clone().oneshot(Request::new(())).await.unwrap();
     assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(retry_after(&denied), Some("3"));
+    assert_eq!(t(&denied), "3");
 }
 
 /// The estimate never exceeds the store's bound: with a 2 s lease and 3 s

@@ -156,6 +156,54 @@ fn governor_refuses_what_it_cannot_run_at_build() {
     assert!(Limiter::try_new(GovernorStore::new(), minute()).is_ok());
 }
 
+/// `BoxStore` and `FallbackStore` ask the stores they wrap: a policy one of
+/// them cannot run is refused at build, not on every request.
+#[test]
+fn validation_is_forwarded_through_box_store_and_fallback_store() {
+    use tower_throttle::store::{BoxStore, FallbackStore};
+    let big = Policy::sliding_log(20_000, Duration::from_secs(60)).unwrap();
+    let boxed = BoxStore::new(redis(false, HashTag::PerKey));
+    let err = Limiter::try_new(boxed, big).unwrap_err();
+    assert!(matches!(err, StoreError::Unsupported(_)), "{err:?}");
+    let layer = ThrottleLayer::new(BoxStore::new(redis(false, HashTag::PerKey)), big);
+    assert!(layer.validate().is_err());
+    assert!(Limiter::try_new(BoxStore::new(redis(false, HashTag::PerKey)), minute()).is_ok());
+    // Either side of a fallback may decide: both must run the rules.
+    let on_redis = FallbackStore::new(redis(false, HashTag::PerKey), MemoryStore::new());
+    assert!(Limiter::try_new(on_redis, big).is_err());
+    let on_memory = FallbackStore::new(MemoryStore::new(), redis(false, HashTag::PerKey));
+    assert!(Limiter::try_new(on_memory, big).is_err());
+    let fine = FallbackStore::new(redis(false, HashTag::PerKey), MemoryStore::new());
+    assert!(Limiter::try_new(fine, minute()).is_ok());
+}
+
+/// A lock-out keeps its strikes in a sliding log and its locks in a GCRA
+/// key of the layer's store: a store that cannot is refused at build.
+#[cfg(feature = "governor")]
+#[test]
+fn a_lockout_on_a_store_that_cannot_keep_strikes_is_refused_at_build() {
+    use tower_throttle::lockout::Penalty;
+    use tower_throttle::store::GovernorStore;
+    let penalty = Penalty::new(3, Duration::from_secs(600), Duration::from_secs(300)).unwrap();
+    let layer = ThrottleLayer::new(GovernorStore::new(), minute()).lockout(penalty.clone());
+    let err = layer.validate().unwrap_err();
+    assert_eq!(err.rules().collect::<Vec<_>>(), ["lockout"]);
+    assert_eq!(err.policy(), Some(penalty.strikes_policy()));
+    assert!(
+        matches!(err.store_error(), StoreError::Unsupported(_)),
+        "{err}"
+    );
+    let text =
+        panic_text(|| drop(layer.layer(tower::service_fn(|_: ()| async { Ok::<_, ()>(()) }))));
+    assert!(text.contains("lockout"), "{text}");
+    // Without the lock-out the same layer builds; on Redis both do.
+    assert!(ThrottleLayer::new(GovernorStore::new(), minute())
+        .validate()
+        .is_ok());
+    let on_redis = ThrottleLayer::new(redis(false, HashTag::PerKey), minute()).lockout(penalty);
+    assert!(on_redis.validate().is_ok());
+}
+
 /// Issue 11's bounds: counts 1–10^6 (10,000 for logs, their Redis cap) and
 /// periods from 1 ns to a year, whole µs or not. Sampled: every period
 /// below 2 µs, then a geometric walk with odd offsets, and a year ± 1 ns.

@@ -31,8 +31,10 @@ pub struct Decision {
     /// drips back; sliding log, the oldest unit in the window leaves it;
     /// fixed window, the window ends; sliding window, the estimate drops by
     /// one; concurrency, the earliest lease lapses (an upper bound: a
-    /// release frees a unit sooner). Never later than `reset_after`, and for
-    /// a denied request never later than `retry_after`.
+    /// release frees a unit sooner; a layer's denial lowers it, with
+    /// `retry_after`, to the time its permits have recently been held).
+    /// Never later than `reset_after`, and for a denied request never later
+    /// than `retry_after`.
     pub quota_after: Duration,
     /// Admitted concurrency checks only: the permit to release when done.
     pub permit: Option<PermitId>,

@@ -209,9 +209,11 @@ impl<S: Store> Limiter<S> {
     /// GCRA reserves the request's slot in the key's state at once, as the
     /// layer's delay mode does, then sleeps until it: waiters queue in
     /// order instead of racing when quota returns, and a waiter dropped
-    /// before its slot gives it back. Other algorithms check again after
-    /// each `retry_after`, within the budget (a competing caller may take
-    /// the quota first). Needs a tokio runtime with time enabled.
+    /// before its slot gives it back. Other algorithms, and stores that
+    /// cannot reserve ([`Store::reserves_slots`]: `CellStore`,
+    /// `GovernorStore`), check again after each `retry_after`, within the
+    /// budget (a competing caller may take the quota first). Needs a tokio
+    /// runtime with time enabled.
     pub async fn wait_n(
         &self,
         key: impl AsRef<[u8]>,
@@ -224,7 +226,10 @@ impl<S: Store> Limiter<S> {
         let mut attempts = 0;
         loop {
             let left = max_wait.saturating_sub(waited);
-            let used = effective_policy(&real, cost, Some(left));
+            // A store that cannot reserve is asked the real policy, and the
+            // loop checks again after each denial's wait.
+            let reserve = self.store.reserves_slots().then_some(left);
+            let used = effective_policy(&real, cost, reserve);
             let mut decision = self.store.check(Charge::new(&key, &used, cost)).await?;
             let slot = rebase(&real, &used, &mut decision);
             if decision.allowed {

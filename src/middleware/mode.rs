@@ -42,7 +42,9 @@ pub enum Mode {
     /// counted by two or more rules (a global rule and a per-user one): a
     /// slot reserved in each rule would count the request at that rule's
     /// own slot while it runs at the latest one, letting another request run
-    /// beside it where the rule allows one.
+    /// beside it where the rule allows one. On a store that cannot reserve
+    /// ([`Store::reserves_slots`](crate::Store::reserves_slots): `CellStore`,
+    /// `GovernorStore`) every waiter checks again.
     Delay {
         /// The longest a request is held before it is rejected.
         max_wait: Duration,

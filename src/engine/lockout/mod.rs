@@ -37,7 +37,7 @@ use std::time::Duration;
 use crate::decision::Decision;
 use crate::limiter::KeyPrefix;
 use crate::policy::{Policy, PolicyError};
-use crate::store::{Charge, MemoryStore, Store, StoreError};
+use crate::store::{Charge, MemoryStore, RuleSpec, Store, StoreError};
 
 /// Locks a key out for `lock` after `strikes` denials within `within`.
 /// See the [module docs](self).
@@ -82,6 +82,21 @@ impl Penalty {
     /// The policy counting strikes (a sliding log of `strikes` per `within`).
     pub fn strikes_policy(&self) -> &Policy {
         &self.strikes
+    }
+
+    /// Whether `store` can keep this penalty's strikes (a sliding log) and
+    /// locks (a one-unit GCRA): [`ThrottleLayer`](crate::ThrottleLayer)
+    /// asks when it builds a layer with a lock-out, so a store that cannot
+    /// (`CellStore`, `GovernorStore`) is refused before traffic. Returns the
+    /// refused policy with the store's reason.
+    pub fn validate<S: Store>(&self, store: &S) -> Result<(), (Policy, StoreError)> {
+        for (kind, policy) in [(&b"strikes:"[..], &self.strikes), (b"lock:", &self.lock)] {
+            let head = self.derived(kind, b"");
+            store
+                .validate(&[RuleSpec::new(policy, &head)])
+                .map_err(|error| (*policy, error))?;
+        }
+        Ok(())
     }
 
     fn derived(&self, kind: &[u8], key: &[u8]) -> Vec<u8> {

@@ -41,7 +41,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use super::{Charge, Namespaces, Store, StoreError};
+use super::{Charge, Namespaces, RuleSpec, Store, StoreError};
 use crate::decision::{Decision, PermitId};
 use crate::policy::Policy;
 
@@ -71,8 +71,11 @@ trait DynStore: Send + Sync + 'static {
         policy: &'a Policy,
         permit: PermitId,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
+    fn validate(&self, rules: &[RuleSpec<'_>]) -> Result<(), StoreError>;
+    fn reserves_slots(&self) -> bool;
     fn check_all_now(&self, rules: &[Charge<'_>]) -> Option<Result<Vec<Decision>, StoreError>>;
     fn check_now(&self, rule: Charge<'_>) -> Option<Result<Decision, StoreError>>;
+    fn admit_now(&self, rule: Charge<'_>) -> Option<Result<Option<Decision>, StoreError>>;
     fn namespaces(&self) -> Option<&Namespaces>;
 }
 
@@ -120,6 +123,18 @@ impl<S: Store> DynStore for S {
 
     fn check_now(&self, rule: Charge<'_>) -> Option<Result<Decision, StoreError>> {
         Store::check_now(self, rule)
+    }
+
+    fn validate(&self, rules: &[RuleSpec<'_>]) -> Result<(), StoreError> {
+        Store::validate(self, rules)
+    }
+
+    fn reserves_slots(&self) -> bool {
+        Store::reserves_slots(self)
+    }
+
+    fn admit_now(&self, rule: Charge<'_>) -> Option<Result<Option<Decision>, StoreError>> {
+        Store::admit_now(self, rule)
     }
 
     fn namespaces(&self) -> Option<&Namespaces> {
@@ -194,6 +209,19 @@ impl Store for BoxStore {
     #[inline]
     fn check_now(&self, rule: Charge<'_>) -> Option<Result<Decision, StoreError>> {
         self.inner.check_now(rule)
+    }
+
+    #[inline]
+    fn admit_now(&self, rule: Charge<'_>) -> Option<Result<Option<Decision>, StoreError>> {
+        self.inner.admit_now(rule)
+    }
+
+    fn validate(&self, rules: &[RuleSpec<'_>]) -> Result<(), StoreError> {
+        self.inner.validate(rules)
+    }
+
+    fn reserves_slots(&self) -> bool {
+        self.inner.reserves_slots()
     }
 
     fn namespaces(&self) -> Option<&Namespaces> {

@@ -28,7 +28,7 @@ use governor::middleware::StateInformationMiddleware;
 use governor::state::keyed::DefaultKeyedStateStore;
 use governor::{Quota, RateLimiter};
 
-use super::{Charge, RuleSpec, Store, StoreError};
+use super::{Charge, Namespaces, RuleSpec, Store, StoreError};
 use crate::algorithm::gcra;
 use crate::decision::{Decision, PermitId};
 use crate::policy::{Algorithm, GcraParams, Policy};
@@ -40,6 +40,8 @@ type Keyed<C> =
 pub struct GovernorStore<C: GovClock = DefaultClock> {
     clock: C,
     limiters: Arc<RwLock<HashMap<Policy, Arc<Keyed<C>>>>>,
+    /// Refuses two layers sharing counters by accident (shared by clones).
+    namespaces: Namespaces,
 }
 
 impl<C: GovClock + Clone> Clone for GovernorStore<C> {
@@ -47,6 +49,7 @@ impl<C: GovClock + Clone> Clone for GovernorStore<C> {
         GovernorStore {
             clock: self.clock.clone(),
             limiters: self.limiters.clone(),
+            namespaces: self.namespaces.clone(),
         }
     }
 }
@@ -79,6 +82,7 @@ where
         GovernorStore {
             clock,
             limiters: Arc::default(),
+            namespaces: Namespaces::default(),
         }
     }
 
@@ -177,6 +181,16 @@ where
     C: GovClock + Clone + Send + Sync + 'static,
     C::Instant: Reference + Send + Sync,
 {
+    fn namespaces(&self) -> Option<&Namespaces> {
+        Some(&self.namespaces)
+    }
+
+    /// governor's quotas are fixed when built: a widened tolerance is not
+    /// applied, so delay mode checks again instead of reserving.
+    fn reserves_slots(&self) -> bool {
+        false
+    }
+
     /// Refuses non-GCRA policies, GCRA limits above `u32::MAX` and more than
     /// one rule per check.
     fn validate(&self, rules: &[RuleSpec<'_>]) -> Result<(), StoreError> {

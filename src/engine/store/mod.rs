@@ -123,6 +123,18 @@ pub trait Store: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Whether this store decides a GCRA policy with a widened tolerance as
+    /// such: delay mode and [`Limiter::wait`] reserve a future slot by
+    /// checking with one (see `Policy::reserving`). A store that runs only
+    /// the policies as their users built them (redis-cell's `CL.THROTTLE`,
+    /// governor) answers `false`, and its waiters check again after each
+    /// denial's wait instead. The default is `true`.
+    ///
+    /// [`Limiter::wait`]: crate::Limiter::wait
+    fn reserves_slots(&self) -> bool {
+        true
+    }
+
     /// Decides at once, without I/O, when this store can (the memory store
     /// can): the same answer [`Store::check_all`] would give. `None` (the
     /// default) sends the caller to the asynchronous path. Lets the layer
@@ -206,6 +218,10 @@ impl<S: Store> Store for std::sync::Arc<S> {
 
     fn validate(&self, rules: &[RuleSpec<'_>]) -> Result<(), StoreError> {
         (**self).validate(rules)
+    }
+
+    fn reserves_slots(&self) -> bool {
+        (**self).reserves_slots()
     }
 
     fn check_all_now(&self, rules: &[Charge<'_>]) -> Option<Result<Vec<Decision>, StoreError>> {

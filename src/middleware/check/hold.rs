@@ -57,7 +57,9 @@ impl Holds {
 
     /// Replaces the retry of every concurrency denial in `info` by the
     /// estimate: the mean hold time, at least [`MIN_RETRY`], at most the
-    /// store's bound.
+    /// store's bound. Its `quota_after` (the `t` of `RateLimit`, the lease
+    /// lapse) is lowered to the estimate too: `Retry-After` is never earlier
+    /// than `t`.
     pub(crate) fn estimate_retries(&self, info: &mut RateLimitInfo) {
         for entry in info.entries_mut() {
             let d = &mut entry.decision;
@@ -66,7 +68,9 @@ impl Holds {
                 continue;
             }
             let estimate = self.mean(entry.rule).unwrap_or(MIN_RETRY).max(MIN_RETRY);
-            d.retry_after = Some(estimate.min(bound));
+            let retry = estimate.min(bound);
+            d.retry_after = Some(retry);
+            d.quota_after = d.quota_after.min(retry);
         }
     }
 

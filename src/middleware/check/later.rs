@@ -29,7 +29,9 @@ pub(crate) async fn evaluate<St: Store>(
     let holds = shared.holds.clone();
     loop {
         let reserve = match shared.settings.mode {
-            Mode::Delay { max_wait } if plan.reservable(&shared) => {
+            Mode::Delay { max_wait }
+                if shared.store.reserves_slots() && plan.reservable(&shared) =>
+            {
                 Some(max_wait.saturating_sub(waited))
             }
             _ => None,

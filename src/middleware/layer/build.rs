@@ -16,8 +16,9 @@ impl<St: Store> ThrottleLayer<St> {
     /// all-or-nothing check a request makes. [`Layer::layer`](tower_layer::Layer::layer) panics with
     /// this error, so a store that cannot run a rule (a sliding log above
     /// Redis's cap, a policy outside a store's exact range, rules that cannot
-    /// share a cluster slot) stops the service from starting instead of
-    /// failing every request. Call it first to handle the error yourself.
+    /// share a cluster slot, a lock-out on a store that cannot keep its
+    /// strikes) stops the service from starting instead of failing every
+    /// request. Call it first to handle the error yourself.
     pub fn validate(&self) -> Result<(), RuleError> {
         let heads: Vec<Vec<u8>> = self.limits.iter().map(|l| self.key_head(l)).collect();
         let specs: Vec<RuleSpec<'_>> = self
@@ -41,6 +42,17 @@ impl<St: Store> ThrottleLayer<St> {
                 policy: None,
                 error: Box::new(error),
             })?;
+        }
+        if let Some(penalty) = &self.settings.lockout {
+            // Strikes and locks live in the same store; the error names the
+            // lock-out's own policy.
+            penalty
+                .validate(&*self.store)
+                .map_err(|(policy, error)| RuleError {
+                    rules: vec![Arc::from("lockout")],
+                    policy: Some(Box::new(policy)),
+                    error: Box::new(error),
+                })?;
         }
         Ok(())
     }

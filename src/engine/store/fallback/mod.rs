@@ -50,7 +50,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use super::{Charge, MemoryStore, Namespaces, Store, StoreError};
+use super::{Charge, MemoryStore, Namespaces, RuleSpec, Store, StoreError};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::{DecidedBy, Decision, PermitId};
 use crate::policy::Policy;
@@ -393,6 +393,16 @@ impl<P: Store, F: Store> Store for FallbackStore<P, F> {
                 other => Some(other),
             },
         }
+    }
+
+    /// Both stores must run the rules: either may decide them.
+    fn validate(&self, rules: &[RuleSpec<'_>]) -> Result<(), StoreError> {
+        self.primary.validate(rules)?;
+        self.fallback.validate(rules)
+    }
+
+    fn reserves_slots(&self) -> bool {
+        self.primary.reserves_slots() && self.fallback.reserves_slots()
     }
 
     fn namespaces(&self) -> Option<&Namespaces> {

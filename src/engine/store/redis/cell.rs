@@ -42,6 +42,8 @@ pub struct CellStore {
     prefix: String,
     timeout: Duration,
     breaker: Arc<Breaker>,
+    /// Refuses two layers sharing counters by accident (shared by clones).
+    namespaces: crate::store::Namespaces,
 }
 
 impl std::fmt::Debug for CellStore {
@@ -57,7 +59,7 @@ impl std::fmt::Debug for CellStore {
 /// period_s)`, sent as they are. Other GCRA policies (funnel, token bucket,
 /// a reservation's stretched tolerance) and periods that are not whole
 /// seconds have no `CL.THROTTLE` form with the same decisions.
-fn cell_args(p: &GcraParams) -> Result<(u64, u64, u64), StoreError> {
+pub(super) fn cell_args(p: &GcraParams) -> Result<(u64, u64, u64), StoreError> {
     let Some(a) = p.cell else {
         return Err(StoreError::Unsupported(
             "GCRA policies not built with Policy::cell on CellStore (redis-cell takes \
@@ -162,6 +164,7 @@ impl CellStore {
             prefix,
             timeout,
             breaker: Arc::default(),
+            namespaces: Default::default(),
         }
     }
 
@@ -203,6 +206,16 @@ impl Store for CellStore {
     /// Refuses policies other than GCRA, and more than one rule per check.
     fn validate(&self, rules: &[RuleSpec<'_>]) -> Result<(), StoreError> {
         super::validate::cell(rules)
+    }
+
+    fn namespaces(&self) -> Option<&crate::store::Namespaces> {
+        Some(&self.namespaces)
+    }
+
+    /// `CL.THROTTLE` takes `Policy::cell`'s own arguments: no widened
+    /// tolerance, so delay mode checks again instead of reserving.
+    fn reserves_slots(&self) -> bool {
+        false
     }
 
     async fn check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {

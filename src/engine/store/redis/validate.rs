@@ -49,10 +49,12 @@ pub(crate) fn cell(rules: &[RuleSpec<'_>]) -> Result<(), StoreError> {
         ));
     }
     match rules.first().map(|r| r.policy.algorithm()) {
-        None | Some(Algorithm::Gcra(_)) => Ok(()),
+        None => Ok(()),
+        // Only `Policy::cell` in whole seconds has a `CL.THROTTLE` form.
+        Some(Algorithm::Gcra(p)) => super::cell::cell_args(p).map(|_| ()),
         Some(_) => Err(StoreError::Unsupported(
-            "policies other than GCRA on CellStore (redis-cell); use Policy::cell, funnel or \
-             token_bucket, or RedisStore for windows, logs and concurrency",
+            "policies other than GCRA on CellStore (redis-cell); use Policy::cell, or \
+             RedisStore for funnels, token buckets, windows, logs and concurrency",
         )),
     }
 }
@@ -99,5 +101,26 @@ mod tests {
         assert!(err.to_string().contains("Policy::cell"), "{err}");
         let both = [RuleSpec::new(&gcra, b"a:"), RuleSpec::new(&gcra, b"b:")];
         assert!(matches!(cell(&both), Err(StoreError::Unsupported(_))));
+    }
+
+    /// Only `Policy::cell` in whole seconds has a `CL.THROTTLE` form: the
+    /// other GCRA policies are refused at build, as `check` would refuse
+    /// each request.
+    #[test]
+    fn cell_store_refuses_gcra_policies_redis_cell_cannot_take() {
+        let refused = [
+            Policy::funnel(3, 2.5).unwrap(),
+            Policy::token_bucket(10, 3.0).unwrap(),
+            Policy::cell(1, 2, Duration::from_millis(1_500)).unwrap(),
+        ];
+        for policy in &refused {
+            let err = cell(&[RuleSpec::new(policy, b"")]).unwrap_err();
+            assert!(
+                matches!(err, StoreError::Unsupported(_)),
+                "{policy:?}: {err:?}"
+            );
+        }
+        let minute = Policy::cell(4, 5, Duration::from_secs(60)).unwrap();
+        assert!(cell(&[RuleSpec::new(&minute, b"")]).is_ok());
     }
 }
