@@ -35,7 +35,11 @@ async fn a_layer_answers_the_longest_wait_of_the_rules_that_deny() {
         clock.advance(Duration::from_secs(1));
         let denied = svc.clone().oneshot(Request::new(())).await.unwrap();
         assert_eq!(denied.status(), StatusCode::TOO_MANY_REQUESTS);
-        assert_eq!(denied.headers()[RETRY_AFTER], "59", "rules {first} s, {second} s");
+        assert_eq!(
+            denied.headers()[RETRY_AFTER],
+            "59",
+            "rules {first} s, {second} s"
+        );
     }
 }
 
@@ -50,7 +54,10 @@ async fn a_multi_limiter_reports_the_longest_wait() {
     clock.advance(Duration::from_secs(1));
     let d = limiter.check("k").await.unwrap();
     assert!(!d.allowed());
-    assert_eq!(d.get("short").unwrap().retry_after, Some(Duration::from_secs(9)));
+    assert_eq!(
+        d.get("short").unwrap().retry_after,
+        Some(Duration::from_secs(9))
+    );
     assert_eq!(d.retry_after(), Some(Duration::from_secs(59)));
     assert_eq!(d.decision().retry_after, Some(Duration::from_secs(59)));
 }

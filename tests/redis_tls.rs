@@ -5,7 +5,10 @@
 #[path = "support/redis.rs"]
 mod redis_support;
 
-use std::path::{Path, PathBuf};
+#[path = "support/pki.rs"]
+mod pki;
+use pki::Pki;
+
 use std::process::Command;
 use std::time::Duration;
 
@@ -13,105 +16,13 @@ use redis_support::{current_thread_runtime as runtime, free_port, RedisServer};
 use tower_throttle::store::redis::{RedisStore, RedisStoreBuilder};
 use tower_throttle::{CellStore, Limiter, Policy, Store, StoreError};
 
-/// A CA, a server certificate for 127.0.0.1 and a client certificate, PEM.
-/// The server's is a client certificate too: cluster nodes present it to
-/// each other on the bus, which always verifies it.
-struct Pki {
-    dir: PathBuf,
+/// `redis-server` arguments for a TLS port beside the plain one (the
+/// harness waits on the plain port; the stores use only the TLS one).
+trait RedisTls {
+    fn server_args(&self, tls_port: u16, auth_clients: bool) -> Vec<String>;
 }
 
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("the openssl CLI is needed to make test certificates");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-impl Pki {
-    fn new() -> Pki {
-        let dir = std::env::temp_dir().join(format!(
-            "tower-throttle-tls-{}-{}",
-            std::process::id(),
-            free_port(false)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        let o = |args: &[&str]| openssl(&dir, args);
-        o(&[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-keyout",
-            "ca.key",
-            "-out",
-            "ca.crt",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=tower-throttle test CA",
-            "-addext",
-            "basicConstraints=critical,CA:TRUE",
-            "-addext",
-            "keyUsage=critical,keyCertSign,cRLSign",
-        ]);
-        for (name, ext) in [
-            (
-                "server",
-                "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n",
-            ),
-            ("client", "extendedKeyUsage=clientAuth\n"),
-        ] {
-            std::fs::write(dir.join(format!("{name}.ext")), ext).unwrap();
-            o(&[
-                "req",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-keyout",
-                &format!("{name}.key"),
-                "-out",
-                &format!("{name}.csr"),
-                "-subj",
-                &format!("/CN={name}"),
-            ]);
-            o(&[
-                "x509",
-                "-req",
-                "-in",
-                &format!("{name}.csr"),
-                "-CA",
-                "ca.crt",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-days",
-                "2",
-                "-out",
-                &format!("{name}.crt"),
-                "-extfile",
-                &format!("{name}.ext"),
-            ]);
-        }
-        Pki { dir }
-    }
-
-    fn path(&self, file: &str) -> String {
-        self.dir.join(file).display().to_string()
-    }
-
-    fn read(&self, file: &str) -> Vec<u8> {
-        std::fs::read(self.dir.join(file)).unwrap()
-    }
-
-    /// `redis-server` arguments for a TLS port beside the plain one (the
-    /// harness waits on the plain port; the stores use only the TLS one).
+impl RedisTls for Pki {
     fn server_args(&self, tls_port: u16, auth_clients: bool) -> Vec<String> {
         [
             "--tls-port",
@@ -127,12 +38,6 @@ impl Pki {
         ]
         .map(String::from)
         .to_vec()
-    }
-}
-
-impl Drop for Pki {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
