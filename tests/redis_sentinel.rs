@@ -22,7 +22,9 @@ struct Sentinel {
 }
 
 impl Sentinel {
-    fn start(master_port: u16) -> Sentinel {
+    /// A sentinel monitoring the master on `master_port`, authenticating to
+    /// it (and its replicas) with `password` if given.
+    fn start(master_port: u16, password: Option<&str>) -> Sentinel {
         let port = free_port(false);
         let dir = std::env::temp_dir().join(format!(
             "tower-throttle-sentinel-{}-{port}",
@@ -37,8 +39,11 @@ impl Sentinel {
                  sentinel monitor {MASTER} 127.0.0.1 {master_port} 2\n\
                  sentinel down-after-milliseconds {MASTER} 1000\n\
                  sentinel failover-timeout {MASTER} 5000\n\
-                 sentinel parallel-syncs {MASTER} 1\n",
-                dir = dir.display()
+                 sentinel parallel-syncs {MASTER} 1\n{auth}",
+                dir = dir.display(),
+                auth = password
+                    .map(|p| format!("sentinel auth-pass {MASTER} {p}\n"))
+                    .unwrap_or_default(),
             ),
         )
         .unwrap();
@@ -103,13 +108,40 @@ struct Group {
 
 impl Group {
     fn start() -> Group {
-        let master = RedisServer::start();
-        let replica = RedisServer::start_with_args(&[
-            "--replicaof".into(),
-            "127.0.0.1".into(),
-            master.port.to_string(),
-        ]);
-        let sentinels: Vec<Sentinel> = (0..3).map(|_| Sentinel::start(master.port)).collect();
+        Group::start_with(None)
+    }
+
+    /// With `password`, every server requires it (`requirepass`; the replica
+    /// uses it as `masterauth`) and the sentinels know it (`auth-pass`).
+    fn start_with(password: Option<&str>) -> Group {
+        let (master, replica) = match password {
+            None => {
+                let master = RedisServer::start();
+                let replica = RedisServer::start_with_args(&[
+                    "--replicaof".into(),
+                    "127.0.0.1".into(),
+                    master.port.to_string(),
+                ]);
+                (master, replica)
+            }
+            Some(p) => {
+                let master = RedisServer::start_with_password(p, &[]);
+                let replica = RedisServer::start_with_password(
+                    p,
+                    &[
+                        "--masterauth".into(),
+                        p.into(),
+                        "--replicaof".into(),
+                        "127.0.0.1".into(),
+                        master.port.to_string(),
+                    ],
+                );
+                (master, replica)
+            }
+        };
+        let sentinels: Vec<Sentinel> = (0..3)
+            .map(|_| Sentinel::start(master.port, password))
+            .collect();
         let deadline = Instant::now() + Duration::from_secs(30);
         while !sentinels.iter().all(Sentinel::ready) {
             assert!(Instant::now() < deadline, "sentinels not ready within 30 s");
@@ -156,6 +188,35 @@ async fn connect(group: &Group) -> RedisSentinelStore {
         .connect_sentinel(group.urls(), MASTER)
         .await
         .unwrap()
+}
+
+/// A master that requires a password is reached with
+/// `sentinel_master_auth`; without it, connecting fails (at connect, not on
+/// every request).
+#[test]
+fn a_master_with_a_password_is_reached_with_sentinel_master_auth() {
+    let group = Group::start_with(Some("s3cret-pw"));
+    runtime().block_on(async {
+        let store = RedisStore::builder()
+            .timeout(Duration::from_millis(500))
+            .sentinel_master_auth(None, "s3cret-pw")
+            .connect_sentinel(group.urls(), MASTER)
+            .await
+            .unwrap();
+        let p = Policy::fixed_window(2, Duration::from_secs(60)).unwrap();
+        for _ in 0..2 {
+            assert!(store.check(Charge::new(b"k", &p, 1)).await.unwrap().allowed);
+        }
+        assert!(!store.check(Charge::new(b"k", &p, 1)).await.unwrap().allowed);
+        assert_eq!(window_count(&group.master, &store.redis_key(b"k", &p)), 2);
+        let err = RedisStore::builder()
+            .timeout(Duration::from_millis(500))
+            .connect_sentinel(group.urls(), MASTER)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, StoreError::Config(_)), "{err:?}");
+        assert!(!err.to_string().contains("s3cret-pw"), "{err}");
+    });
 }
 
 #[test]

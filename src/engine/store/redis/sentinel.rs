@@ -193,8 +193,9 @@ impl RedisStoreBuilder {
     ///
     /// The sentinels' URLs carry the sentinels' own credentials, if any; the
     /// master's are [`sentinel_master_auth`](Self::sentinel_master_auth).
-    /// During a failover calls fail (per the layer's fail mode) until the new
-    /// master is promoted, and admissions the old master acknowledged but had
+    /// During a failover a call made while no master answers fails (per the
+    /// layer's fail mode; in `tests/redis_sentinel.rs` the switch took under
+    /// a second and no call failed), and admissions the old master acknowledged but had
     /// not yet replicated are lost (replication is asynchronous).
     pub async fn connect_sentinel<T: IntoConnectionInfo>(
         self,
