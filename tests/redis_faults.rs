@@ -500,50 +500,75 @@ fn store_calls_on_a_frozen_server_time_out_and_hold_nothing() {
     let server = RedisServer::start();
     runtime().block_on(async {
         let store = store_on(server.url()).await;
-        let p = policy();
-        assert!(store.check(Charge::new(b"k", &p, 1)).await.unwrap().allowed);
-        let paused = tokio::task::block_in_place(|| faults::Paused::pause(&server));
-        // Many concurrent calls, each bounded by the timeout.
-        let t0 = Instant::now();
-        let calls: Vec<_> = (0..64)
-            .map(|i| {
-                let store = store.clone();
-                tokio::spawn(async move {
-                    let key = format!("k{i}");
-                    let t = Instant::now();
-                    let r = store.check(Charge::new(key.as_bytes(), &policy(), 1)).await;
-                    (t.elapsed(), r.map(|d| d.allowed))
-                })
-            })
-            .collect();
-        for c in calls {
-            let (took, r) = c.await.unwrap();
-            assert!(matches!(r, Err(StoreError::Timeout(_))), "{r:?}");
-            assert!(took <= TIMEOUT + MARGIN, "{took:?}");
-        }
-        assert!(t0.elapsed() <= TIMEOUT + MARGIN, "{:?}", t0.elapsed());
-        // A plain command through the same connection is bounded too.
-        let mut conn = store.connection().clone();
-        let ping = tokio::time::timeout(TIMEOUT + MARGIN, async {
-            conn.req_packed_command(&redis::cmd("PING")).await
-        })
-        .await;
-        assert!(
-            !matches!(ping, Ok(Ok(_))),
-            "a frozen server answered PING: {ping:?}"
-        );
-        paused.resume();
-        let t = Instant::now();
-        loop {
-            match store.check(Charge::new(b"k", &p, 1)).await {
-                Ok(d) => {
-                    assert!(d.allowed);
-                    break;
-                }
-                Err(e) => assert!(t.elapsed() < Duration::from_secs(1), "no recovery: {e:?}"),
-            }
-        }
+        frozen_calls_time_out(&server, store).await;
     });
+}
+
+/// With a batch queue of one, callers wait for room within their store
+/// timeout (backpressure), then fail with `StoreError::Timeout` like the
+/// others: none waits longer, none fails otherwise.
+#[test]
+fn a_full_batch_queue_makes_callers_wait_then_time_out() {
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let store = RedisStore::builder()
+            .prefix("f")
+            .timeout(TIMEOUT)
+            .batch_queue(1)
+            .connect(server.url())
+            .await
+            .unwrap();
+        frozen_calls_time_out(&server, store).await;
+    });
+}
+
+/// Freezes `server` under 64 concurrent calls: each fails with a timeout
+/// within the bound, a plain command through the connection is bounded
+/// too, and the store answers again within a second of the server.
+async fn frozen_calls_time_out(server: &RedisServer, store: RedisStore) {
+    let p = policy();
+    assert!(store.check(Charge::new(b"k", &p, 1)).await.unwrap().allowed);
+    let paused = tokio::task::block_in_place(|| faults::Paused::pause(server));
+    // Many concurrent calls, each bounded by the timeout.
+    let t0 = Instant::now();
+    let calls: Vec<_> = (0..64)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                let key = format!("k{i}");
+                let t = Instant::now();
+                let r = store.check(Charge::new(key.as_bytes(), &policy(), 1)).await;
+                (t.elapsed(), r.map(|d| d.allowed))
+            })
+        })
+        .collect();
+    for c in calls {
+        let (took, r) = c.await.unwrap();
+        assert!(matches!(r, Err(StoreError::Timeout(_))), "{r:?}");
+        assert!(took <= TIMEOUT + MARGIN, "{took:?}");
+    }
+    assert!(t0.elapsed() <= TIMEOUT + MARGIN, "{:?}", t0.elapsed());
+    // A plain command through the same connection is bounded too.
+    let mut conn = store.connection().clone();
+    let ping = tokio::time::timeout(TIMEOUT + MARGIN, async {
+        conn.req_packed_command(&redis::cmd("PING")).await
+    })
+    .await;
+    assert!(
+        !matches!(ping, Ok(Ok(_))),
+        "a frozen server answered PING: {ping:?}"
+    );
+    paused.resume();
+    let t = Instant::now();
+    loop {
+        match store.check(Charge::new(b"k", &p, 1)).await {
+            Ok(d) => {
+                assert!(d.allowed);
+                break;
+            }
+            Err(e) => assert!(t.elapsed() < Duration::from_secs(1), "no recovery: {e:?}"),
+        }
+    }
 }
 
 /// Waits (≤ 10 s) until `node` reports `cluster_state:ok`.
