@@ -245,3 +245,26 @@ async fn t_is_the_time_until_more_quota() {
     assert_eq!(r.headers()[RATELIMIT], "\"default\";r=1;t=1");
     assert_eq!(r.headers()[X_RATELIMIT_RESET], "9");
 }
+
+/// The header switches of a 429: the IETF fields by default, the legacy
+/// ones on request, either without the other.
+#[tokio::test]
+async fn header_switches_choose_the_fields_of_a_429() {
+    let policy = Policy::fixed_window(1, Duration::from_secs(60)).unwrap();
+    for (ietf, legacy) in [(true, false), (false, true), (true, true), (false, false)] {
+        let layer = ThrottleLayer::new(MemoryStore::new(), policy)
+            .key(Global)
+            .ietf_headers(ietf)
+            .legacy_headers(legacy);
+        assert_eq!(run(&layer, Request::new(())).await.0, StatusCode::OK);
+        let (status, text) = run(&layer, Request::new(())).await;
+        assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+        let has = |name: &str| text.lines().any(|l| l.starts_with(&format!("{name}: ")));
+        assert_eq!(has("ratelimit"), ietf, "{text}");
+        assert_eq!(has("ratelimit-policy"), ietf, "{text}");
+        assert_eq!(has("x-ratelimit-limit"), legacy, "{text}");
+        assert_eq!(has("x-ratelimit-remaining"), legacy, "{text}");
+        assert_eq!(has("x-ratelimit-reset"), legacy, "{text}");
+        assert!(has("retry-after"), "{text}");
+    }
+}
