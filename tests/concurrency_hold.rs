@@ -12,6 +12,10 @@ use tower::{service_fn, Layer, ServiceExt};
 use tower_throttle::key::Global;
 use tower_throttle::{MemoryStore, Policy, ThrottleLayer};
 
+#[path = "support/counting_store.rs"]
+mod counting_store;
+use counting_store::CountingStore;
+
 #[path = "support/tokio_clock.rs"]
 mod tokio_clock;
 use tokio_clock::{tokio_store, TokioClock};
@@ -131,4 +135,49 @@ async fn delay_mode_falls_back_to_the_estimate_and_the_lease() {
         waited >= Duration::from_secs(3) && waited < Duration::from_secs(5),
         "waited {waited:?}"
     );
+}
+
+/// A release wakes the waiters of its own key, not every waiter of the
+/// layer: user b waits 5 s for its permit while user a's twenty requests
+/// come and go, and b's waiter checks the store only when its estimate runs
+/// out and when b's permit is released. Woken by every release, it checked
+/// again after each of a's twenty.
+#[tokio::test(start_paused = true)]
+async fn a_release_wakes_only_the_waiters_of_its_key() {
+    let store = CountingStore::new(store());
+    let calls = store.calls.clone();
+    let user = http::HeaderName::from_static("x-user");
+    let svc = ThrottleLayer::new(store, Policy::concurrency(1).unwrap())
+        .key(tower_throttle::key::HeaderKey::new(user.clone()))
+        .delay_up_to(Duration::from_secs(30))
+        .layer(service_fn(ok));
+    let request = |who: &str| Request::builder().header(&user, who).body(()).unwrap();
+    let holder = svc.clone().oneshot(request("b")).await.unwrap();
+    let start = tokio::time::Instant::now();
+    let waiter = tokio::spawn(svc.clone().oneshot(request("b")));
+    for _ in 0..20 {
+        let upload = svc.clone().oneshot(request("a")).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        drop(upload);
+    }
+    tokio::time::sleep(Duration::from_secs(5) - start.elapsed()).await;
+    assert!(!waiter.is_finished(), "b's permit is still held");
+    drop(holder);
+    let admitted = waiter.await.unwrap().unwrap();
+    assert_eq!(admitted.status(), StatusCode::OK);
+    assert!(
+        start.elapsed() < Duration::from_millis(5_100),
+        "{:?}",
+        start.elapsed()
+    );
+    let checks_of_b: usize = calls
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(key, _)| key.ends_with(b":b"))
+        .map(|(_, n)| n)
+        .sum();
+    // The holder's, the waiter's first, one per second of estimate (the
+    // floor, 1 s) and the one after the release: 7; twenty more before.
+    assert!(checks_of_b <= 8, "{checks_of_b} checks of b");
 }

@@ -20,19 +20,36 @@ use crate::info::RateLimitInfo;
 /// whole seconds, and a client told 0 would retry at once.
 pub(crate) const MIN_RETRY: Duration = Duration::from_secs(1);
 
-/// Per-layer hold-time estimates and the release notification.
+/// Per-layer hold-time estimates and the release notifications.
 pub(crate) struct Holds {
     /// Mean hold time per rule, in nanoseconds; 0 before any release.
     mean_ns: Box<[AtomicU64]>,
-    /// Signalled after this layer released permits at the store.
-    released: Notify,
+    /// Signalled after this layer released permits of a key in the shard
+    /// (by a hash of the key): a release wakes the waiters of its own keys
+    /// and of the few that share their shard, not every waiter of the layer.
+    released: Box<[Notify]>,
+    /// Signalled after every release: for a request waiting on keys of
+    /// several shards (several concurrency rules).
+    any: Notify,
+}
+
+/// Release shards per layer: waiters of different keys rarely share one.
+const SHARDS: usize = 64;
+
+/// The shard of `key` (FNV-1a: in process only, so any fixed hash does).
+fn shard(key: &[u8]) -> usize {
+    let hash = key.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    });
+    (hash % SHARDS as u64) as usize
 }
 
 impl Holds {
     pub(crate) fn new(rules: usize) -> Self {
         Holds {
             mean_ns: (0..rules).map(|_| AtomicU64::new(0)).collect(),
-            released: Notify::new(),
+            released: (0..SHARDS).map(|_| Notify::new()).collect(),
+            any: Notify::new(),
         }
     }
 
@@ -74,21 +91,61 @@ impl Holds {
         }
     }
 
-    /// Wakes the requests waiting for a permit of this layer.
-    pub(crate) fn notify_released(&self) {
-        self.released.notify_waiters();
+    /// Wakes the requests waiting for a permit of one of `keys` (the keys
+    /// whose permits were just released).
+    pub(crate) fn notify_released<'k>(&self, keys: impl IntoIterator<Item = &'k [u8]>) {
+        for key in keys {
+            self.released[shard(key)].notify_waiters();
+        }
+        self.any.notify_waiters();
     }
 
-    /// The release notification (enable it before checking the store, so a
-    /// release in between is not missed).
-    pub(crate) fn released(&self) -> &Notify {
-        &self.released
+    /// The notification of a release of one of `keys` (the waiting
+    /// request's concurrency keys). Enable it before checking the store, so
+    /// a release in between is not missed.
+    pub(crate) fn released<'k>(&self, keys: impl IntoIterator<Item = &'k [u8]>) -> &Notify {
+        let mut shards = keys.into_iter().map(shard);
+        match shards.next() {
+            Some(first) if shards.all(|s| s == first) => &self.released[first],
+            // Keys in several shards, or none (then no release is awaited).
+            _ => &self.any,
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A release wakes the waiters of its key's shard and those waiting on
+    /// keys of several shards; waiters of other shards sleep on.
+    #[test]
+    fn a_release_wakes_its_shard_and_the_waiters_of_several() {
+        use std::future::Future;
+        use std::task::{Context, Poll, Waker};
+        let ready = |f: std::pin::Pin<&mut tokio::sync::futures::Notified<'_>>| {
+            matches!(
+                f.poll(&mut Context::from_waker(Waker::noop())),
+                Poll::Ready(())
+            )
+        };
+        let holds = Holds::new(1);
+        let key = b"rule:alice".as_slice();
+        let other = (0..)
+            .map(|i| format!("rule:user-{i}").into_bytes())
+            .find(|k| shard(k) != shard(key))
+            .unwrap();
+        let mut mine = std::pin::pin!(holds.released([key]).notified());
+        let mut theirs = std::pin::pin!(holds.released([&other[..]]).notified());
+        let mut both = std::pin::pin!(holds.released([key, &other[..]]).notified());
+        for f in [mine.as_mut(), theirs.as_mut(), both.as_mut()] {
+            f.enable();
+        }
+        holds.notify_released([key]);
+        assert!(ready(mine.as_mut()));
+        assert!(ready(both.as_mut()));
+        assert!(!ready(theirs.as_mut()));
+    }
 
     #[test]
     fn the_mean_follows_observations() {

@@ -38,7 +38,12 @@ pub(crate) async fn evaluate<St: Store>(
         };
         // Registered before the check, so a release between the check and
         // the wait still wakes this request.
-        let mut released = std::pin::pin!(holds.released().notified());
+        let concurrency = plan
+            .actives()
+            .iter()
+            .filter(|a| plan.policy(&shared, a).is_concurrency())
+            .map(|a| plan.key(a));
+        let mut released = std::pin::pin!(holds.released(concurrency).notified());
         released.as_mut().enable();
         let (answer, slot_wait) = match store_call(&shared, &plan, reserve).await {
             Ok((info, wait)) => (Ok(info), wait),

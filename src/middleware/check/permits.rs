@@ -14,7 +14,7 @@ use crate::store::Store;
 /// Concurrency permits held while the inner service runs; released on drop
 /// (completion or cancellation). The drop records the hold time for the
 /// layer's retry estimate and, once the store released the permits, wakes
-/// the layer's requests waiting for one.
+/// the layer's requests waiting for a permit of the same keys.
 pub(crate) struct HeldPermits<St: Store> {
     store: Arc<St>,
     holds: Arc<Holds>,
@@ -56,12 +56,12 @@ impl<St: Store> Drop for HeldPermits<St> {
             holds.observe(*rule, elapsed);
         }
         release_detached(async move {
-            for (key, policy, id, _) in held {
+            for (key, policy, id, _) in &held {
                 // A failed release is covered by the permit's lease.
-                let _ = store.release(&key, &policy, id).await;
+                let _ = store.release(key, policy, *id).await;
             }
             // After the store released them: a woken waiter finds them free.
-            holds.notify_released();
+            holds.notify_released(held.iter().map(|(key, ..)| &key[..]));
         });
     }
 }

@@ -1,0 +1,74 @@
+//! A store that counts the checks it is asked, per first key, and passes
+//! everything to the store it wraps. Only the asynchronous calls are
+//! counted: it decides nothing in process, so the layer always takes its
+//! future path. Shared through `#[path]`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tower_throttle::{Charge, Decision, PermitId, Policy, Store, StoreError};
+
+pub struct CountingStore<S> {
+    pub inner: S,
+    /// First key of each call → how many calls.
+    pub calls: Arc<Mutex<HashMap<Vec<u8>, usize>>>,
+}
+
+impl<S> CountingStore<S> {
+    pub fn new(inner: S) -> Self {
+        CountingStore {
+            inner,
+            calls: Arc::default(),
+        }
+    }
+
+    /// Checks asked so far, of every key.
+    #[allow(dead_code)] // Not every suite reads both counts.
+    pub fn checks(&self) -> usize {
+        self.calls.lock().unwrap().values().sum()
+    }
+
+    /// Checks asked so far whose first key ends with `suffix`.
+    #[allow(dead_code)]
+    pub fn checks_of(&self, suffix: &[u8]) -> usize {
+        let calls = self.calls.lock().unwrap();
+        calls
+            .iter()
+            .filter(|(k, _)| k.ends_with(suffix))
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    fn count(&self, key: &[u8]) {
+        *self.calls.lock().unwrap().entry(key.to_vec()).or_default() += 1;
+    }
+}
+
+impl<S: Store> Store for CountingStore<S> {
+    async fn check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
+        self.count(rule.key);
+        self.inner.check(rule).await
+    }
+
+    async fn check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
+        self.count(rules.first().map_or(&b""[..], |r| r.key));
+        self.inner.check_all(rules).await
+    }
+
+    async fn refund(&self, key: &[u8], policy: &Policy, amount: u64) -> Result<(), StoreError> {
+        self.inner.refund(key, policy, amount).await
+    }
+
+    async fn reset(&self, key: &[u8], policy: &Policy) -> Result<(), StoreError> {
+        self.inner.reset(key, policy).await
+    }
+
+    async fn release(
+        &self,
+        key: &[u8],
+        policy: &Policy,
+        permit: PermitId,
+    ) -> Result<(), StoreError> {
+        self.inner.release(key, policy, permit).await
+    }
+}
