@@ -1,8 +1,9 @@
 //! Warnings the layer promises to log once, not per request, read through a
 //! subscriber installed for this test binary: a missing peer address (the
-//! server was not set up to record it) and forwarding headers reaching a
-//! `ClientIp` that trusts no proxy. Each is logged at its level, with the
-//! fix, exactly once however many requests hit it.
+//! server was not set up to record it), forwarding headers reaching a
+//! `ClientIp` that trusts no proxy, and an upgraded connection whose
+//! handler did not claim its `UpgradePermit`. Each is logged at its level,
+//! with the fix, exactly once however many requests hit it.
 
 use std::convert::Infallible;
 use std::fmt::Write as _;
@@ -113,4 +114,25 @@ async fn misconfigurations_are_logged_once() {
         assert_eq!(status, StatusCode::OK);
     }
     assert_eq!(capture.count(Level::WARN, "trusts no proxy"), 1);
+
+    // Upgrades (101 Switching Protocols) whose handler left the permit
+    // unclaimed: the permit covers the handshake only, said once.
+    let svc = ThrottleLayer::new(MemoryStore::new(), Policy::concurrency(10).unwrap())
+        .key(tower_throttle::key::Global)
+        .prefix("ws")
+        .layer(tower::service_fn(|_: Request<()>| async {
+            let mut response = Response::new(Empty::<Bytes>::new());
+            *response.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+            Ok::<_, Infallible>(response)
+        }));
+    for _ in 0..3 {
+        let req = Request::builder()
+            .header("connection", "upgrade")
+            .header("upgrade", "websocket")
+            .body(())
+            .unwrap();
+        let status = svc.clone().oneshot(req).await.unwrap().status();
+        assert_eq!(status, StatusCode::SWITCHING_PROTOCOLS);
+    }
+    assert_eq!(capture.count(Level::WARN, "were not claimed"), 1);
 }
