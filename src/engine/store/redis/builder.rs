@@ -424,3 +424,22 @@ fn no_tls(e: redis::RedisError) -> redis::RedisError {
     }
     e
 }
+
+/// Built without the `tls` feature (CI runs this alone: `cargo test
+/// --features redis --lib without_tls`), a `rediss://` URL is refused with
+/// the feature to enable, before any connection is tried.
+#[cfg(all(test, not(feature = "tls")))]
+mod without_tls {
+    use super::RedisStoreBuilder;
+
+    #[test]
+    fn rediss_names_the_missing_feature() {
+        let err = RedisStoreBuilder::default()
+            .client("rediss://127.0.0.1:1/")
+            .unwrap_err();
+        assert!(err.to_string().contains("the `tls` feature"), "{err}");
+        assert!(RedisStoreBuilder::default()
+            .client("redis://127.0.0.1:1/")
+            .is_ok());
+    }
+}
