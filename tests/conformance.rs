@@ -174,7 +174,29 @@ mod redis_stores {
             };
             conformance::untimed(&subject).await;
             no_offline_queue(&server, &subject.store).await;
+            waiting_checks_again(subject.store.clone()).await;
         });
+    }
+
+    /// `CL.THROTTLE` takes no widened tolerance: `Limiter::wait` on
+    /// CellStore checks again after the denial's wait (it was a `StoreError`
+    /// on every delayed call) and is admitted when the quota returns.
+    async fn waiting_checks_again(store: CellStore) {
+        use std::time::Instant;
+        use tower_throttle::{Limiter, Policy, Store};
+        assert!(!store.reserves_slots());
+        let second = Policy::cell(0, 1, Duration::from_secs(1)).unwrap();
+        let limiter = Limiter::try_new(store, second).unwrap();
+        let key = format!("wait-{}", std::process::id());
+        assert!(limiter.check(&key).await.unwrap().allowed);
+        let started = Instant::now();
+        let d = limiter.wait(&key, Duration::from_secs(3)).await.unwrap();
+        assert!(d.allowed, "{d:?}");
+        let waited = started.elapsed();
+        assert!(
+            waited >= Duration::from_millis(500) && waited < Duration::from_secs(3),
+            "{waited:?}"
+        );
     }
 
     /// CellStore's breaker: calls made while the server is frozen fail and

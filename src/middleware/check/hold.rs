@@ -36,11 +36,11 @@ pub(crate) struct Holds {
 /// Release shards per layer: waiters of different keys rarely share one.
 const SHARDS: usize = 64;
 
-/// The shard of `key` (FNV-1a: in process only, so any fixed hash does).
+/// The shard of `key`: in process only, so a fixed-seed hash does (the
+/// waiter and the releaser of one layer must agree).
 fn shard(key: &[u8]) -> usize {
-    let hash = key.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    });
+    use std::hash::BuildHasher;
+    let hash = foldhash::fast::FixedState::default().hash_one(key);
     (hash % SHARDS as u64) as usize
 }
 
