@@ -88,7 +88,7 @@ use middleware::{body, check, fields, info, layer, mode, rule, service, settings
 pub use middleware::{future, grpc, key, resolve, response};
 
 pub use body::ThrottleBody;
-pub use decision::{DecidedBy, Decision, PermitId};
+pub use decision::{DecidedBy, Decision, PermitId, Receipt};
 pub use grpc::ResponseProtocol;
 pub use info::RateLimitInfo;
 pub use layer::ThrottleLayer;

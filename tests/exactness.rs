@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use models::Model;
 use tower_throttle::clock::{Clock, ManualClock};
-use tower_throttle::{Charge, Limiter, MemoryStore, Policy};
+use tower_throttle::{Charge, Limiter, MemoryStore, Policy, Receipt};
 
 const THREADS: usize = 8;
 const PER_THREAD: usize = 10_000;
@@ -293,6 +293,7 @@ fn limiter_with_a_clock_jumping_back_never_admits_more_than_forward_time_allows(
         let mut admitted = 0u64;
         let mut forward = Duration::ZERO;
         let mut high = start;
+        let mut last = None;
         for step in 0..2_000u64 {
             match step % 20 {
                 // Back by 5 ms (never before the start): the state is ahead of now.
@@ -310,9 +311,12 @@ fn limiter_with_a_clock_jumping_back_never_admits_more_than_forward_time_allows(
             }
             let d = rt.block_on(limiter.check("k")).unwrap();
             admitted += u64::from(d.allowed);
+            last = d.receipt.or(last);
             // Peeks and refunds at odd times never panic.
             if step % 97 == 0 {
-                rt.block_on(limiter.refund("k", 1)).unwrap();
+                if let Some(receipt) = last.take() {
+                    rt.block_on(limiter.refund("k", &receipt)).unwrap();
+                }
                 let _ = rt.block_on(limiter.peek("k")).unwrap();
             }
         }
@@ -394,8 +398,10 @@ fn extreme_clocks_never_panic_through_the_limiter() {
                 }
             }
             clock.set_ns(start / 2);
-            let _ = rt.block_on(limiter.check("k")).unwrap();
-            rt.block_on(limiter.refund("k", u64::MAX)).unwrap();
+            let d = rt.block_on(limiter.check("k")).unwrap();
+            // A receipt of every unit there is, from the far past.
+            let forged = Receipt::new(u64::MAX, start / 2, u64::MAX, d.permit);
+            rt.block_on(limiter.refund("k", &forged)).unwrap();
             clock.set_ns(start);
             let _ = rt.block_on(limiter.peek("k")).unwrap();
         }

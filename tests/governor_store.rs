@@ -8,7 +8,7 @@ use governor::clock::FakeRelativeClock;
 use proptest::prelude::*;
 use tower_throttle::clock::ManualClock;
 use tower_throttle::store::GovernorStore;
-use tower_throttle::{Charge, MemoryStore, Policy, Store, StoreError};
+use tower_throttle::{Charge, MemoryStore, Policy, Receipt, Store, StoreError};
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(500))]
@@ -58,7 +58,9 @@ async fn unsupported_operations_are_typed_errors() {
     }
     assert!(unsupported(gov.check(Charge::new(b"k", &log, 1)).await));
     assert!(unsupported(gov.check(Charge::new(b"k", &gcra, 0)).await));
-    assert!(unsupported(gov.refund(b"k", &gcra, 1).await));
+    let admitted = gov.check(Charge::new(b"r", &gcra, 1)).await.unwrap();
+    let receipt = admitted.receipt.unwrap_or(Receipt::new(1, 0, 0, None));
+    assert!(unsupported(gov.refund(b"r", &gcra, &receipt).await));
     assert!(unsupported(gov.reset(b"k", &gcra).await));
     let d = gov.check(Charge::new(b"k", &gcra, u64::MAX)).await.unwrap();
     assert!(d.is_never());

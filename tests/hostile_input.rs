@@ -22,8 +22,8 @@ use tower_throttle::key::{
     RequestHead, MAX_KEY_PART,
 };
 use tower_throttle::{
-    Charge, Decision, Limiter, MemoryStore, PermitId, Policy, PolicyError, Store, StoreError,
-    ThrottleLayer,
+    Charge, Decision, Limiter, MemoryStore, PermitId, Policy, PolicyError, Receipt, Store,
+    StoreError, ThrottleLayer,
 };
 
 // -------------------------------------------------------------- policies ---
@@ -201,7 +201,14 @@ fn accepted_extreme_policies_decide_without_panicking() {
                 let _ = d.to_cell_reply();
                 let _ = d.retry_after_secs();
             }
-            store.refund_sync(&key, &p, u64::MAX);
+            // Forged receipts: every unit, at the extremes of the clock.
+            for (at, until) in [(0, 0), (u64::MAX, u64::MAX), (0, u64::MAX)] {
+                store.refund_sync(
+                    &key,
+                    &p,
+                    &Receipt::new(u64::MAX, at, until, Some(PermitId(u64::MAX))),
+                );
+            }
             if let Some(id) = store.check_sync(Charge::new(&key, &p, 1)).unwrap().permit {
                 store.release_sync(&key, &p, id);
             }
@@ -287,8 +294,13 @@ impl Store for Recorder {
         }
         self.inner.check_all(rules).await
     }
-    async fn refund(&self, key: &[u8], policy: &Policy, amount: u64) -> Result<(), StoreError> {
-        self.inner.refund(key, policy, amount).await
+    async fn refund(
+        &self,
+        key: &[u8],
+        policy: &Policy,
+        receipt: &Receipt,
+    ) -> Result<(), StoreError> {
+        self.inner.refund(key, policy, receipt).await
     }
     async fn reset(&self, key: &[u8], policy: &Policy) -> Result<(), StoreError> {
         self.inner.reset(key, policy).await
@@ -836,7 +848,8 @@ mod on_redis {
                     Err(e) => panic!("{what} cost {cost}: {e:?}"),
                 }
             }
-            match store.refund(&key, &p, u64::MAX).await {
+            let forged = Receipt::new(u64::MAX, u64::MAX, u64::MAX, Some(PermitId(u64::MAX)));
+            match store.refund(&key, &p, &forged).await {
                 Ok(()) | Err(StoreError::Unsupported(_)) => {}
                 Err(e) => panic!("{what} refund: {e:?}"),
             }

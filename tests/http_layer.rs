@@ -418,7 +418,12 @@ impl Store for Broken {
     async fn check_all(&self, _: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
         self.fail().await
     }
-    async fn refund(&self, _: &[u8], _: &Policy, _: u64) -> Result<(), StoreError> {
+    async fn refund(
+        &self,
+        _: &[u8],
+        _: &Policy,
+        _: &tower_throttle::Receipt,
+    ) -> Result<(), StoreError> {
         self.fail().await
     }
     async fn reset(&self, _: &[u8], _: &Policy) -> Result<(), StoreError> {

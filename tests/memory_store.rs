@@ -6,7 +6,7 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use tower_throttle::clock::{Clock, ManualClock};
-use tower_throttle::{Charge, Limiter, MemoryStore, Policy, StoreError};
+use tower_throttle::{Charge, Limiter, MemoryStore, Policy, Receipt, StoreError};
 
 #[path = "memory_store/full.rs"]
 mod full;
@@ -317,16 +317,19 @@ fn reset_and_refund_reach_a_cached_hot_key() {
     let clock = ManualClock::new();
     let store = manual_store(&clock);
     let p = Policy::cell(4, 1, Duration::from_secs(60)).unwrap(); // 5 at once
-    let admitted = |n| {
+    let admitted = |n| -> Vec<Receipt> {
         (0..n)
-            .filter(|_| store.check_sync(Charge::new(b"k", &p, 1)).unwrap().allowed)
-            .count()
+            .filter_map(|_| store.check_sync(Charge::new(b"k", &p, 1)).unwrap().receipt)
+            .collect()
     };
-    assert_eq!(admitted(10), 5);
-    store.refund_sync(b"k", &p, 2);
-    assert_eq!(admitted(10), 2, "exactly the refund");
+    let receipts = admitted(10);
+    assert_eq!(receipts.len(), 5);
+    let (a, b) = (receipts[3], receipts[4]);
+    store.refund_sync(b"k", &p, &a);
+    store.refund_sync(b"k", &p, &b);
+    assert_eq!(admitted(10).len(), 2, "exactly the refund");
     store.reset_sync(b"k");
-    assert_eq!(admitted(10), 5, "a fresh key after reset");
+    assert_eq!(admitted(10).len(), 5, "a fresh key after reset");
 }
 
 /// Many threads promote one key at once and keep deciding it lock-free
@@ -559,7 +562,8 @@ fn huge_costs_and_extreme_times_do_not_panic() {
                     assert!(d.is_never(), "{name} cost {cost} at {start}: {d:?}");
                 }
             }
-            store.refund_sync(b"k", &policy, u64::MAX);
+            let forged = Receipt::new(u64::MAX, clock.now_ns(), u64::MAX, None);
+            store.refund_sync(b"k", &policy, &forged);
             clock.advance(Duration::MAX);
         }
     }
@@ -574,10 +578,12 @@ async fn limiter_direct_api() {
         Policy::sliding_log(5, Duration::from_secs(60)).unwrap(),
     )
     .with_prefix("reply");
+    let mut receipts = Vec::new();
     for i in 0..5 {
         let d = reply.check("laoqian").await.unwrap();
         assert!(d.allowed);
         assert_eq!(d.remaining, 4 - i);
+        receipts.extend(d.receipt);
     }
     assert!(!reply.check("laoqian").await.unwrap().allowed);
     assert!(
@@ -587,7 +593,9 @@ async fn limiter_direct_api() {
     let peek = reply.peek("laoqian").await.unwrap();
     assert!(peek.allowed, "a peek is never a denial");
     assert_eq!(peek.remaining, 0);
-    reply.refund("laoqian", 2).await.unwrap();
+    for receipt in &receipts[..2] {
+        reply.refund("laoqian", receipt).await.unwrap();
+    }
     assert_eq!(reply.peek("laoqian").await.unwrap().remaining, 2);
     reply.reset("laoqian").await.unwrap();
     assert_eq!(reply.peek("laoqian").await.unwrap().remaining, 5);

@@ -9,15 +9,28 @@ use std::time::Duration;
 use models::Model;
 use proptest::prelude::*;
 use tower_throttle::clock::{Clock, ManualClock};
-use tower_throttle::{Charge, MemoryStore, PermitId, Policy};
+use tower_throttle::{Charge, MemoryStore, PermitId, Policy, Receipt};
 
 #[derive(Clone, Debug)]
 enum Op {
     Advance(u64),
-    Check { key: u8, cost: u64 },
-    Refund { key: u8, amount: u64 },
-    Reset { key: u8 },
-    Release { key: u8, nth: usize },
+    Check {
+        key: u8,
+        cost: u64,
+    },
+    /// Refunds `amount` units of the `nth` receipt held for `key`.
+    Refund {
+        key: u8,
+        nth: usize,
+        amount: u64,
+    },
+    Reset {
+        key: u8,
+    },
+    Release {
+        key: u8,
+        nth: usize,
+    },
 }
 
 fn ops(limit: u64, window_ns: u64) -> impl Strategy<Value = Vec<Op>> {
@@ -26,7 +39,7 @@ fn ops(limit: u64, window_ns: u64) -> impl Strategy<Value = Vec<Op>> {
         3 => (0..window_ns / 4 + 1).prop_map(Op::Advance),
         1 => (0..window_ns * 2 + 1).prop_map(Op::Advance),
         8 => (0..2u8, 0..=limit + 1).prop_map(|(key, cost)| Op::Check { key, cost }),
-        1 => (0..2u8, 0..3u64).prop_map(|(key, amount)| Op::Refund { key, amount }),
+        2 => (0..2u8, 0..8usize, 0..3u64).prop_map(|(key, nth, amount)| Op::Refund { key, nth, amount }),
         1 => (0..2u8).prop_map(|key| Op::Reset { key }),
         2 => (0..2u8, 0..8usize).prop_map(|(key, nth)| Op::Release { key, nth }),
     ];
@@ -47,6 +60,7 @@ fn run(policy: Policy, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let store = store(&clock);
     let mut model = Model::default();
     let mut permits: [Vec<PermitId>; 2] = Default::default();
+    let mut receipts: [Vec<Receipt>; 2] = Default::default();
     for (step, op) in ops.into_iter().enumerate() {
         let now = clock.now_ns();
         match op {
@@ -58,17 +72,23 @@ fn run(policy: Policy, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let want = model.check(&k, &policy, now, cost, id);
                 prop_assert_eq!(got, want, "step {} check key {} cost {}", step, key, cost);
                 permits[key as usize].extend(got.permit);
+                receipts[key as usize].extend(got.receipt);
             }
-            Op::Refund { key, amount } => {
-                let k = [b'k', key];
-                store.refund_sync(&k, &policy, amount);
-                model.refund(&k, &policy, now, amount);
+            Op::Refund { key, nth, amount } => {
+                let held = &mut receipts[key as usize];
+                if !held.is_empty() {
+                    let receipt = held.swap_remove(nth % held.len()).part(amount);
+                    let k = [b'k', key];
+                    store.refund_sync(&k, &policy, &receipt);
+                    model.refund(&k, &policy, now, &receipt);
+                }
             }
             Op::Reset { key } => {
                 let k = [b'k', key];
                 store.reset_sync(&k);
                 model.reset(&k);
                 permits[key as usize].clear();
+                receipts[key as usize].clear();
             }
             Op::Release { key, nth } => {
                 let held = &mut permits[key as usize];

@@ -25,7 +25,7 @@ use http::{Request, Response};
 use http_body_util::Full;
 use tower::{Layer, Service, ServiceExt};
 use tower_throttle::store::redis::RedisStore;
-use tower_throttle::{Charge, Limiter, PermitId, Policy, Store, ThrottleLayer};
+use tower_throttle::{Charge, Limiter, PermitId, Policy, Receipt, Store, ThrottleLayer};
 
 use faults::Paused;
 use redis_support::{runtime, RedisServer};
@@ -200,7 +200,10 @@ async fn run_and_drop(store: &RedisStore, call: Call, polls: usize) {
             drop_after(store.check_all(&rules), polls).await
         }
         Call::Concurrency => drop_after(store.check(Charge::new(b"c", &pair(), 1)), polls).await,
-        Call::Refund => drop_after(store.refund(b"k", &gcra(), 1), polls).await,
+        Call::Refund => {
+            let receipt = Receipt::new(1, 0, u64::MAX / 2, None);
+            drop_after(store.refund(b"k", &gcra(), &receipt), polls).await
+        }
         Call::Reset => drop_after(store.reset(b"w", &window()), polls).await,
         Call::Release => drop_after(store.release(b"c", &pair(), PermitId(7)), polls).await,
         Call::LimiterCheck => {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use redis_support::{runtime, RedisCluster};
 use tower_throttle::clock::ManualClock;
 use tower_throttle::store::redis::{HashTag, RedisClusterStore, RedisStore, TimeSource};
-use tower_throttle::{Charge, Decision, MemoryStore, PermitId, Policy, Store, StoreError};
+use tower_throttle::{Charge, Decision, MemoryStore, PermitId, Policy, Receipt, Store, StoreError};
 
 async fn store(cluster: &RedisCluster, tag: HashTag) -> RedisClusterStore {
     RedisStore::builder()
@@ -233,6 +233,9 @@ async fn same_decisions_as_memory(cluster: &RedisCluster) {
     };
     let strip = |d: Decision| Decision {
         permit: d.permit.map(|_| PermitId(0)),
+        receipt: d
+            .receipt
+            .map(|r| Receipt::new(r.units(), r.at_ns(), r.until_ns(), None)),
         ..d
     };
     let w = Duration::from_micros(1_234_567);
@@ -254,6 +257,7 @@ async fn same_decisions_as_memory(cluster: &RedisCluster) {
             .map(|k| format!("walk{i}:{k}").into_bytes())
             .collect();
         let mut permits: Vec<(usize, PermitId, PermitId)> = Vec::new();
+        let mut receipts: Vec<(usize, Receipt, Receipt)> = Vec::new();
         for step in 0..300 {
             let key = next(3) as usize;
             let k = &keys[key];
@@ -267,11 +271,15 @@ async fn same_decisions_as_memory(cluster: &RedisCluster) {
                     if let (Some(a), Some(b)) = (m.permit, r.permit) {
                         permits.push((key, a, b));
                     }
+                    if let (Some(a), Some(b)) = (m.receipt, r.receipt) {
+                        receipts.push((key, a, b));
+                    }
                 }
-                7 => {
+                7 if !receipts.is_empty() => {
                     let n = next(3) + 1;
-                    mem.refund(k, p, n).await.unwrap();
-                    redis.refund(k, p, n).await.unwrap();
+                    let (key, a, b) = receipts.swap_remove(next(receipts.len() as u64) as usize);
+                    mem.refund(&keys[key], p, &a.part(n)).await.unwrap();
+                    redis.refund(&keys[key], p, &b.part(n)).await.unwrap();
                 }
                 8 if !permits.is_empty() => {
                     let (key, a, b) = permits.remove(next(permits.len() as u64) as usize);

@@ -13,7 +13,7 @@ use redis::ConnectionLike;
 use redis_support::{current_thread_runtime as runtime, RedisCluster, RedisServer};
 use tower_throttle::clock::ManualClock;
 use tower_throttle::store::redis::{HashTag, RedisStore, TimeSource};
-use tower_throttle::{Algorithm, Charge, Policy, Store, StoreError};
+use tower_throttle::{Algorithm, Charge, Policy, Receipt, Store, StoreError};
 
 #[test]
 fn foreign_values_at_gcra_keys_are_typed_errors_then_fresh() {
@@ -239,7 +239,8 @@ where
             assert!(ttl > 0 && ttl <= 121_000, "{what}: {ttl}");
             // A refund finding foreign data: the same typed error, repaired.
             plant(conn, &key, p);
-            expect_foreign(store.refund(user, &policy, 1).await, &key, &what);
+            let receipt = Receipt::new(1, 0, 0, None);
+            expect_foreign(store.refund(user, &policy, &receipt).await, &key, &what);
             assert!(
                 store
                     .check(Charge::new(user, &policy, 1))

@@ -16,7 +16,7 @@ use proptest::prelude::*;
 use redis_support::RedisServer;
 use tower_throttle::clock::ManualClock;
 use tower_throttle::store::redis::{RedisStore, TimeSource};
-use tower_throttle::{Charge, Decision, MemoryStore, PermitId, Policy, PolicyError, Store};
+use tower_throttle::{Charge, MemoryStore, Policy, PolicyError, Store};
 
 /// Durations in ns that are not whole µs, from `min` ns to 3 s, and
 /// the thirds and sevenths of common periods.
@@ -147,10 +147,7 @@ async fn batched_and_multi_rule_checks_in_ns_match_memory() {
         .clock(frozen.clone())
         .sweep_interval(None)
         .build();
-    let strip = |d: Decision| Decision {
-        permit: d.permit.map(|_| PermitId(0)),
-        ..d
-    };
+    let strip = model_bench::strip_permit;
     let keys: Vec<Vec<u8>> = (0..4).map(|i| format!("multi{i}").into_bytes()).collect();
     // Small limits, so that the walk reaches them.
     let small = [

@@ -17,7 +17,7 @@ use redis_support::{current_thread_runtime as runtime, RedisServer};
 use tower_throttle::clock::ManualClock;
 use tower_throttle::store::redis::{RedisStore, TimeSource};
 use tower_throttle::{
-    CellStore, Charge, Decision, MemoryStore, PermitId, Policy, Store, StoreError,
+    CellStore, Charge, Decision, MemoryStore, PermitId, Policy, Receipt, Store, StoreError,
 };
 
 /// A store on `clock`; TTLs padded so that real time passing faster than
@@ -41,10 +41,7 @@ fn memory(clock: &ManualClock) -> MemoryStore<ManualClock> {
 }
 
 fn no_permit(d: Decision) -> Decision {
-    Decision {
-        permit: d.permit.map(|_| PermitId(0)),
-        ..d
-    }
+    model_bench::strip_permit(d)
 }
 
 fn us(n: u64) -> Duration {
@@ -128,8 +125,10 @@ fn sliding_log_bursts_at_one_instant_are_counted_exactly() {
             let m = mem.check(Charge::new(k, &p, cost)).await.unwrap();
             let r = redis.check(Charge::new(k, &p, cost)).await.unwrap();
             assert_eq!(m, r, "cost {cost}");
-            mem.refund(k, &p, refund).await.unwrap();
-            redis.refund(k, &p, refund).await.unwrap();
+            if let (Some(a), Some(b)) = (m.receipt, r.receipt) {
+                mem.refund(k, &p, &a.part(refund)).await.unwrap();
+                redis.refund(k, &p, &b.part(refund)).await.unwrap();
+            }
         }
         let members: u64 = redis::cmd("ZCARD")
             .arg(redis.redis_key(k, &p))
@@ -314,11 +313,13 @@ fn every_key_has_a_ttl_within_the_policy_bound() {
         };
         for (i, p) in policies.iter().enumerate() {
             let key = format!("k{i}").into_bytes();
-            assert!(store.check(Charge::new(&key, p, 2)).await.unwrap().allowed);
+            let admitted = store.check(Charge::new(&key, p, 2)).await.unwrap();
+            assert!(admitted.allowed);
             assert_ttls("after an admission");
             assert!(!store.check(Charge::new(&key, p, 2)).await.unwrap().allowed);
             assert_ttls("after a denial");
-            store.refund(&key, p, 1).await.unwrap();
+            let receipt = admitted.receipt.expect("an admitted charge");
+            store.refund(&key, p, &receipt.part(1)).await.unwrap();
             assert_ttls("after a refund");
             // A second key checked then fully given back leaves nothing behind.
             let gone = format!("gone{i}").into_bytes();
@@ -326,7 +327,8 @@ fn every_key_has_a_ttl_within_the_policy_bound() {
             if let Some(id) = d.permit {
                 store.release(&gone, p, id).await.unwrap();
             } else {
-                store.refund(&gone, p, 1).await.unwrap();
+                let receipt = d.receipt.expect("an admitted charge");
+                store.refund(&gone, p, &receipt).await.unwrap();
             }
         }
         assert_eq!(assert_ttls("at the end"), 5);
@@ -1000,7 +1002,11 @@ fn deny_cache_is_invalidated_by_refund_reset_and_release() {
         };
         fill().await;
         assert_eq!(store.deny_cache_len(), 1);
-        store.refund(k, &p, 1).await.unwrap();
+        // A receipt of the debt still ahead.
+        store
+            .refund(k, &p, &Receipt::new(1, 0, u64::MAX / 4, None))
+            .await
+            .unwrap();
         assert_eq!(store.deny_cache_len(), 0);
         assert!(store.check(Charge::new(k, &p, 1)).await.unwrap().allowed);
         fill().await;

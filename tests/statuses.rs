@@ -56,7 +56,12 @@ impl Store for Failing {
     async fn check_all(&self, _: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
         Err(StoreError::Protocol(STORE_ERROR.into()))
     }
-    async fn refund(&self, _: &[u8], _: &Policy, _: u64) -> Result<(), StoreError> {
+    async fn refund(
+        &self,
+        _: &[u8],
+        _: &Policy,
+        _: &tower_throttle::Receipt,
+    ) -> Result<(), StoreError> {
         Ok(())
     }
     async fn reset(&self, _: &[u8], _: &Policy) -> Result<(), StoreError> {

@@ -42,6 +42,97 @@ pub struct Decision {
     /// answers a [`FallbackStore`](crate::store::FallbackStore) gives while
     /// its primary store is unavailable.
     pub decided_by: DecidedBy,
+    /// Admitted charges of at least one unit only: where the units were
+    /// taken, so that giving them back ([`Store::refund`]) returns them to
+    /// that slot and nowhere else. `None` for denials and peeks.
+    ///
+    /// [`Store::refund`]: crate::store::Store::refund
+    pub receipt: Option<Receipt>,
+}
+
+/// Where an admitted charge was taken: the slot of the key's state that a
+/// refund gives units back to.
+///
+/// A refund by key at the time of the refund would land in whatever slot is
+/// current then — the next fixed window, the newest entry of a log, a GCRA
+/// state that has already paid the charge off — and so let more through
+/// than the limit. A receipt names the charge's own slot: the fixed or
+/// sliding window of its instant, the log entries at its instant, the part
+/// of a GCRA state's debt that it added and that is still ahead of now, the
+/// concurrency permit it took. A refund whose slot has passed changes
+/// nothing.
+///
+/// Stores stamp receipts on admitted decisions ([`Decision::receipt`]);
+/// [`Receipt::new`] is for store authors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Receipt {
+    units: u64,
+    at_ns: u64,
+    until_ns: u64,
+    permit: Option<PermitId>,
+    decided_by: DecidedBy,
+}
+
+impl Receipt {
+    /// A charge of `units` taken at `at_ns` on the store's clock, ending
+    /// at `until_ns` (GCRA: the state's `tat` right after the charge; the
+    /// other algorithms: `at_ns`), holding `permit` (concurrency only).
+    pub fn new(units: u64, at_ns: u64, until_ns: u64, permit: Option<PermitId>) -> Self {
+        Receipt {
+            units,
+            at_ns,
+            until_ns,
+            permit,
+            decided_by: DecidedBy::Primary,
+        }
+    }
+
+    /// The same charge, marked as decided by `by` (what a
+    /// [`FallbackStore`](crate::store::FallbackStore) routes refunds by).
+    #[must_use]
+    pub fn decided_by(self, by: DecidedBy) -> Self {
+        Receipt {
+            decided_by: by,
+            ..self
+        }
+    }
+
+    /// The units charged: the most a refund of this receipt gives back.
+    pub fn units(&self) -> u64 {
+        self.units
+    }
+
+    /// A receipt for `units` of this charge (at most all of them), to give
+    /// back part of it.
+    #[must_use]
+    pub fn part(self, units: u64) -> Self {
+        Receipt {
+            units: units.min(self.units),
+            ..self
+        }
+    }
+
+    /// The instant of the charge, in ns on the deciding store's clock.
+    pub fn at_ns(&self) -> u64 {
+        self.at_ns
+    }
+
+    /// GCRA: the state's `tat` right after the charge, in ns on the
+    /// deciding store's clock; the charge's debt runs up to it. Other
+    /// algorithms: [`Receipt::at_ns`].
+    pub fn until_ns(&self) -> u64 {
+        self.until_ns
+    }
+
+    /// Concurrency: the permit the charge holds.
+    pub fn permit(&self) -> Option<PermitId> {
+        self.permit
+    }
+
+    /// Which store of a fallback pair took the charge.
+    pub fn store(&self) -> DecidedBy {
+        self.decided_by
+    }
 }
 
 /// Which store of a [`FallbackStore`](crate::store::FallbackStore) decided.
@@ -81,6 +172,7 @@ impl Decision {
     ///     quota_after: Duration::from_millis(1999),
     ///     permit: None,
     ///     decided_by: Default::default(),
+    ///     receipt: None,
     /// };
     /// assert_eq!(d.to_cell_reply(), [1, 16, 0, 2, 32]);
     /// ```
@@ -137,6 +229,7 @@ mod tests {
             quota_after: retry.unwrap_or_default(),
             permit: None,
             decided_by: DecidedBy::Primary,
+            receipt: None,
         }
     }
 

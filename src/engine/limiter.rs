@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::task::{Context, Waker};
 use std::time::Duration;
 
-use crate::decision::{Decision, PermitId};
+use crate::decision::{Decision, PermitId, Receipt};
 use crate::policy::Policy;
 use crate::policy::{effective_policy, rebase};
 use crate::store::{Charge, MemoryStore, RuleSpec, Store, StoreError};
@@ -37,7 +37,8 @@ pub(crate) fn valid_name(name: &str) -> bool {
 ///     .with_prefix("post");
 /// let d = posts.check("laoqian").await?;
 /// assert_eq!(d.to_cell_reply(), [0, 16, 15, -1, 2]);
-/// posts.refund("laoqian", 1).await?;          // the post failed: give the unit back
+/// // The post failed: give its unit back, where it was taken.
+/// posts.refund("laoqian", &d.receipt.expect("admitted")).await?;
 /// assert_eq!(posts.peek("laoqian").await?.remaining, 16);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// # }).unwrap();
@@ -161,10 +162,10 @@ impl<S: Store> Limiter<S> {
         &self,
         key: impl AsRef<[u8]>,
         policy: &Policy,
-        amount: u64,
+        receipt: &Receipt,
     ) -> Result<(), StoreError> {
         let key = self.key_for(key.as_ref(), policy);
-        self.store.refund(&key, policy, amount).await
+        self.store.refund(&key, policy, receipt).await
     }
 
     /// [`Limiter::reset`] of a [`Limiter::check_with`].
@@ -233,12 +234,12 @@ impl<S: Store> Limiter<S> {
             let mut decision = self.store.check(Charge::new(&key, &used, cost)).await?;
             let slot = rebase(&real, &used, &mut decision);
             if decision.allowed {
-                if !slot.is_zero() {
+                if let Some(receipt) = decision.receipt.filter(|_| !slot.is_zero()) {
                     let reserved = Reservation {
                         store: Some(self.store.clone()),
                         key: &key,
                         policy: real,
-                        cost,
+                        receipt,
                     };
                     tokio::time::sleep(slot).await;
                     reserved.keep();
@@ -268,10 +269,14 @@ impl<S: Store> Limiter<S> {
         self.store.reset(&key, &self.policy).await
     }
 
-    /// Gives `amount` units back to `key` (never more than a fresh state holds).
-    pub async fn refund(&self, key: impl AsRef<[u8]>, amount: u64) -> Result<(), StoreError> {
+    /// Gives an admitted check's units back to `key`, into the slot where
+    /// they were taken ([`Decision::receipt`]; [`Receipt::part`] for some
+    /// of them): a charge whose window has ended, or whose GCRA debt is
+    /// already paid off, gives nothing back, so a refund never lets more
+    /// through than the limit. See [`Store::refund`].
+    pub async fn refund(&self, key: impl AsRef<[u8]>, receipt: &Receipt) -> Result<(), StoreError> {
         let key = self.full_key(key.as_ref());
-        self.store.refund(&key, &self.policy, amount).await
+        self.store.refund(&key, &self.policy, receipt).await
     }
 
     /// Releases a permit returned in [`Decision::permit`].
@@ -307,7 +312,7 @@ struct Reservation<'k, S: Store> {
     store: Option<Arc<S>>,
     key: &'k [u8],
     policy: Policy,
-    cost: u64,
+    receipt: Receipt,
 }
 
 impl<S: Store> Reservation<'_, S> {
@@ -321,10 +326,10 @@ impl<S: Store> Drop for Reservation<'_, S> {
         let Some(store) = self.store.take() else {
             return;
         };
-        let (key, policy, cost) = (self.key.to_vec(), self.policy, self.cost);
+        let (key, policy, receipt) = (self.key.to_vec(), self.policy, self.receipt);
         release_detached(async move {
             // A failed refund leaves the slot taken: the limit still holds.
-            let _ = store.refund(&key, &policy, cost).await;
+            let _ = store.refund(&key, &policy, &receipt).await;
         });
     }
 }

@@ -234,10 +234,21 @@ impl<S: Store> MultiLimiter<S> {
         }
     }
 
-    /// Gives `amount` units back to `key` under every rule.
-    pub async fn refund(&self, key: impl AsRef<[u8]>, amount: u64) -> Result<(), StoreError> {
-        for (k, (_, policy)) in self.keys(key.as_ref()).iter().zip(self.rules.iter()) {
-            self.store.refund(k, policy, amount).await?;
+    /// Gives an admitted check's units back to `key` under every rule, each
+    /// into the slot where it was taken (see [`Limiter::refund`]). A denied
+    /// check took nothing and gives nothing back.
+    ///
+    /// [`Limiter::refund`]: crate::Limiter::refund
+    pub async fn refund(
+        &self,
+        key: impl AsRef<[u8]>,
+        checked: &MultiDecision,
+    ) -> Result<(), StoreError> {
+        let keys = self.keys(key.as_ref());
+        for ((k, (_, policy)), d) in keys.iter().zip(self.rules.iter()).zip(&checked.decisions) {
+            if let Some(receipt) = &d.receipt {
+                self.store.refund(k, policy, receipt).await?;
+            }
         }
         Ok(())
     }

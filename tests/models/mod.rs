@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use tower_throttle::{Algorithm, Decision, PermitId, Policy};
+use tower_throttle::{Algorithm, Decision, PermitId, Policy, Receipt};
 
 /// One key's model state for any algorithm.
 #[derive(Clone, Debug, Default)]
@@ -220,7 +220,18 @@ impl Model {
         if allowed && cost > 0 {
             state.admit(policy, now, cost, permit);
         }
+        let permit = (allowed && cost > 0 && policy.is_concurrency()).then_some(PermitId(permit));
+        // Where the charge was taken: its instant, and for GCRA the instant
+        // the bucket will have drained its last unit (its work sits on top).
+        let receipt = (allowed && cost > 0).then(|| {
+            let until = match policy.algorithm() {
+                Algorithm::Gcra(_) => now + u64::try_from(state.gcra_level(now)).unwrap(),
+                _ => now,
+            };
+            Receipt::new(cost, now, until, permit)
+        });
         Decision {
+            receipt,
             decided_by: Default::default(),
             allowed,
             limit: policy.limit(),
@@ -232,7 +243,7 @@ impl Model {
             },
             reset_after: state.reset_after(policy, now),
             quota_after: state.quota_after(policy, now),
-            permit: (allowed && cost > 0 && policy.is_concurrency()).then_some(PermitId(permit)),
+            permit,
         }
     }
 
@@ -261,33 +272,60 @@ impl Model {
             .collect()
     }
 
-    /// Gives back the `amount` most recent units.
-    pub fn refund(&mut self, key: &[u8], policy: &Policy, now: u64, amount: u64) {
+    /// Gives back the units of one charge, from where it was taken: the
+    /// units it added that are still counted, and nothing else.
+    pub fn refund(&mut self, key: &[u8], policy: &Policy, now: u64, receipt: &Receipt) {
         let Some(s) = self.keys.get_mut(key) else {
             return;
         };
+        let (at, units) = (receipt.at_ns(), receipt.units());
         match policy.algorithm() {
             Algorithm::Gcra(p) => {
-                let level = s.gcra_level(now);
-                s.level =
-                    level.saturating_sub(u128::from(p.emission_interval_ns) * u128::from(amount));
+                // The bucket drains first in, first out: the charge's work
+                // drains last at `until`, so what of it is still in the
+                // bucket is the part of its work after now.
+                let work = u128::from(p.emission_interval_ns) * u128::from(units);
+                let left = u128::from(receipt.until_ns().saturating_sub(now)).min(work);
+                s.level = s.gcra_level(now).saturating_sub(left);
                 s.at = now;
             }
             Algorithm::SlidingLog(p) => {
                 s.units
                     .retain(|&u| u128::from(u) + u128::from(p.window_ns) > u128::from(now));
-                let keep = s.units.len().saturating_sub(amount as usize);
-                s.units.truncate(keep);
+                // Units at one instant are alike: take `units` of those at `at`.
+                let mut take = units;
+                s.units.retain(|&u| {
+                    let drop = u == at && take > 0;
+                    take -= u64::from(drop);
+                    !drop
+                });
             }
-            Algorithm::FixedWindow(p) | Algorithm::SlidingWindow(p) => {
-                if let Some(c) = s.per_window.get_mut(&(now / p.window_ns)) {
-                    *c = c.saturating_sub(amount);
+            Algorithm::FixedWindow(p) => {
+                // A window that has ended keeps its count.
+                let w = at / p.window_ns;
+                if w >= now / p.window_ns {
+                    if let Some(c) = s.per_window.get_mut(&w) {
+                        *c = c.saturating_sub(units);
+                    }
+                }
+            }
+            Algorithm::SlidingWindow(p) => {
+                // A window still weighs in the estimate for one window after it.
+                let w = at / p.window_ns;
+                if w + 1 >= now / p.window_ns {
+                    if let Some(c) = s.per_window.get_mut(&w) {
+                        *c = c.saturating_sub(units);
+                    }
                 }
             }
             Algorithm::Concurrency(_) => {
                 s.leases.retain(|&(_, e)| e > now);
-                let keep = s.leases.len().saturating_sub(amount as usize);
-                s.leases.truncate(keep);
+                let mut take = units;
+                s.leases.retain(|&(id, _)| {
+                    let drop = Some(PermitId(id)) == receipt.permit() && take > 0;
+                    take -= u64::from(drop);
+                    !drop
+                });
             }
             _ => unreachable!(),
         }

@@ -20,7 +20,7 @@
 
 use std::time::Duration;
 
-use tower_throttle::{Algorithm, Charge, Decision, Policy, Store, StoreError};
+use tower_throttle::{Algorithm, Charge, Decision, Policy, Receipt, Store, StoreError};
 
 use crate::models::Model;
 
@@ -178,6 +178,16 @@ fn same(subject: &Subject<impl Store>, what: &str, got: &Decision, want: &Decisi
         assert!(got.reset_after >= want.reset_after, "reset_after: {ctx}");
     }
     assert_eq!(got.permit.is_some(), want.permit.is_some(), "permit: {ctx}");
+    if subject.caps.refund {
+        // The slot the charge was taken from (the model's GCRA end derives
+        // from its own bucket, so it is compared where figures are exact).
+        let slot = |d: &Decision| d.receipt.map(|r| (r.units(), r.at_ns(), r.permit()));
+        assert_eq!(slot(got), slot(want), "receipt: {ctx}");
+        if subject.caps.exact_reset {
+            let end = |d: &Decision| d.receipt.map(|r| r.until_ns());
+            assert_eq!(end(got), end(want), "receipt end: {ctx}");
+        }
+    }
 }
 
 /// 300 seeded steps: advance, check (or peek), sometimes refund, reset or
@@ -187,20 +197,25 @@ async fn model_walk<S: Store>(subject: &Subject<S>, name: &str, policy: &Policy)
     let mut model = Model::default();
     let mut rng = Rng(0x853c_49e6_748f_ea9b ^ name.len() as u64);
     let mut held = Vec::new();
+    let mut receipts = Vec::new();
     let window_ms = policy.window().as_millis().max(1) as u64;
     for step in 0..300 {
         (subject.advance)(Duration::from_millis(rng.below(window_ms / 2 + 1)));
         let now = model_now(subject);
         let what = format!("{name} step {step}");
         match rng.below(10) {
-            0 if subject.caps.refund && !policy.is_concurrency() => {
-                let amount = 1 + rng.below(2);
+            // Any charge still held, old or recent, in part or whole: the
+            // units go back to its own slot or nowhere.
+            0 if subject.caps.refund && !receipts.is_empty() => {
+                let i = rng.below(receipts.len() as u64) as usize;
+                let receipt: Receipt = receipts.swap_remove(i);
+                let receipt = receipt.part(1 + rng.below(2));
                 subject
                     .store
-                    .refund(&key, policy, amount)
+                    .refund(&key, policy, &receipt)
                     .await
                     .unwrap_or_else(|e| panic!("{}: refund: {e}", subject.name));
-                model.refund(&key, policy, now, amount);
+                model.refund(&key, policy, now, &receipt);
             }
             1 if subject.caps.reset && rng.below(3) == 0 => {
                 subject
@@ -210,6 +225,7 @@ async fn model_walk<S: Store>(subject: &Subject<S>, name: &str, policy: &Policy)
                     .unwrap_or_else(|e| panic!("{}: reset: {e}", subject.name));
                 model.reset(&key);
                 held.clear();
+                receipts.clear();
             }
             2 if !held.is_empty() => {
                 let permit = held.swap_remove(rng.below(held.len() as u64) as usize);
@@ -237,6 +253,7 @@ async fn model_walk<S: Store>(subject: &Subject<S>, name: &str, policy: &Policy)
                 if let Some(p) = got.permit {
                     held.push(p);
                 }
+                receipts.extend(got.receipt);
             }
         }
     }

@@ -55,8 +55,13 @@ impl<S: Store> Store for CountingStore<S> {
         self.inner.check_all(rules).await
     }
 
-    async fn refund(&self, key: &[u8], policy: &Policy, amount: u64) -> Result<(), StoreError> {
-        self.inner.refund(key, policy, amount).await
+    async fn refund(
+        &self,
+        key: &[u8],
+        policy: &Policy,
+        receipt: &tower_throttle::Receipt,
+    ) -> Result<(), StoreError> {
+        self.inner.refund(key, policy, receipt).await
     }
 
     async fn reset(&self, key: &[u8], policy: &Policy) -> Result<(), StoreError> {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use tower_throttle::clock::ManualClock;
 use tower_throttle::store::redis::{RedisStore, TimeSource};
-use tower_throttle::{Charge, Decision, MemoryStore, PermitId, Policy, Store};
+use tower_throttle::{Charge, Decision, MemoryStore, PermitId, Policy, Receipt, Store};
 
 use crate::redis_support::{current_thread_runtime as runtime, RedisServer};
 
@@ -17,7 +17,8 @@ use crate::redis_support::{current_thread_runtime as runtime, RedisServer};
 pub enum Op {
     Advance(u64),
     Check(u64),
-    Refund(u64),
+    /// Refunds `n` units of the receipt at this index (mod the receipts held).
+    Refund(usize, u64),
     Reset,
     Release(usize),
 }
@@ -33,7 +34,7 @@ pub fn with_ops(policy: Policy, span_us: u64) -> impl Strategy<Value = (Policy, 
         2 => (0..=span * 2).prop_map(Op::Advance),
         1 => (0..=3u64).prop_map(Op::Advance),
         8 => (0..=limit + 1).prop_map(Op::Check),
-        1 => (1..=limit + 1).prop_map(Op::Refund),
+        1 => (any::<usize>(), 1..=limit + 1).prop_map(|(i, n)| Op::Refund(i, n)),
         1 => Just(Op::Reset),
         2 => any::<usize>().prop_map(Op::Release),
     ];
@@ -82,12 +83,10 @@ impl Bench {
             .sweep_interval(None)
             .build();
         let (redis, clock) = (&self.redis, &self.clock);
-        let strip = |d: Decision| Decision {
-            permit: d.permit.map(|_| PermitId(0)),
-            ..d
-        };
+        let strip = strip_permit;
         self.rt.block_on(async {
             let mut permits: Vec<(PermitId, PermitId)> = Vec::new();
+            let mut receipts: Vec<(Receipt, Receipt)> = Vec::new();
             for (step, op) in ops.into_iter().enumerate() {
                 match op {
                     Op::Advance(n) => clock.advance(Duration::from_micros(n)),
@@ -98,11 +97,16 @@ impl Bench {
                         if let (Some(a), Some(b)) = (m.permit, r.permit) {
                             permits.push((a, b));
                         }
+                        if let (Some(a), Some(b)) = (m.receipt, r.receipt) {
+                            receipts.push((a, b));
+                        }
                     }
-                    Op::Refund(n) => {
-                        mem.refund(key, &policy, n).await.unwrap();
-                        redis.refund(key, &policy, n).await.unwrap();
+                    Op::Refund(i, n) if !receipts.is_empty() => {
+                        let (a, b) = receipts.swap_remove(i % receipts.len());
+                        mem.refund(key, &policy, &a.part(n)).await.unwrap();
+                        redis.refund(key, &policy, &b.part(n)).await.unwrap();
                     }
+                    Op::Refund(..) => {}
                     Op::Reset => {
                         mem.reset(key, &policy).await.unwrap();
                         redis.reset(key, &policy).await.unwrap();
@@ -118,6 +122,19 @@ impl Bench {
             }
             Ok(())
         })
+    }
+}
+
+/// `d` with its permit ids (the store's own numbering) zeroed, in the
+/// decision and in its receipt, for comparing two stores' decisions.
+pub fn strip_permit(d: Decision) -> Decision {
+    let zero = |p: Option<PermitId>| p.map(|_| PermitId(0));
+    Decision {
+        permit: zero(d.permit),
+        receipt: d.receipt.map(|r| {
+            Receipt::new(r.units(), r.at_ns(), r.until_ns(), zero(r.permit())).decided_by(r.store())
+        }),
+        ..d
     }
 }
 

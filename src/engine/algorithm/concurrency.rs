@@ -7,7 +7,7 @@
 
 use super::dur;
 use super::ConcurrencyParams;
-use crate::decision::{Decision, PermitId};
+use crate::decision::{Decision, PermitId, Receipt};
 
 /// One permit: who holds it, until when, for how many units.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,6 +86,7 @@ pub fn check(
         .chain(reset_at.filter(|_| allowed && cost > 0))
         .min();
     Decision {
+        receipt: None,
         decided_by: Default::default(),
         allowed,
         limit: p.max_in_flight,
@@ -138,19 +139,21 @@ pub fn release(s: &mut ConcurrencyState, permit: PermitId) -> bool {
     s.leases.len() != before
 }
 
-/// Releases the `amount` most recently granted units (a refund).
-pub fn refund(s: &mut ConcurrencyState, now: u64, mut amount: u64) {
+/// Gives a charge's units back from the lease of its own permit (not the
+/// most recent one, which may be another request's); a lease released or
+/// lapsed meanwhile changes nothing.
+pub fn refund(s: &mut ConcurrencyState, now: u64, r: &Receipt) {
     prune(s, now);
-    while amount > 0 {
-        let Some(last) = s.leases.last_mut() else {
-            break;
-        };
-        let take = amount.min(last.units);
-        last.units -= take;
-        amount -= take;
-        if last.units == 0 {
-            s.leases.pop();
-        }
+    let Some(permit) = r.permit() else {
+        return;
+    };
+    let Some(i) = s.leases.iter().position(|l| l.id == permit) else {
+        return;
+    };
+    let lease = &mut s.leases[i];
+    lease.units = lease.units.saturating_sub(r.units());
+    if lease.units == 0 {
+        s.leases.remove(i);
     }
 }
 

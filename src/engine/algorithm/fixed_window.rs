@@ -2,7 +2,7 @@
 
 use super::dur;
 use super::WindowParams;
-use crate::decision::Decision;
+use crate::decision::{Decision, Receipt};
 
 /// The counter of one window. `Default` is a fresh key.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -33,6 +33,7 @@ pub fn check(p: &WindowParams, s: &FixedWindowState, now: u64, cost: u64) -> Dec
     let after = if allowed { count + cost } else { count };
     let remaining = p.max.saturating_sub(after);
     Decision {
+        receipt: None,
         decided_by: Default::default(),
         allowed,
         limit: p.max,
@@ -62,13 +63,17 @@ pub fn admit(p: &WindowParams, s: &FixedWindowState, now: u64, cost: u64) -> Fix
     }
 }
 
-/// Gives `amount` units back to the current window.
-pub fn refund(p: &WindowParams, s: &FixedWindowState, now: u64, amount: u64) -> FixedWindowState {
+/// Gives a charge's units back to the window it was taken in, if that
+/// window is still in force at `now`; a window that has ended keeps its
+/// count (its requests were admitted against it).
+pub fn refund(p: &WindowParams, s: &FixedWindowState, now: u64, r: &Receipt) -> FixedWindowState {
     let (window, count) = effective(p, s, now);
-    FixedWindowState {
-        window,
-        count: count.saturating_sub(amount),
-    }
+    let count = if window == r.at_ns() / p.window_ns {
+        count.saturating_sub(r.units())
+    } else {
+        count
+    };
+    FixedWindowState { window, count }
 }
 
 /// When the state is indistinguishable from a fresh key.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::GcraParams;
 use super::{dur, sat};
-use crate::decision::Decision;
+use crate::decision::{Decision, Receipt};
 
 /// Decides a request of `cost` units against `tat` at `now`.
 ///
@@ -39,6 +39,7 @@ pub fn check(p: &GcraParams, tat: u64, now: u64, cost: u64) -> Decision {
     let ttl = if allowed { new_tat - now } else { base - now };
     let remaining = remaining(p, ttl);
     Decision {
+        receipt: None,
         decided_by: Default::default(),
         allowed,
         limit: p.limit,
@@ -67,6 +68,7 @@ fn check_wide(p: &GcraParams, tat: u64, now: u64, cost: u64) -> Decision {
     };
     let remaining = remaining(p, sat(ttl));
     Decision {
+        receipt: None,
         decided_by: Default::default(),
         allowed,
         limit: p.limit,
@@ -175,10 +177,15 @@ pub fn admit(p: &GcraParams, tat: u64, now: u64, cost: u64) -> u64 {
     sat(u128::from(tat.max(now)) + inc)
 }
 
-/// Gives `amount` units back: moves `tat` earlier, never before `now` (so a
-/// refund cannot bank quota beyond a fresh state).
-pub fn refund(p: &GcraParams, tat: u64, now: u64, amount: u64) -> u64 {
-    let back = u128::from(p.emission_interval_ns) * u128::from(amount);
+/// Gives a charge's units back: moves `tat` earlier by the part of the
+/// charge's debt still ahead of `now` — the charge added `units·T` up to
+/// [`Receipt::until_ns`]; what of it lies before `now` has already been
+/// paid off and gives nothing back — and never before `now` (a refund
+/// cannot bank quota beyond a fresh state).
+pub fn refund(p: &GcraParams, tat: u64, now: u64, r: &Receipt) -> u64 {
+    let charged = u128::from(p.emission_interval_ns) * u128::from(r.units());
+    let ahead = u128::from(r.until_ns().saturating_sub(now));
+    let back = charged.min(ahead);
     sat(u128::from(tat).saturating_sub(back).max(u128::from(now)))
 }
 

@@ -9,7 +9,7 @@ use std::collections::VecDeque;
 
 use super::dur;
 use super::WindowParams;
-use crate::decision::Decision;
+use crate::decision::{Decision, Receipt};
 
 /// Admitted units, oldest first. `Default` is a fresh key.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -83,6 +83,7 @@ pub fn check(p: &WindowParams, s: &SlidingLogState, now: u64, cost: u64) -> Deci
         oldest
     };
     Decision {
+        receipt: None,
         decided_by: Default::default(),
         allowed,
         limit: p.max,
@@ -123,20 +124,23 @@ pub fn admit(p: &WindowParams, s: &mut SlidingLogState, now: u64, cost: u64) {
     }
 }
 
-/// Gives back the `amount` most recent units (the ones a refund undoes).
-pub fn refund(p: &WindowParams, s: &mut SlidingLogState, now: u64, mut amount: u64) {
+/// Gives a charge's units back: removes them from the entry at the
+/// charge's instant, not from the newest one (which may be another
+/// request's). An entry that has left the window, or was merged into a
+/// later instant by a clock that went back, is left as it is.
+pub fn refund(p: &WindowParams, s: &mut SlidingLogState, now: u64, r: &Receipt) {
     prune(p, s, now);
-    while amount > 0 {
-        let Some((_, n)) = s.entries.back_mut() else {
-            break;
-        };
-        let take = amount.min(*n);
-        *n -= take;
-        s.total -= take;
-        amount -= take;
-        if *n == 0 {
-            s.entries.pop_back();
-        }
+    let at = r.at_ns();
+    // Entries are in instant order: the charge's is found by binary search.
+    let Ok(i) = s.entries.binary_search_by_key(&at, |&(t, _)| t) else {
+        return;
+    };
+    let n = &mut s.entries[i].1;
+    let take = r.units().min(*n);
+    *n -= take;
+    s.total -= take;
+    if *n == 0 {
+        s.entries.remove(i);
     }
 }
 

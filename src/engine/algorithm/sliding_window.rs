@@ -8,7 +8,7 @@
 
 use super::WindowParams;
 use super::{dur, sat};
-use crate::decision::Decision;
+use crate::decision::{Decision, Receipt};
 
 /// Counts of the current and previous windows. `Default` is a fresh key.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -90,6 +90,7 @@ pub fn check(p: &WindowParams, s: &SlidingWindowState, now: u64, cost: u64) -> D
         dur(until_at_most(prev, current_after, start, w, target).saturating_sub(now_w))
     };
     Decision {
+        receipt: None,
         decided_by: Default::default(),
         allowed,
         limit: p.max,
@@ -123,15 +124,22 @@ pub fn admit(p: &WindowParams, s: &SlidingWindowState, now: u64, cost: u64) -> S
     s
 }
 
-/// Gives `amount` units back to the current window.
+/// Gives a charge's units back to the count of the window it was taken
+/// in: the current count while that window lasts, the previous count in
+/// the window after it, nothing once it has left the estimate.
 pub fn refund(
     p: &WindowParams,
     s: &SlidingWindowState,
     now: u64,
-    amount: u64,
+    r: &Receipt,
 ) -> SlidingWindowState {
     let (mut s, _) = roll(p, s, now);
-    s.current = s.current.saturating_sub(amount);
+    let charged = r.at_ns() / p.window_ns;
+    if s.window == charged {
+        s.current = s.current.saturating_sub(r.units());
+    } else if s.window == charged.saturating_add(1) {
+        s.previous = s.previous.saturating_sub(r.units());
+    }
     s
 }
 

@@ -112,7 +112,9 @@ impl Penalty {
         key: &[u8],
     ) -> Result<Option<Duration>, StoreError> {
         let lock_key = self.derived(b"lock:", key);
-        let peek = store.check(Charge::new(&lock_key, &self.lock, 0)).await?;
+        let peek = store
+            .check(Charge::new(&lock_key, &self.lock, 0).of_penalty())
+            .await?;
         Ok(left(&peek))
     }
 
@@ -125,7 +127,7 @@ impl Penalty {
         key: &[u8],
     ) -> Option<Result<Option<Duration>, StoreError>> {
         let lock_key = self.derived(b"lock:", key);
-        let peek = store.check_now(Charge::new(&lock_key, &self.lock, 0))?;
+        let peek = store.check_now(Charge::new(&lock_key, &self.lock, 0).of_penalty())?;
         Some(peek.map(|d| left(&d)))
     }
 
@@ -139,7 +141,7 @@ impl Penalty {
     ) -> Result<Option<Duration>, StoreError> {
         let strikes_key = self.derived(b"strikes:", key);
         let strike = store
-            .check(Charge::new(&strikes_key, &self.strikes, 1))
+            .check(Charge::new(&strikes_key, &self.strikes, 1).of_penalty())
             .await?;
         // Admitted with units left: below the bound. Admitted with none left
         // is the `strikes`-th denial; denied means concurrent denials
@@ -148,7 +150,9 @@ impl Penalty {
             return Ok(None);
         }
         let lock_key = self.derived(b"lock:", key);
-        let lock = store.check(Charge::new(&lock_key, &self.lock, 1)).await?;
+        let lock = store
+            .check(Charge::new(&lock_key, &self.lock, 1).of_penalty())
+            .await?;
         // After the lock the key starts over with no strikes.
         store.reset(&strikes_key, &self.strikes).await?;
         Ok(Some(if lock.allowed {
@@ -171,6 +175,7 @@ impl Penalty {
     /// rule of `policy`: nothing remaining, `retry_after` = `left`.
     pub fn locked(&self, policy: &Policy, left: Duration) -> Decision {
         Decision {
+            receipt: None,
             allowed: false,
             limit: policy.limit(),
             remaining: 0,
@@ -333,10 +338,16 @@ impl<S: Store> LockoutLimiter<S> {
         self.store.release(&key, &self.policy, permit).await
     }
 
-    /// Gives `amount` units back to `key` (strikes already counted stay).
-    pub async fn refund(&self, key: impl AsRef<[u8]>, amount: u64) -> Result<(), StoreError> {
+    /// Gives an admitted check's units back to `key`, where they were
+    /// taken (see [`Limiter::refund`](crate::Limiter::refund)); strikes
+    /// already counted stay.
+    pub async fn refund(
+        &self,
+        key: impl AsRef<[u8]>,
+        receipt: &crate::Receipt,
+    ) -> Result<(), StoreError> {
         let key = self.full_key(key.as_ref());
-        self.store.refund(&key, &self.policy, amount).await
+        self.store.refund(&key, &self.policy, receipt).await
     }
 }
 

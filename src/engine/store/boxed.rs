@@ -42,7 +42,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use super::{Charge, Namespaces, RuleSpec, Store, StoreError};
-use crate::decision::{Decision, PermitId};
+use crate::decision::{Decision, PermitId, Receipt};
 use crate::policy::Policy;
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -58,7 +58,7 @@ trait DynStore: Send + Sync + 'static {
         &'a self,
         key: &'a [u8],
         policy: &'a Policy,
-        amount: u64,
+        receipt: &'a Receipt,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
     fn reset<'a>(
         &'a self,
@@ -95,9 +95,9 @@ impl<S: Store> DynStore for S {
         &'a self,
         key: &'a [u8],
         policy: &'a Policy,
-        amount: u64,
+        receipt: &'a Receipt,
     ) -> BoxFuture<'a, Result<(), StoreError>> {
-        Box::pin(Store::refund(self, key, policy, amount))
+        Box::pin(Store::refund(self, key, policy, receipt))
     }
 
     fn reset<'a>(
@@ -184,8 +184,13 @@ impl Store for BoxStore {
         self.inner.check_all(rules).await
     }
 
-    async fn refund(&self, key: &[u8], policy: &Policy, amount: u64) -> Result<(), StoreError> {
-        self.inner.refund(key, policy, amount).await
+    async fn refund(
+        &self,
+        key: &[u8],
+        policy: &Policy,
+        receipt: &Receipt,
+    ) -> Result<(), StoreError> {
+        self.inner.refund(key, policy, receipt).await
     }
 
     async fn reset(&self, key: &[u8], policy: &Policy) -> Result<(), StoreError> {
@@ -255,19 +260,24 @@ mod tests {
         let boxed = BoxStore::new(MemoryStore::builder().clock(clock.clone()).build());
         let p = Policy::cell(2, 1, Duration::from_secs(1)).unwrap();
         block_on(async {
+            let mut receipts = None;
             for i in 0..6 {
                 let rule = Charge::new(b"k", &p, 1);
                 let a = Store::check(&plain, rule).await.unwrap();
                 let b = Store::check(&boxed, rule).await.unwrap();
                 assert_eq!(a, b, "check {i}");
+                if let (Some(ra), Some(rb)) = (a.receipt, b.receipt) {
+                    receipts = Some((ra, rb));
+                }
                 assert_eq!(
                     plain.check_now(rule).is_some(),
                     Store::check_now(&boxed, rule).is_some()
                 );
             }
             clock.advance(Duration::from_secs(1));
-            Store::refund(&boxed, b"k", &p, 1).await.unwrap();
-            plain.refund(b"k", &p, 1).await.unwrap();
+            let (ra, rb) = receipts.expect("admitted checks");
+            Store::refund(&boxed, b"k", &p, &rb).await.unwrap();
+            plain.refund(b"k", &p, &ra).await.unwrap();
             let rules = [Charge::new(b"k", &p, 1), Charge::new(b"j", &p, 3)];
             assert_eq!(
                 plain.check_all(&rules).await.unwrap(),

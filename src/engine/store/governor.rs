@@ -121,6 +121,7 @@ where
             return Err(StoreError::Unsupported("non-GCRA policies on governor"));
         };
         let never = Decision {
+            receipt: None,
             decided_by: Default::default(),
             allowed: false,
             limit: p.limit,
@@ -144,6 +145,7 @@ where
                 let remaining = u64::from(snapshot.remaining_burst_capacity());
                 let reset_after = tau.saturating_sub(t * u32::try_from(remaining).unwrap_or(0));
                 Ok(Decision {
+                    receipt: None,
                     decided_by: Default::default(),
                     allowed: true,
                     limit: p.limit,
@@ -162,6 +164,7 @@ where
                 let remaining = tau.saturating_sub(ttl).as_nanos() / t.as_nanos();
                 let remaining = u64::try_from(remaining).unwrap_or(0);
                 Ok(Decision {
+                    receipt: None,
                     decided_by: Default::default(),
                     allowed: false,
                     limit: p.limit,
@@ -219,7 +222,7 @@ where
         }
     }
 
-    async fn refund(&self, _: &[u8], _: &Policy, _: u64) -> Result<(), StoreError> {
+    async fn refund(&self, _: &[u8], _: &Policy, _: &crate::Receipt) -> Result<(), StoreError> {
         Err(StoreError::Unsupported("refund on governor"))
     }
 

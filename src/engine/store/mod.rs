@@ -26,7 +26,7 @@ pub use fallback::{FallbackStore, DEFAULT_PROBE_INTERVAL};
 pub use memory::{MemoryStore, MemoryStoreBuilder};
 pub use namespaces::Namespaces;
 
-use crate::decision::{Decision, PermitId};
+use crate::decision::{Decision, PermitId, Receipt};
 use crate::policy::Policy;
 
 /// One charge of a store call: `cost` units of `policy` against `key`
@@ -39,12 +39,33 @@ pub struct Charge<'a> {
     pub policy: &'a Policy,
     /// Units to charge; 0 peeks without changing state.
     pub cost: u64,
+    /// Lock-out state (a [`Penalty`](crate::lockout::Penalty)'s strikes
+    /// or lock): a lock that was announced must hold, so a store that caps
+    /// its keys never decides this key on state shared with other keys (the
+    /// memory store's overflow states: it keeps such keys in a room of
+    /// their own, see [`MemoryStoreBuilder::max_penalty_keys`]), and a
+    /// [`FallbackStore`] keeps it in both of its stores.
+    pub penalty: bool,
 }
 
 impl<'a> Charge<'a> {
     /// A charge of `cost` units of `policy` against `key`.
     pub fn new(key: &'a [u8], policy: &'a Policy, cost: u64) -> Self {
-        Charge { key, policy, cost }
+        Charge {
+            key,
+            policy,
+            cost,
+            penalty: false,
+        }
+    }
+
+    /// The same charge, of lock-out state (see [`Charge::penalty`]).
+    #[must_use]
+    pub fn of_penalty(self) -> Self {
+        Charge {
+            penalty: true,
+            ..self
+        }
     }
 }
 
@@ -86,12 +107,17 @@ pub trait Store: Send + Sync + 'static {
         rules: &[Charge<'_>],
     ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send;
 
-    /// Gives `amount` units back to `key` (for work that turned out not to count).
+    /// Gives a charge's units back to `key` (for work that turned out not
+    /// to count, a waiter that left): into the slot its [`Receipt`] names
+    /// (the receipt of an admitted [`Decision`]), and nowhere else. A
+    /// receipt whose slot has passed (its window ended, its GCRA debt was
+    /// paid off, its permit was released) changes nothing. Give back part
+    /// of a charge with [`Receipt::part`].
     fn refund(
         &self,
         key: &[u8],
         policy: &Policy,
-        amount: u64,
+        receipt: &Receipt,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// Forgets `key`: its next check sees a fresh state.
@@ -194,9 +220,9 @@ impl<S: Store> Store for std::sync::Arc<S> {
         &self,
         key: &[u8],
         policy: &Policy,
-        amount: u64,
+        receipt: &Receipt,
     ) -> impl Future<Output = Result<(), StoreError>> + Send {
-        (**self).refund(key, policy, amount)
+        (**self).refund(key, policy, receipt)
     }
 
     fn reset(

@@ -6,6 +6,8 @@ use std::sync::Arc;
 use http::StatusCode;
 
 use super::{LayerState, Plan};
+use crate::decision::Receipt;
+use crate::info::RateLimitInfo;
 use crate::limiter::release_detached;
 use crate::policy::Policy;
 use crate::settings::CountIf;
@@ -18,13 +20,17 @@ use crate::store::Store;
 pub(crate) struct HeldCharge<St: Store> {
     store: Arc<St>,
     count_if: CountIf,
-    charged: Vec<(Vec<u8>, Policy, u64)>,
+    charged: Vec<(Vec<u8>, Policy, Receipt)>,
 }
 
 impl<St: Store> HeldCharge<St> {
-    pub(super) fn collect(shared: &LayerState<St>, plan: &Plan) -> Option<Box<Self>> {
+    pub(super) fn collect(
+        shared: &LayerState<St>,
+        plan: &Plan,
+        info: &RateLimitInfo,
+    ) -> Option<Box<Self>> {
         let count_if = shared.settings.count_if.clone()?;
-        let charged = plan.refundable(shared);
+        let charged = plan.refundable(info);
         (!charged.is_empty()).then(|| {
             Box::new(HeldCharge {
                 store: shared.store.clone(),
@@ -42,9 +48,11 @@ impl<St: Store> HeldCharge<St> {
         }
         let HeldCharge { store, charged, .. } = self;
         release_detached(async move {
-            for (key, policy, cost) in charged {
-                // A failed refund leaves the unit counted: the limit holds.
-                let _ = store.refund(&key, &policy, cost).await;
+            for (key, policy, receipt) in charged {
+                // Into the slot the unit was taken from (a window that has
+                // ended since keeps it). A failed refund leaves the unit
+                // counted: the limit holds.
+                let _ = store.refund(&key, &policy, &receipt).await;
             }
         });
     }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use super::settle::{settle, Step};
 use super::{count, LayerState, Plan, Verdict};
 
+use crate::decision::Receipt;
 use crate::info::RateLimitInfo;
 use crate::limiter::release_detached;
 use crate::mode::Mode;
@@ -55,7 +56,11 @@ pub(crate) async fn evaluate<St: Store>(
                     // Admitted into a reserved slot: wait for it, then go. A
                     // waiter dropped before its time gives the slot back.
                     count(&shared, "delayed", None);
-                    let reserved = Reserved::new(&shared, &plan);
+                    let info = match &verdict {
+                        Verdict::Forward { info, .. } => info.as_ref(),
+                        _ => None,
+                    };
+                    let reserved = Reserved::new(&shared, &plan, info);
                     tokio::time::sleep(slot_wait).await;
                     reserved.keep();
                 }
@@ -132,12 +137,12 @@ async fn store_call<St: Store>(
 /// permits are not here: the verdict's permits release themselves.
 struct Reserved<St: Store> {
     store: Option<Arc<St>>,
-    charged: Vec<(Vec<u8>, Policy, u64)>,
+    charged: Vec<(Vec<u8>, Policy, Receipt)>,
 }
 
 impl<St: Store> Reserved<St> {
-    fn new(shared: &LayerState<St>, plan: &Plan) -> Self {
-        let charged = plan.refundable(shared);
+    fn new(shared: &LayerState<St>, plan: &Plan, info: Option<&RateLimitInfo>) -> Self {
+        let charged = info.map(|info| plan.refundable(info)).unwrap_or_default();
         Reserved {
             store: Some(shared.store.clone()),
             charged,
@@ -157,9 +162,9 @@ impl<St: Store> Drop for Reserved<St> {
         };
         let charged = std::mem::take(&mut self.charged);
         release_detached(async move {
-            for (key, policy, cost) in charged {
+            for (key, policy, receipt) in charged {
                 // A failed refund leaves the slot taken: the limit still holds.
-                let _ = store.refund(&key, &policy, cost).await;
+                let _ = store.refund(&key, &policy, &receipt).await;
             }
         });
     }

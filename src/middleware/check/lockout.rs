@@ -1,6 +1,8 @@
 //! Lock-outs in the layer ([`ThrottleLayer::lockout`](crate::ThrottleLayer::lockout)):
 //! every rule key of a request is looked up in the [`Penalty`] before the
-//! check, and every key denied in a rejection counts a strike after it.
+//! check, and every key denied in a rejection counts a strike after it,
+//! except the keys every client shares
+//! ([`KeyExtractor::per_client`](crate::key::KeyExtractor::per_client)).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -152,6 +154,9 @@ fn strikes<St>(shared: &LayerState<St>, plan: &Plan, info: &RateLimitInfo) -> Op
         .iter()
         .enumerate()
         .filter(|(_, e)| !e.decision.allowed)
+        // A key every client shares (`Global`, a route) collects no
+        // strikes: one client's denials would lock out all of them.
+        .filter(|(_, e)| shared.rules[e.rule].key.per_client())
         .filter_map(|(i, e)| {
             let a = plan.actives().iter().find(|a| a.rule == e.rule)?;
             Some((i, plan.key(a).to_vec()))

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http::Response;
 
 use super::{count, LayerState, Stage};
-use crate::decision::Decision;
+use crate::decision::{Decision, Receipt};
 use crate::grpc::{respond, Reply};
 use crate::info::{RateLimitInfo, RuleDecision};
 use crate::key::{bound_key_part, KeyWriter, MissingKey, RequestHead, MAX_KEY_PART};
@@ -88,15 +88,15 @@ impl Plan {
         &self.keys[a.start..a.end]
     }
 
-    /// What the request was charged that a refund can give back: every
-    /// rule's (key, policy, cost), concurrency permits excepted (they are
-    /// released anyway).
-    pub(super) fn refundable<St>(&self, shared: &LayerState<St>) -> Vec<(Vec<u8>, Policy, u64)> {
+    /// What the admitted request was charged that a refund can give back:
+    /// every rule's key, policy and receipt (the slot its units were taken
+    /// from), concurrency permits excepted (they are released anyway).
+    pub(super) fn refundable(&self, info: &RateLimitInfo) -> Vec<(Vec<u8>, Policy, Receipt)> {
         self.actives()
             .iter()
-            .map(|a| (a, self.policy(shared, a)))
-            .filter(|(a, policy)| a.cost > 0 && !policy.is_concurrency())
-            .map(|(a, policy)| (self.key(a).to_vec(), *policy, a.cost))
+            .zip(info.iter())
+            .filter(|(_, (_, policy, _))| !policy.is_concurrency())
+            .filter_map(|(a, (_, policy, d))| Some((self.key(a).to_vec(), *policy, d.receipt?)))
             .collect()
     }
 

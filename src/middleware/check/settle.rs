@@ -64,7 +64,7 @@ pub(super) fn settle<St: Store>(
     if info.allowed() {
         count(shared, "allowed", None);
         let permits = HeldPermits::collect(shared, plan, &info);
-        let charge = HeldCharge::collect(shared, plan);
+        let charge = HeldCharge::collect(shared, plan, &info);
         return Step::Done(Verdict::Forward {
             info: Some(info),
             permits,

@@ -174,7 +174,7 @@ impl Store for Broken {
     async fn check_all(&self, _: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
         Err(StoreError::Connection("refused".into()))
     }
-    async fn refund(&self, _: &[u8], _: &Policy, _: u64) -> Result<(), StoreError> {
+    async fn refund(&self, _: &[u8], _: &Policy, _: &crate::Receipt) -> Result<(), StoreError> {
         Ok(())
     }
     async fn reset(&self, _: &[u8], _: &Policy) -> Result<(), StoreError> {

@@ -74,6 +74,11 @@ impl<A: KeyExtractor, B: KeyExtractor> KeyExtractor for Or<A, B> {
             }
         }
     }
+
+    /// Only when both branches are: the fallback's key may be shared.
+    fn per_client(&self) -> bool {
+        self.first.per_client() && self.fallback.per_client()
+    }
 }
 
 macro_rules! tuple_extractor {
@@ -92,6 +97,13 @@ macro_rules! tuple_extractor {
                     $rest.extract(req, key)?;
                 )*
                 Ok(())
+            }
+
+            /// When any part is: the whole key then tells clients apart.
+            #[allow(non_snake_case)]
+            fn per_client(&self) -> bool {
+                let ($first, $($rest,)*) = self;
+                $first.per_client() $(|| $rest.per_client())*
             }
         }
     };

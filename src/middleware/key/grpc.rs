@@ -67,6 +67,10 @@ impl KeyExtractor for GrpcMethod {
         key.push(&path.as_bytes()[..end]);
         Ok(())
     }
+
+    fn per_client(&self) -> bool {
+        false
+    }
 }
 
 /// The peer address tonic's server recorded: `TcpConnectInfo`, or with

@@ -170,6 +170,17 @@ pub trait KeyExtractor: Send + Sync + 'static {
     /// On error, anything already written is discarded by the caller.
     fn extract(&self, req: &RequestHead<'_>, key: &mut KeyWriter<'_>) -> Result<(), MissingKey>;
 
+    /// Whether the keys of this extractor tell clients apart. `false` for
+    /// keys every client of a route shares ([`Global`], [`UriPath`],
+    /// [`MatchedPathKey`], [`GrpcMethod`]): a
+    /// [lock-out](crate::ThrottleLayer::lockout) never counts strikes
+    /// against such a key, since one client's denials would lock out every
+    /// client (the rule's own limit still applies). The default is `true`;
+    /// a [`key_fn`] closure is taken to tell clients apart.
+    fn per_client(&self) -> bool {
+        true
+    }
+
     /// Uses `fallback` when this extractor finds no key. The fallback's part
     /// starts with `~`, so it never collides with a part of the first.
     ///
@@ -195,6 +206,10 @@ impl KeyExtractor for std::sync::Arc<dyn KeyExtractor> {
     fn extract(&self, req: &RequestHead<'_>, key: &mut KeyWriter<'_>) -> Result<(), MissingKey> {
         (**self).extract(req, key)
     }
+
+    fn per_client(&self) -> bool {
+        (**self).per_client()
+    }
 }
 
 /// One bucket for every request (a global limit on a route).
@@ -217,6 +232,10 @@ impl KeyExtractor for Global {
     fn extract(&self, _: &RequestHead<'_>, key: &mut KeyWriter<'_>) -> Result<(), MissingKey> {
         key.push_raw(b"*");
         Ok(())
+    }
+
+    fn per_client(&self) -> bool {
+        false
     }
 }
 

@@ -54,6 +54,10 @@ impl KeyExtractor for UriPath {
         key.push(path.as_bytes());
         Ok(())
     }
+
+    fn per_client(&self) -> bool {
+        false
+    }
 }
 
 /// axum's route template (`/users/{id}`), set by the router: one bucket per
@@ -85,6 +89,10 @@ impl KeyExtractor for MatchedPathKey {
             .ok_or(MissingKey::new("no matched route"))?;
         key.push(matched.as_str().as_bytes());
         Ok(())
+    }
+
+    fn per_client(&self) -> bool {
+        false
     }
 }
 

@@ -71,7 +71,11 @@ impl<St: Store> ThrottleLayer<St> {
     /// remaining. The denial that locks already answers with the lock's time.
     ///
     /// It applies to every rule of the layer, each rule key on its own
-    /// (`<penalty prefix>:lock:<layer prefix>:<rule>:<key>`), and works on
+    /// (`<penalty prefix>:lock:<layer prefix>:<rule>:<key>`), except rules
+    /// whose key every client shares ([`Global`](crate::key::Global), a
+    /// route: see [`KeyExtractor::per_client`](crate::key::KeyExtractor::per_client)):
+    /// their denials collect no strikes, so that one client's denials never
+    /// lock out another; their own limit still applies. It works on
     /// every store; on Redis it costs one more round trip per rule and
     /// request, and a denial one to three more. Counted are the requests the
     /// layer rejects: in delay mode a request that waits for its quota is no
@@ -82,13 +86,14 @@ impl<St: Store> ThrottleLayer<St> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_throttle::{key::Global, lockout::Penalty, MemoryStore, Policy, ThrottleLayer};
+    /// use tower_throttle::{key::PeerIp, lockout::Penalty, MemoryStore, Policy, ThrottleLayer};
     ///
     /// let min = Duration::from_secs(60);
-    /// // 5 logins a minute; 3 refusals within 10 minutes lock the key for 5.
+    /// // 5 logins a minute per client; 3 refusals within 10 minutes lock the
+    /// // client out for 5.
     /// let login = ThrottleLayer::new(MemoryStore::new(), Policy::sliding_log(5, min)?)
     ///     .name("login")
-    ///     .key(Global)
+    ///     .key(PeerIp::new())
     ///     .lockout(Penalty::new(3, 10 * min, 5 * min)?);
     /// # let _ = login;
     /// # Ok::<(), tower_throttle::PolicyError>(())

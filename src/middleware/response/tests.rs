@@ -41,6 +41,7 @@ fn rules() -> Box<[RuleSummary]> {
 
 fn decision(allowed: bool, remaining: u64, retry_ms: Option<u64>, reset_ms: u64) -> Decision {
     Decision {
+        receipt: None,
         decided_by: Default::default(),
         allowed,
         limit: 5,

@@ -37,12 +37,24 @@
 //! that rule on the primary alone, with a fail mode
 //! ([`FailMode::Closed`](crate::FailMode::Closed)) instead of a fallback.
 //!
+//! # Lock-outs
+//!
+//! The strikes and locks of a [`Penalty`](crate::lockout::Penalty)
+//! ([`Charge::penalty`]) are kept in both stores: each one admitted on the
+//! primary is made on the fallback too, and a check of a lock reads both and
+//! answers the stricter. So a lock announced while the primary answered
+//! holds while the fallback decides, and one announced during an outage
+//! holds after the primary is back, each for its whole duration.
+//!
 //! # Permits, refunds and resets
 //!
 //! A concurrency permit is released on the store that granted it (the ids
 //! of fallback permits are remembered until released or leased out). A
-//! [`Store::refund`] goes to the store deciding at the time of the refund; a
-//! [`Store::reset`] goes to both, and reports the primary's error, if any.
+//! [`Store::refund`] goes to the store that took the charge (its
+//! [`Receipt`](crate::Receipt) says which), whichever decides now: units
+//! taken on the fallback during an outage are not given to the primary's
+//! count after it, nor the other way round. A [`Store::reset`] goes to
+//! both, and reports the primary's error, if any.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
@@ -52,7 +64,7 @@ use std::time::Duration;
 
 use super::{Charge, MemoryStore, Namespaces, RuleSpec, Store, StoreError};
 use crate::clock::{Clock, SystemClock};
-use crate::decision::{DecidedBy, Decision, PermitId};
+use crate::decision::{DecidedBy, Decision, PermitId, Receipt};
 use crate::policy::Policy;
 
 /// Default time the fallback decides alone after the primary failed.
@@ -258,7 +270,17 @@ impl FallbackShared {
             p.map.insert(ours, (theirs, expires));
             d.permit = Some(ours);
         }
+        d.receipt = d.receipt.map(|r| {
+            Receipt::new(r.units(), r.at_ns(), r.until_ns(), d.permit)
+                .decided_by(DecidedBy::Fallback)
+        });
         d
+    }
+
+    /// The fallback's own id of our permit `id`, left registered.
+    fn their_permit(&self, id: PermitId) -> Option<PermitId> {
+        let p = self.permits.lock().unwrap_or_else(PoisonError::into_inner);
+        p.map.get(&id).map(|&(theirs, _)| theirs)
     }
 
     fn take_permit(&self, id: PermitId) -> Option<PermitId> {
@@ -289,6 +311,47 @@ impl<P: Store, F: Store> FallbackStore<P, F> {
         Ok(self.adopt_all(rules, ds))
     }
 
+    /// Lock-out state lives in both stores, so that a lock announced by
+    /// either holds whichever decides later: an admitted charge of it on
+    /// the primary is made on the fallback too, and a peek of it reads both
+    /// and answers the stricter.
+    async fn with_penalty_mirror(&self, rule: Charge<'_>, d: Decision) -> Decision {
+        if !rule.penalty || (rule.cost > 0 && !d.allowed) {
+            return d;
+        }
+        // In-process fallbacks answer without a future.
+        let mirrored = match self.fallback.check_now(rule) {
+            Some(answer) => answer,
+            None => self.fallback.check(rule).await,
+        };
+        self.stricter(rule, d, mirrored)
+    }
+
+    /// The peek of `rule` that reports less room: `primary`'s, or the
+    /// fallback's `mirrored` one. A charge keeps the primary's answer.
+    fn stricter(
+        &self,
+        rule: Charge<'_>,
+        primary: Decision,
+        mirrored: Result<Decision, StoreError>,
+    ) -> Decision {
+        match mirrored {
+            Ok(f)
+                if rule.cost == 0
+                    && (f.remaining, std::cmp::Reverse(f.reset_after))
+                        < (primary.remaining, std::cmp::Reverse(primary.reset_after)) =>
+            {
+                self.shared.adopt(rule.policy, f)
+            }
+            Ok(_) => primary,
+            Err(error) => {
+                tracing::warn!(target: "tower_throttle", %error,
+                    "could not keep lock-out state in the fallback store too");
+                primary
+            }
+        }
+    }
+
     fn adopt_all(&self, rules: &[Charge<'_>], ds: Vec<Decision>) -> Vec<Decision> {
         ds.into_iter()
             .zip(rules)
@@ -305,7 +368,7 @@ impl<P: Store, F: Store> Store for FallbackStore<P, F> {
         match self.primary.check(rule).await {
             Ok(d) => {
                 self.shared.primary_answered();
-                Ok(d)
+                Ok(self.with_penalty_mirror(rule, d).await)
             }
             Err(e) if e.is_unavailable() => {
                 self.shared.primary_failed(&e);
@@ -332,11 +395,21 @@ impl<P: Store, F: Store> Store for FallbackStore<P, F> {
         }
     }
 
-    async fn refund(&self, key: &[u8], policy: &Policy, amount: u64) -> Result<(), StoreError> {
-        if self.is_on_fallback() {
-            return self.fallback.refund(key, policy, amount).await;
+    async fn refund(
+        &self,
+        key: &[u8],
+        policy: &Policy,
+        receipt: &Receipt,
+    ) -> Result<(), StoreError> {
+        match receipt.store() {
+            DecidedBy::Fallback => {
+                let theirs = receipt.permit().and_then(|id| self.shared.their_permit(id));
+                let r = Receipt::new(receipt.units(), receipt.at_ns(), receipt.until_ns(), theirs)
+                    .decided_by(DecidedBy::Primary);
+                self.fallback.refund(key, policy, &r).await
+            }
+            DecidedBy::Primary => self.primary.refund(key, policy, receipt).await,
         }
-        self.primary.refund(key, policy, amount).await
     }
 
     async fn reset(&self, key: &[u8], policy: &Policy) -> Result<(), StoreError> {
@@ -371,6 +444,14 @@ impl<P: Store, F: Store> Store for FallbackStore<P, F> {
                 Err(e) if e.is_unavailable() => {
                     self.shared.primary_failed(&e);
                     None
+                }
+                Ok(d) if rule.penalty && (rule.cost == 0 || d.allowed) => {
+                    // Mirrored when the fallback answers in process (the
+                    // primary has charged already: no second try later).
+                    Some(Ok(match self.fallback.check_now(rule) {
+                        Some(mirrored) => self.stricter(rule, d, mirrored),
+                        None => d,
+                    }))
                 }
                 other => Some(other),
             },

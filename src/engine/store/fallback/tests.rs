@@ -56,9 +56,14 @@ impl Store for Flaky {
         self.gate().await?;
         self.inner.check_all(rules).await
     }
-    async fn refund(&self, key: &[u8], policy: &Policy, amount: u64) -> Result<(), StoreError> {
+    async fn refund(
+        &self,
+        key: &[u8],
+        policy: &Policy,
+        receipt: &crate::Receipt,
+    ) -> Result<(), StoreError> {
         self.gate().await?;
-        self.inner.refund(key, policy, amount).await
+        self.inner.refund(key, policy, receipt).await
     }
     async fn reset(&self, key: &[u8], policy: &Policy) -> Result<(), StoreError> {
         self.gate().await?;

@@ -39,7 +39,8 @@ impl<C: Clock> MemoryStore<C> {
             }
             return Ok(brief.decision());
         }
-        self.check_absent(rule, now, hash, index, None).map(Some)
+        let d = self.check_absent(rule, now, hash, index, None)?;
+        Ok(Some(rule.policy.stamp(d, now, cost)))
     }
 }
 

@@ -5,7 +5,8 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
 use super::{
-    MemoryShared, MemoryStore, Overflow, Shard, Space, DEFAULT_MAX_KEYS, DEFAULT_SWEEP_INTERVAL,
+    MemoryShared, MemoryStore, Overflow, Shard, Space, DEFAULT_MAX_KEYS, DEFAULT_MAX_PENALTY_KEYS,
+    DEFAULT_SWEEP_INTERVAL,
 };
 use crate::clock::{Clock, SystemClock};
 
@@ -15,6 +16,7 @@ use crate::clock::{Clock, SystemClock};
 pub struct MemoryStoreBuilder<C> {
     clock: C,
     max_keys: usize,
+    max_penalty_keys: usize,
     /// Per-prefix caps, in the order given (a repeated prefix replaces its cap).
     prefix_caps: Vec<(Box<[u8]>, usize)>,
     shards: usize,
@@ -26,6 +28,7 @@ impl MemoryStoreBuilder<SystemClock> {
         MemoryStoreBuilder {
             clock: SystemClock::new(),
             max_keys: DEFAULT_MAX_KEYS,
+            max_penalty_keys: DEFAULT_MAX_PENALTY_KEYS,
             prefix_caps: Vec::new(),
             shards: 256,
             sweep_interval: Some(DEFAULT_SWEEP_INTERVAL),
@@ -39,6 +42,7 @@ impl<C: Clock> MemoryStoreBuilder<C> {
         MemoryStoreBuilder {
             clock,
             max_keys: self.max_keys,
+            max_penalty_keys: self.max_penalty_keys,
             prefix_caps: self.prefix_caps,
             shards: self.shards,
             sweep_interval: self.sweep_interval,
@@ -86,6 +90,22 @@ impl<C: Clock> MemoryStoreBuilder<C> {
         self
     }
 
+    /// Cap on keys of lock-out state (default
+    /// [`DEFAULT_MAX_PENALTY_KEYS`]; at least 1): the strikes and locks of
+    /// a [`Penalty`](crate::lockout::Penalty) ([`Charge::penalty`]). They
+    /// have a room of their own and are never decided on an overflow state,
+    /// so a lock announced while the store is full is kept for its whole
+    /// duration. Should that room fill too (a flood of denied clients), a
+    /// new strike or lock is refused with [`StoreError::Full`] and logged
+    /// at error level: the layer then answers per its fail mode.
+    ///
+    /// [`Charge::penalty`]: crate::store::Charge::penalty
+    /// [`StoreError::Full`]: crate::store::StoreError::Full
+    pub fn max_penalty_keys(mut self, max_keys: usize) -> Self {
+        self.max_penalty_keys = max_keys.max(1);
+        self
+    }
+
     /// Number of lock shards, rounded up to a power of two (default 256).
     pub fn shards(mut self, shards: usize) -> Self {
         self.shards = shards.clamp(1, 1 << 16);
@@ -102,6 +122,7 @@ impl<C: Clock> MemoryStoreBuilder<C> {
     /// Builds the store, starting the janitor thread if enabled.
     pub fn build(self) -> MemoryStore<C> {
         let total = (self.prefix_caps.iter()).fold(self.max_keys, |sum, c| sum.saturating_add(c.1));
+        let total = total.saturating_add(self.max_penalty_keys);
         let shards = self.shards.next_power_of_two();
         let shards = shards
             .min(total.checked_next_power_of_two().unwrap_or(usize::MAX))
@@ -109,9 +130,14 @@ impl<C: Clock> MemoryStoreBuilder<C> {
         let mut prefix_caps = self.prefix_caps;
         // Longest first: a key counts toward the longest prefix it starts with.
         prefix_caps.sort_by_key(|c| std::cmp::Reverse(c.0.len()));
-        let spaces = std::iter::once(Space::new(Box::default(), self.max_keys))
-            .chain(prefix_caps.into_iter().map(|(p, n)| Space::new(p, n)))
-            .collect();
+        // In namespace order: the rest, lock-out state, then the prefixes.
+        let spaces = [
+            Space::new(Box::default(), self.max_keys),
+            Space::new(Box::default(), self.max_penalty_keys),
+        ]
+        .into_iter()
+        .chain(prefix_caps.into_iter().map(|(p, n)| Space::new(p, n)))
+        .collect();
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
         let inner = Arc::new(MemoryShared {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),

@@ -89,7 +89,7 @@ use std::time::Duration;
 
 use super::{Charge, Store, StoreError};
 use crate::clock::{Clock, SystemClock};
-use crate::decision::{Decision, PermitId};
+use crate::decision::{Decision, PermitId, Receipt};
 use crate::policy::{Algorithm, Policy};
 
 mod admit;
@@ -107,6 +107,10 @@ use slot::{Ns, Slot};
 
 /// Default cap on live keys.
 pub const DEFAULT_MAX_KEYS: usize = 1 << 22;
+
+/// Default cap on keys of lock-out state (strikes and locks), apart from
+/// [`DEFAULT_MAX_KEYS`]: see [`MemoryStoreBuilder::max_penalty_keys`].
+pub const DEFAULT_MAX_PENALTY_KEYS: usize = 1 << 16;
 /// Default interval of the background sweep.
 pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 const MIN_SWEEP_AT: usize = 64;
@@ -192,7 +196,10 @@ impl<C: Clock> std::fmt::Debug for MemoryStore<C> {
         f.debug_struct("MemoryStore")
             .field("shards", &self.inner.shards.len())
             .field("max_keys", &self.inner.spaces[0].max_keys)
-            .field("prefix_caps", &(self.inner.spaces.len() - 1))
+            .field(
+                "prefix_caps",
+                &(self.inner.spaces.len() - overflow::FIRST_PREFIX_NS),
+            )
             .field("len", &self.len())
             .finish()
     }
@@ -256,6 +263,13 @@ impl<C: Clock> MemoryStore<C> {
     /// Decides one rule now, synchronously. [`Store::check`] calls this.
     pub fn check_sync(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
         let now = self.inner.clock.now_ns();
+        let d = self.decide_one(rule, now)?;
+        Ok(rule.policy.stamp(d, now, rule.cost))
+    }
+
+    /// [`check_sync`](Self::check_sync) at `now`, without the receipt.
+    #[inline]
+    fn decide_one(&self, rule: Charge<'_>, now: u64) -> Result<Decision, StoreError> {
         let (hash, index) = self.locate(rule.key);
         let mut promote = false;
         if let Algorithm::Gcra(p) = rule.policy.algorithm() {
@@ -303,9 +317,12 @@ impl<C: Clock> MemoryStore<C> {
             }
         }
         if decision.allowed && rule.cost > 0 {
-            let ns = self.namespace(rule.key);
+            let ns = self.space_of(&rule);
             if !shard.slots.contains_key(&hash) && !self.make_room(&mut shard, now, ns) {
                 drop(shard);
+                if rule.penalty {
+                    return Err(self.penalty_room_full());
+                }
                 return self.check_overflow(ns, rule, now, permit);
             }
             fresh.set_ns(ns);
@@ -328,9 +345,11 @@ impl<C: Clock> MemoryStore<C> {
         }
     }
 
-    /// Gives `amount` units back to `key`.
-    pub fn refund_sync(&self, key: &[u8], policy: &Policy, amount: u64) {
-        self.update(key, policy, |slot, now| slot.refund(policy, now, amount));
+    /// Gives a charge's units back to `key`, into the slot its receipt
+    /// names (see [`Receipt`]). A charge decided on an overflow state (the
+    /// store was full) is not given back: the error keeps the limit.
+    pub fn refund_sync(&self, key: &[u8], policy: &Policy, receipt: &Receipt) {
+        self.update(key, policy, |slot, now| slot.refund(policy, now, receipt));
     }
 
     /// Releases a concurrency permit.
@@ -383,8 +402,13 @@ impl<C: Clock> Store for MemoryStore<C> {
         self.check_all_sync(rules)
     }
 
-    async fn refund(&self, key: &[u8], policy: &Policy, amount: u64) -> Result<(), StoreError> {
-        self.refund_sync(key, policy, amount);
+    async fn refund(
+        &self,
+        key: &[u8],
+        policy: &Policy,
+        receipt: &Receipt,
+    ) -> Result<(), StoreError> {
+        self.refund_sync(key, policy, receipt);
         Ok(())
     }
 

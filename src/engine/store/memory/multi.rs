@@ -52,9 +52,12 @@ impl<C: Clock> MemoryStore<C> {
         for (rule, &(hash, shard)) in rules.iter().zip(&located) {
             let g = guard_of(shard);
             let place = if rule.cost > 0 && !guards[g].1.slots.contains_key(&hash) {
-                let ns = self.namespace(rule.key);
+                let ns = self.space_of(rule);
                 if self.make_room(&mut guards[g].1, now, ns) {
                     Place::New(ns)
+                } else if rule.penalty {
+                    unreserve_places(self, &places);
+                    return Err(self.penalty_room_full());
                 } else {
                     self.note_overflow(ns, now);
                     Place::Overflow(ns)
@@ -64,14 +67,7 @@ impl<C: Clock> MemoryStore<C> {
             };
             places.push(place);
         }
-        let unreserve = || {
-            for place in &places {
-                if let Place::New(ns) = *place {
-                    let space = &self.inner.spaces[ns as usize];
-                    space.live.fetch_sub(1, Ordering::Relaxed);
-                }
-            }
-        };
+        let unreserve = || unreserve_places(self, &places);
         let mut states = (places.iter())
             .any(|p| matches!(p, Place::Overflow(_)))
             .then(|| self.overflow_states());
@@ -142,7 +138,7 @@ impl<C: Clock> MemoryStore<C> {
                     // A cold key of this check swept while making room for
                     // another comes back, and is counted again.
                     _ => {
-                        let ns = self.namespace(rule.key);
+                        let ns = self.space_of(rule);
                         let space = &self.inner.spaces[ns as usize];
                         space.live.fetch_add(1, Ordering::Relaxed);
                         ns
@@ -161,7 +157,21 @@ impl<C: Clock> MemoryStore<C> {
             let at = slot.expires_at();
             shard.next_expiry = shard.next_expiry.min(at);
         }
+        for (d, rule) in decisions.iter_mut().zip(rules) {
+            *d = rule.policy.stamp(*d, now, rule.cost);
+        }
         Ok(decisions)
+    }
+}
+
+/// Gives back the room taken for the new keys of a check that charges
+/// nothing.
+fn unreserve_places<C: Clock>(store: &MemoryStore<C>, places: &[Place]) {
+    for place in places {
+        if let Place::New(ns) = *place {
+            let space = &store.inner.spaces[ns as usize];
+            space.live.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 }
 

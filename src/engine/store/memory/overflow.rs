@@ -25,7 +25,13 @@ const WARN_EVERY_NS: u64 = 60_000_000_000;
 /// must not lock every shard once per request.
 const RESCAN_NS: u64 = 1_000_000_000;
 
-/// One namespace: the keys under a configured prefix, or the rest (index 0).
+/// The namespace of lock-out state ([`Charge::penalty`]): never overflows.
+pub(super) const PENALTY_NS: Ns = 1;
+/// The first namespace of a configured prefix.
+pub(super) const FIRST_PREFIX_NS: usize = 2;
+
+/// One namespace: the rest (index 0), lock-out state ([`PENALTY_NS`]), or
+/// the keys under a configured prefix.
 pub(super) struct Space {
     pub(super) prefix: Box<[u8]>,
     pub(super) max_keys: usize,
@@ -94,12 +100,40 @@ impl<C: Clock> MemoryStore<C> {
     #[inline]
     pub(super) fn namespace(&self, key: &[u8]) -> Ns {
         let spaces = &self.inner.spaces;
-        if spaces.len() == 1 {
+        if spaces.len() == FIRST_PREFIX_NS {
             return 0;
         }
         // Sorted longest first by the builder.
-        let found = spaces[1..].iter().position(|s| key.starts_with(&s.prefix));
-        found.map_or(0, |i| Ns::try_from(i + 1).unwrap_or(0))
+        let found = spaces[FIRST_PREFIX_NS..]
+            .iter()
+            .position(|s| key.starts_with(&s.prefix));
+        found.map_or(0, |i| Ns::try_from(i + FIRST_PREFIX_NS).unwrap_or(0))
+    }
+
+    /// The namespace a new key of `rule` counts toward: lock-out state in
+    /// its own room, everything else by prefix.
+    #[inline]
+    pub(super) fn space_of(&self, rule: &Charge<'_>) -> Ns {
+        if rule.penalty {
+            PENALTY_NS
+        } else {
+            self.namespace(rule.key)
+        }
+    }
+
+    /// The answer to lock-out state that finds no room: never decided on an
+    /// overflow state (a lock there would be announced and not kept).
+    #[cold]
+    pub(super) fn penalty_room_full(&self) -> StoreError {
+        let space = &self.inner.spaces[PENALTY_NS as usize];
+        tracing::error!(
+            target: "tower_throttle",
+            max_penalty_keys = space.max_keys,
+            "rate-limit memory store: no room left for lock-out state (strikes, locks); raise max_penalty_keys"
+        );
+        StoreError::Full {
+            max_keys: space.max_keys,
+        }
     }
 
     /// Takes a key of namespace `ns`'s cap for a new key in `shard`,

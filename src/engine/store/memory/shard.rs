@@ -2,6 +2,7 @@
 
 use std::sync::atomic::Ordering;
 
+use super::overflow::PENALTY_NS;
 use super::slot::Ns;
 use super::{write, MemoryStore, Slots, MIN_SWEEP_AT};
 use crate::clock::Clock;
@@ -64,9 +65,11 @@ impl<C: Clock> MemoryStore<C> {
 
     pub(super) fn sweep_shard(&self, shard: &mut Shard, now: u64) -> usize {
         let spaces = &self.inner.spaces;
-        if let [space] = &spaces[..] {
-            let freed = shard.sweep(now, |_| {});
-            space.live.fetch_sub(freed, Ordering::Relaxed);
+        if let [rest, penalty] = &spaces[..] {
+            let mut penalties = 0;
+            let freed = shard.sweep(now, |ns| penalties += usize::from(ns == PENALTY_NS));
+            rest.live.fetch_sub(freed - penalties, Ordering::Relaxed);
+            penalty.live.fetch_sub(penalties, Ordering::Relaxed);
             return freed;
         }
         let mut per_space = vec![0usize; spaces.len()];

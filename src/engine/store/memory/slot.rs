@@ -10,7 +10,7 @@ use crate::algorithm::fixed_window::{self, FixedWindowState};
 use crate::algorithm::gcra;
 use crate::algorithm::sliding_log::{self, SlidingLogState};
 use crate::algorithm::sliding_window::{self, SlidingWindowState};
-use crate::decision::{Decision, PermitId};
+use crate::decision::{Decision, PermitId, Receipt};
 use crate::policy::{Algorithm, ConcurrencyParams, Policy, WindowParams};
 
 /// A key's state. GCRA is one atomic word (16 bytes with the tag); the others
@@ -247,17 +247,17 @@ impl Slot {
         }
     }
 
-    /// Gives `amount` units back.
-    pub(super) fn refund(&mut self, policy: &Policy, now: u64, amount: u64) {
+    /// Gives a charge's units back to the slot its receipt names.
+    pub(super) fn refund(&mut self, policy: &Policy, now: u64, receipt: &Receipt) {
         self.demote();
         match (self, policy.algorithm()) {
             (Slot::Gcra(tat, _), Algorithm::Gcra(p)) => {
                 let t = tat.get_mut();
-                *t = gcra::refund(p, *t, now, amount);
+                *t = gcra::refund(p, *t, now, receipt);
             }
             (Slot::Other(m, _), _) => {
                 let other = lock_mut(m);
-                if other.state.refund(policy, now, amount) {
+                if other.state.refund(policy, now, receipt) {
                     other.refresh_expiry(policy);
                 }
             }
@@ -305,20 +305,20 @@ impl LockedState {
         }
     }
 
-    /// Gives `amount` units back; false if the state is another algorithm's.
-    fn refund(&mut self, policy: &Policy, now: u64, amount: u64) -> bool {
+    /// Gives a charge's units back; false if the state is another algorithm's.
+    fn refund(&mut self, policy: &Policy, now: u64, receipt: &Receipt) -> bool {
         match (self, policy.algorithm()) {
             (LockedState::Log(s), Algorithm::SlidingLog(p)) => {
-                sliding_log::refund(p, s, now, amount)
+                sliding_log::refund(p, s, now, receipt)
             }
             (LockedState::Fixed(s), Algorithm::FixedWindow(p)) => {
-                *s = fixed_window::refund(p, s, now, amount)
+                *s = fixed_window::refund(p, s, now, receipt)
             }
             (LockedState::Sliding(s), Algorithm::SlidingWindow(p)) => {
-                *s = sliding_window::refund(p, s, now, amount)
+                *s = sliding_window::refund(p, s, now, receipt)
             }
             (LockedState::Concurrency(s), Algorithm::Concurrency(_)) => {
-                concurrency::refund(s, now, amount)
+                concurrency::refund(s, now, receipt)
             }
             (_, Algorithm::Gcra(_))
             | (_, Algorithm::SlidingLog(_))

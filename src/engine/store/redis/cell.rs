@@ -125,6 +125,7 @@ fn decision(v: &Value) -> Result<Decision, StoreError> {
     };
     let retry = int(retry)?;
     Ok(Decision {
+        receipt: None,
         decided_by: Default::default(),
         allowed,
         limit: nonneg(int(limit)?)?,
@@ -257,7 +258,7 @@ impl Store for CellStore {
         }
     }
 
-    async fn refund(&self, _: &[u8], _: &Policy, _: u64) -> Result<(), StoreError> {
+    async fn refund(&self, _: &[u8], _: &Policy, _: &crate::Receipt) -> Result<(), StoreError> {
         Err(StoreError::Unsupported("refunds on CellStore (redis-cell)"))
     }
 

@@ -17,7 +17,7 @@ use super::error::timed;
 use super::params::Params;
 use super::registry::ScriptId;
 use super::{abandoned, batcher, keys, validate, RedisStore};
-use crate::decision::{Decision, PermitId};
+use crate::decision::{Decision, PermitId, Receipt};
 use crate::policy::{Algorithm, Policy};
 use crate::store::{Charge, RuleSpec, Store, StoreError};
 
@@ -239,11 +239,20 @@ where
         Ok(decisions)
     }
 
-    async fn refund(&self, key: &[u8], policy: &Policy, amount: u64) -> Result<(), StoreError> {
+    async fn refund(
+        &self,
+        key: &[u8],
+        policy: &Policy,
+        receipt: &Receipt,
+    ) -> Result<(), StoreError> {
         let p = Params::of(policy)?;
+        let amount = receipt.units();
         if amount == 0 {
             return Ok(());
         }
+        // The receipt's slot on the server's clock (µs; GCRA's end in µs
+        // and its ns remainder).
+        let until = receipt.until_ns();
         let rk = self.redis_key(key, policy);
         let mut inv = ScriptId::Refund.script().prepare_invoke();
         inv.key(&rk[..])
@@ -252,7 +261,15 @@ where
             .arg(p.code.wire())
             .arg(p.p1)
             .arg(p.p2)
-            .arg(p.script_amount(amount));
+            .arg(p.script_amount(amount))
+            .arg(receipt.at_ns() / 1000)
+            .arg(until / 1000)
+            .arg(until % 1000)
+            .arg(
+                receipt
+                    .permit()
+                    .map_or(String::new(), |id| id.0.to_string()),
+            );
         self.invalidating(&rk, self.eval(&inv)).await.map(drop)
     }
 

@@ -164,6 +164,7 @@ pub(crate) fn decision(
                     .transpose()
             };
             Decision {
+                receipt: None,
                 decided_by: Default::default(),
                 allowed: script_allowed,
                 limit: p.max,
@@ -175,6 +176,7 @@ pub(crate) fn decision(
             }
         }
         Algorithm::SlidingLog(p) => Decision {
+            receipt: None,
             decided_by: Default::default(),
             allowed: script_allowed,
             limit: p.max,
@@ -185,6 +187,7 @@ pub(crate) fn decision(
             permit: None,
         },
         Algorithm::Concurrency(p) => Decision {
+            receipt: None,
             decided_by: Default::default(),
             allowed: script_allowed,
             limit: p.max_in_flight,
@@ -327,7 +330,12 @@ pub(crate) fn check(
         if i == 0 {
             first = s;
         }
-        out.push(d);
+        // Only a check that charged every rule took anything.
+        out.push(if all {
+            r.policy.stamp(d, now_ns, r.cost)
+        } else {
+            d
+        });
     }
     Ok(Ok((out, first)))
 }
@@ -367,6 +375,7 @@ pub(crate) fn uniform_gcra(
             d.allowed
         )));
     }
+    let d = policy.stamp(d, now_ns, cost);
     Ok(Ok((vec![d], Some(RawState::Gcra(tat)))))
 }
 

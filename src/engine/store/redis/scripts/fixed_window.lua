@@ -111,14 +111,18 @@ local function fixed_algo(ns)
       return allowed, { allowed and 1 or 0, win_reply(s[1]), s[2] }, commit
     end,
 
-    refund = function(key, _, w, amount, now)
+    -- Into the charge's own window while it is in force; an ended window
+    -- keeps its count.
+    refund = function(key, _, w, amount, now, receipt)
       local s, err = fixed_state(key, w, ns, now)
       if not s then
         error({ err = err })
       end
       local sw, sc = s[1], s[2]
       local win, count = fixed_live(sw, sc, w, ns, now)
-      fixed_write(key, now, w, ns, win, math.max(count - amount, 0))
+      if win_eq(win, win_index_at(receipt.at, w, ns)) then
+        fixed_write(key, now, w, ns, win, math.max(count - amount, 0))
+      end
     end,
   }
 end

@@ -195,12 +195,15 @@ algo.g = {
     return allowed, { allowed and 1 or 0, tat }, commit
   end,
 
-  refund = function(key, t, _, amount, now)
+  -- Back by the part of the charge's debt still ahead of now (it ran up to
+  -- receipt.until_us; what lies before now was paid off), never before now.
+  refund = function(key, t, _, amount, now, receipt)
     local tat, err = gcra_tat(key)
     if not tat then
       error({ err = err })
     end
-    local back = math.max(tat - t * amount, now)
+    local ahead = math.max(receipt.until_us - now, 0)
+    local back = math.max(tat - math.min(t * amount, ahead), now)
     if back <= now then
       redis.call('DEL', key)
     else

@@ -196,11 +196,26 @@ local function log_algo(ns)
       return allowed, { allowed and 1 or 0, remaining, retry, reset, quota }, commit
     end,
 
-    refund = function(key, _, w, amount, now)
+    -- The charge's own units (at its instant, the highest indices there,
+    -- as the model takes them), not the newest: those may be another
+    -- request's. Units that have left the window are not given back.
+    refund = function(key, _, w, amount, now, receipt)
       local wp = log_widths(w, ns)
       if log_prune(key, wp, now) > 0 then
         log_ends(key, now)
-        redis.call('ZREMRANGEBYRANK', key, int(-amount), -1)
+        local at = int(receipt.at)
+        local held = redis.call('ZRANGEBYSCORE', key, at, at)
+        local args = {}
+        for i = #held, math.max(#held - amount + 1, 1), -1 do
+          args[#args + 1] = held[i]
+          if #args >= 200 then
+            redis.call('ZREM', key, unpack(args))
+            args = {}
+          end
+        end
+        if #args > 0 then
+          redis.call('ZREM', key, unpack(args))
+        end
         log_expire(key, wp, now)
       end
     end,

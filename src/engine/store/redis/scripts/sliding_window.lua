@@ -121,14 +121,21 @@ local function sliding_algo(ns)
       return allowed, { allowed and 1 or 0, win_reply(s[1]), s[2], s[3] }, commit
     end,
 
-    refund = function(key, _, w, amount, now)
+    -- Into the count of the charge's own window: current while it lasts,
+    -- previous in the window after it, nothing once it has left.
+    refund = function(key, _, w, amount, now, receipt)
       local s, err = sliding_state(key, w, ns, now)
       if not s then
         error({ err = err })
       end
       local sw, sc, sp = s[1], s[2], s[3]
       local win, cur, prev = sliding_live(sw, sc, sp, w, ns, now)
-      sliding_write(key, now, w, ns, win, math.max(cur - amount, 0), prev)
+      local charged = win_index_at(receipt.at, w, ns)
+      if win_eq(win, charged) then
+        sliding_write(key, now, w, ns, win, math.max(cur - amount, 0), prev)
+      elseif win_eq(win, win_add(charged, 1)) then
+        sliding_write(key, now, w, ns, win, cur, math.max(prev - amount, 0))
+      end
     end,
   }
 end

@@ -96,13 +96,8 @@ end
 --   in doubles (off by at most one) and corrected until
 --   r = 1000·(now − q·wu) − q·wn, kept as a (µs, ns) pair, is in [0, w);
 --   q·wn < 8·10^6 and q·wu <= now + 2·wu < 2^53 are exact.
-local divmod_q, divmod_r = {}, {}
-local function win_divmod(now, w)
-  local q = divmod_q[w]
-  if q then
-    return q, divmod_r[w]
-  end
-  local r
+local function win_divmod_at(now, w)
+  local q, r
   if type(w) ~= 'table' and w < 1000 then
     local a = fdiv(now, w)
     local m = 1000 * (now - a * w)
@@ -139,6 +134,19 @@ local function win_divmod(now, w)
       r = { ru, rn }
     end
   end
+  return q, r
+end
+
+-- win_divmod_at at the script's `now`, once per window length: a batch
+-- divides by the same few windows many times.
+local divmod_q, divmod_r = {}, {}
+local function win_divmod(now, w)
+  local q = divmod_q[w]
+  if q then
+    return q, divmod_r[w]
+  end
+  local r
+  q, r = win_divmod_at(now, w)
   divmod_q[w], divmod_r[w] = q, r
   return q, r
 end
@@ -151,6 +159,15 @@ local function win_pos(now, w, ns)
   end
   local q = fdiv(now, w)
   return q, now - q * w
+end
+
+-- The index of the window holding instant `t` µs (a receipt's, not the
+-- script's `now`, so never from the cache).
+local function win_index_at(t, w, ns)
+  if ns then
+    return (win_divmod_at(t, w))
+  end
+  return fdiv(t, w)
 end
 
 -- µs (rounded up) from `now` until window k (at or after now's) starts:
