@@ -1,7 +1,7 @@
 //! Client addresses: the TCP peer, or the client behind trusted proxies.
 
 use std::io::Write as _;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use http::Extensions;
@@ -9,11 +9,13 @@ use http::Extensions;
 use super::{bound_key_part, KeyExtractor, KeyWriter, MissingKey, RequestHead, MAX_KEY_PART};
 
 mod cidr;
+mod embedded;
 mod forwarded;
 mod headers;
 
 use cidr::mask_v6;
 pub use cidr::{Cidr, CidrError};
+use embedded::embedded_client_ipv4;
 
 use forwarded::{forwarded_for, parse_node, unquote, Hops};
 pub use headers::ForwardedHeader;
@@ -36,16 +38,25 @@ const NO_PEER: MissingKey = MissingKey::misconfigured(
 /// `axum`), tonic's `TcpConnectInfo` (feature `grpc`; `TlsConnectInfo` with
 /// `grpc-tls`), or a `SocketAddr` / `IpAddr` request extension.
 ///
-/// IPv6 addresses that embed an IPv4 client count as that IPv4 address:
-/// IPv4-mapped `::ffff:a.b.c.d`, IPv4-compatible `::a.b.c.d` (not `::` nor
-/// `::1`), and NAT64 `64:ff9b::/96` and `64:ff9b:1::/48` (the IPv4 address in
-/// the last 32 bits), so a client has one bucket over IPv4 and over NAT64,
-/// and a translator's clients are not grouped into one. For `64:ff9b:1::/48`
-/// this is RFC 6052's layout for a /96 prefix, the common deployment; a
-/// translator using a shorter prefix inside it (IPv4 address in bits 48–88,
-/// say) would have its clients keyed by bits they do not own. Other IPv6
-/// addresses are grouped by their first [`DEFAULT_IPV6_PREFIX`] bits unless
-/// told otherwise.
+/// IPv6 addresses that carry an IPv4 client are keyed exactly as that IPv4
+/// address, so a client has one bucket whichever way it came, and the
+/// clients of a translator or relay do not share one. The forms, by prefix:
+///
+/// - IPv4-compatible `::a.b.c.d` (RFC 4291; not `::` nor `::1`);
+/// - IPv4-mapped `::ffff:a.b.c.d` (RFC 4291);
+/// - IPv4-translated `::ffff:0:a.b.c.d` (SIIT, RFC 2765);
+/// - NAT64 `64:ff9b::/96` (RFC 6052) and `64:ff9b:1::/48` (RFC 8215): the
+///   last 32 bits, which in `64:ff9b:1::/48` is the layout of a /96 prefix,
+///   the common deployment (a translator using a shorter prefix there, IPv4
+///   address in bits 48–88, say, would have its clients keyed by bits they
+///   do not own);
+/// - 6to4 `2002::/16` (RFC 3056): the site's IPv4 address, bits 16–47
+///   (`2002:V4ADDR::/48`);
+/// - Teredo `2001:0::/32` exactly (RFC 4380): the client's public IPv4
+///   address, the last 32 bits inverted (so `2001:db8::/32` stays IPv6).
+///
+/// Other IPv6 addresses are grouped by their first [`DEFAULT_IPV6_PREFIX`]
+/// bits unless told otherwise.
 ///
 /// ```
 /// use std::net::SocketAddr;
@@ -107,43 +118,19 @@ pub(crate) fn peer_ip(ext: &Extensions) -> Option<IpAddr> {
         .or_else(|| ext.get::<IpAddr>().copied())
 }
 
-/// Writes `ip` (IPv4 when it embeds one, see [`keyed`]; IPv6 masked to
-/// `/v6_prefix`) without allocating.
+/// Writes `ip` (IPv4 when it carries one, see [`embedded_client_ipv4`];
+/// IPv6 masked to `/v6_prefix`) without allocating.
 pub(crate) fn write_ip(out: &mut Vec<u8>, ip: IpAddr, v6_prefix: u8) {
+    let ip = match ip {
+        IpAddr::V6(v6) => embedded_client_ipv4(v6).map_or(ip, IpAddr::V4),
+        IpAddr::V4(_) => ip,
+    };
     // Writing to a Vec cannot fail.
-    let _ = match keyed(ip) {
+    let _ = match ip {
         IpAddr::V4(v4) => write!(out, "{v4}"),
         IpAddr::V6(v6) if v6_prefix >= 128 => write!(out, "{v6}"),
         IpAddr::V6(v6) => write!(out, "{}/{v6_prefix}", mask_v6(v6, v6_prefix)),
     };
-}
-
-/// The address a key is made of: IPv6 addresses that carry an IPv4 client
-/// are keyed as that IPv4 address, so the client has one bucket whichever
-/// way it came, and a translator's clients are not grouped into one /56:
-///
-/// - IPv4-mapped `::ffff:a.b.c.d` (RFC 4291);
-/// - IPv4-compatible `::a.b.c.d` (deprecated, RFC 4291), except `::` and
-///   `::1`, which stay IPv6;
-/// - NAT64 well-known `64:ff9b::/96` (RFC 6052) and local-use
-///   `64:ff9b:1::/48` (RFC 8215): the last 32 bits, the layout of a /96
-///   prefix, which is how the local-use range is commonly deployed.
-const fn keyed(ip: IpAddr) -> IpAddr {
-    const WKP_96: u128 = 0x0064_ff9b_0000_0000_0000_0000; // 64:ff9b::/96 >> 32
-    const LOCAL_48: u128 = 0x0064_ff9b_0001; // 64:ff9b:1::/48 >> 80
-    let IpAddr::V6(v6) = ip else { return ip };
-    let bits = v6.to_bits();
-    let embeds_v4 = match bits >> 32 {
-        0 => bits > 1,
-        0xffff => true,
-        WKP_96 => true,
-        _ => bits >> 80 == LOCAL_48,
-    };
-    if embeds_v4 {
-        IpAddr::V4(Ipv4Addr::from_bits(bits as u32))
-    } else {
-        ip
-    }
 }
 
 /// Whom [`ClientIp`] charges a request to.
@@ -202,9 +189,11 @@ pub enum ClientAddr<'a> {
 /// share it. If every hop is trusted, the leftmost one is the key; at most
 /// 64 hops are examined, after which the 64th is the key.
 ///
-/// Addresses are keyed as by [`PeerIp`] (IPv6 grouped by a prefix, IPv6
-/// forms embedding an IPv4 client keyed as that IPv4 address); trust ranges
-/// match the address as written, IPv4-mapped addresses as IPv4.
+/// Addresses are keyed as by [`PeerIp`] (IPv6 grouped by a prefix, the
+/// transition forms listed there keyed as the IPv4 address they carry);
+/// trust ranges match the address as written, IPv4-mapped addresses as
+/// IPv4 (a NAT64, 6to4 or Teredo form of a trusted address is not
+/// trusted).
 ///
 /// ```
 /// use std::net::SocketAddr;

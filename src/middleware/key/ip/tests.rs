@@ -262,13 +262,20 @@ fn embedded_ipv4_is_keyed_as_ipv4() {
         ("[::192.0.2.1]:1", "192.0.2.1"),
         ("[::0.0.0.2]:1", "0.0.0.2"),
         ("[::ffff:192.0.2.1]:1", "192.0.2.1"),
+        ("[::ffff:0:192.0.2.1]:1", "192.0.2.1"),
+        ("[::ffff:0:198.51.100.7]:1", "198.51.100.7"),
+        ("[2002:c000:201:17::1]:1", "192.0.2.1"),
+        ("[2001:0:4136:e378:8000:63bf:3fff:fdd2]:1", "192.0.2.45"),
         ("192.0.2.1:1", "192.0.2.1"),
-        // `::` and `::1` stay IPv6; neighbours of the NAT64 prefixes too.
+        // `::` and `::1` stay IPv6; neighbours of the prefixes too.
         ("[::]:1", "::/56"),
         ("[::1]:1", "::/56"),
         ("[64:ff9b::1:192.0.2.1]:1", "64:ff9b::/56"),
         ("[64:ff9b:2::192.0.2.1]:1", "64:ff9b:2::/56"),
         ("[65:ff9b::192.0.2.1]:1", "65:ff9b::/56"),
+        ("[2001:db8::3fff:fdd2]:1", "2001:db8::/56"),
+        ("[2001:1::3fff:fdd2]:1", "2001:1::/56"),
+        ("[2003:c000:201::1]:1", "2003:c000:201::/56"),
     ] {
         let r = request(peer, &[]);
         assert_eq!(key_of(&PeerIp::new(), &r).unwrap(), want, "{peer}");
@@ -280,20 +287,54 @@ fn embedded_ipv4_is_keyed_as_ipv4() {
         "::1"
     );
     assert_eq!(key_of(&no_grouping, &request("[::]:1", &[])).unwrap(), "::");
-    // Two clients behind NAT64 are two buckets; one client over NAT64 and
-    // over IPv4 is one.
-    let a = key_of(&PeerIp::new(), &request("[64:ff9b::198.51.100.1]:1", &[]));
-    let b = key_of(&PeerIp::new(), &request("[64:ff9b::198.51.100.2]:1", &[]));
-    let a4 = key_of(&PeerIp::new(), &request("198.51.100.1:1", &[]));
-    assert_ne!(a, b);
-    assert_eq!(a, a4);
+    // Two clients of one translator or relay are two buckets (the two
+    // IPv4-translated clients of the attack run, two Teredo clients of one
+    // Teredo server); one client over it and over IPv4 is one.
+    let key = |peer: &str| key_of(&PeerIp::new(), &request(peer, &[])).unwrap();
+    for [a, b, a4, b4] in [
+        [
+            "[64:ff9b::198.51.100.1]:1",
+            "[64:ff9b::198.51.100.2]:1",
+            "198.51.100.1:1",
+            "198.51.100.2:1",
+        ],
+        [
+            "[::ffff:0:192.0.2.1]:1",
+            "[::ffff:0:198.51.100.7]:1",
+            "192.0.2.1:1",
+            "198.51.100.7:1",
+        ],
+        [
+            "[2001:0:4136:e300:8000:63bf:3fff:fdd2]:1",
+            "[2001:0:4136:e300:8000:63bf:34ff:fdd2]:1",
+            "192.0.2.45:1",
+            "203.0.2.45:1",
+        ],
+    ] {
+        assert_ne!(key(a), key(b), "{a} {b}");
+        assert_eq!(key(a), key(a4), "{a}");
+        assert_eq!(key(b), key(b4), "{b}");
+    }
     // Through forwarding headers too.
-    let r = request("10.0.0.1:1", &[("x-forwarded-for", "64:ff9b::203.0.113.9")]);
-    assert_eq!(key_of(&proxies(), &r).unwrap(), "203.0.113.9");
+    for (hop, want) in [
+        ("64:ff9b::203.0.113.9", "203.0.113.9"),
+        ("[2001:0:4136:e378:8000:63bf:3fff:fdd2]:443", "192.0.2.45"),
+        ("2002:cb00:7109::1", "203.0.113.9"),
+    ] {
+        let r = request("10.0.0.1:1", &[("x-forwarded-for", hop)]);
+        assert_eq!(key_of(&proxies(), &r).unwrap(), want, "{hop}");
+    }
     // Trust is not extended to translated forms of a trusted IPv4 address:
     // the peer is keyed as 10.0.0.1 but its header is not believed.
-    let r = request("[64:ff9b::10.0.0.1]:1", &[("x-forwarded-for", "1.1.1.1")]);
-    assert_eq!(key_of(&proxies(), &r).unwrap(), "10.0.0.1");
+    for peer in [
+        "[64:ff9b::10.0.0.1]:1",
+        "[::ffff:0:10.0.0.1]:1",
+        "[2002:a00:1::1]:1",
+        "[2001::f5ff:fffe]:1",
+    ] {
+        let r = request(peer, &[("x-forwarded-for", "1.1.1.1")]);
+        assert_eq!(key_of(&proxies(), &r).unwrap(), "10.0.0.1", "{peer}");
+    }
     let r = request("[::ffff:10.0.0.1]:1", &[("x-forwarded-for", "1.1.1.1")]);
     assert_eq!(key_of(&proxies(), &r).unwrap(), "1.1.1.1");
 }
