@@ -83,7 +83,9 @@ mod middleware;
 #[doc(inline)]
 pub use engine::{algorithm, clock, lockout, store};
 use engine::{decision, limiter, multi, policy};
-use middleware::{body, check, fields, info, layer, mode, rule, service, settings, upgrade};
+use middleware::{
+    body, check, fields, info, layer, mode, outcome, rule, service, settings, upgrade,
+};
 #[doc(inline)]
 pub use middleware::{future, grpc, key, resolve, response};
 
@@ -95,6 +97,7 @@ pub use layer::ThrottleLayer;
 pub use limiter::{Limiter, Permit};
 pub use mode::{FailMode, Mode, OnMissingKey, MAX_DELAY_ATTEMPTS};
 pub use multi::{MultiDecision, MultiLimiter};
+pub use outcome::Outcome;
 pub use policy::{
     Algorithm, CellArgs, ConcurrencyParams, GcraParams, Policy, PolicyError, WindowParams,
     DEFAULT_LEASE,

@@ -4,8 +4,11 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
+
+use crate::outcome::{in_trailers, Outcome};
 
 pin_project! {
     /// The body of a [`Throttle`](crate::Throttle) response: the inner
@@ -18,7 +21,9 @@ pin_project! {
     /// with room for a pointer beside its niche (axum's `Body`) the wrapper
     /// costs no bytes. When the request holds concurrency permits, the
     /// body holds them until it has been read to the end (or dropped): a
-    /// streamed download counts as in flight until its last byte.
+    /// streamed download counts as in flight until its last byte. A gRPC
+    /// call counted by [`count_if`](crate::ThrottleLayer::count_if) is
+    /// settled when its trailers (and their `grpc-status`) go through.
     #[derive(Debug)]
     pub struct ThrottleBody<B> {
         #[pin]
@@ -42,7 +47,7 @@ pin_project! {
     #[project = BoxedBodyProj]
     #[derive(Debug)]
     enum BoxedBody<B> {
-        Held { #[pin] body: B, guard: Option<Guard> },
+        Held { #[pin] body: B, guard: Option<Guard>, charge: Option<TrailerCharge> },
         Full { data: Option<Bytes> },
     }
 }
@@ -62,6 +67,31 @@ impl Guard {
     }
 }
 
+/// A gRPC call's charge, settled by the `grpc-status` of its trailers. A
+/// body that ends without them (or fails, or is dropped first) leaves the
+/// charge standing: an outcome not known counts.
+pub(crate) struct TrailerCharge(Box<dyn FnOnce(Outcome) + Send + Sync>);
+
+impl std::fmt::Debug for TrailerCharge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TrailerCharge")
+    }
+}
+
+impl TrailerCharge {
+    /// `settle` is called with the outcome in the trailers, if they have one.
+    pub(crate) fn new(settle: impl FnOnce(Outcome) + Send + Sync + 'static) -> Self {
+        TrailerCharge(Box::new(settle))
+    }
+
+    /// Settles by `trailers`; a malformed or missing `grpc-status` counts.
+    fn settle(self, trailers: &HeaderMap) {
+        if let Some(outcome) = in_trailers(trailers) {
+            (self.0)(outcome);
+        }
+    }
+}
+
 impl<B> ThrottleBody<B> {
     /// Wraps the inner service's body.
     pub fn inner(body: B) -> Self {
@@ -70,12 +100,21 @@ impl<B> ThrottleBody<B> {
         }
     }
 
-    /// Wraps the inner service's body, holding `guard` until it ends.
-    pub(crate) fn inner_holding(body: B, guard: Option<Guard>) -> Self {
-        let kind = match guard {
-            None => Kind::Inner { body },
-            guard => Kind::Boxed {
-                other: Box::pin(BoxedBody::Held { body, guard }),
+    /// Wraps the inner service's body, holding `guard` until it ends and
+    /// `charge` until its trailers.
+    pub(crate) fn inner_holding(
+        body: B,
+        guard: Option<Guard>,
+        charge: Option<TrailerCharge>,
+    ) -> Self {
+        let kind = match (guard, charge) {
+            (None, None) => Kind::Inner { body },
+            (guard, charge) => Kind::Boxed {
+                other: Box::pin(BoxedBody::Held {
+                    body,
+                    guard,
+                    charge,
+                }),
             },
         };
         ThrottleBody { kind }
@@ -108,11 +147,29 @@ where
         match self.project().kind.project() {
             KindProj::Inner { body } => body.poll_frame(cx),
             KindProj::Boxed { other } => match other.as_mut().project() {
-                BoxedBodyProj::Held { body, guard } => {
+                BoxedBodyProj::Held {
+                    body,
+                    guard,
+                    charge,
+                } => {
                     let frame = body.poll_frame(cx);
-                    // The end of the body (or its failure) ends the request's hold.
-                    if matches!(frame, Poll::Ready(None | Some(Err(_)))) {
-                        guard.take();
+                    match &frame {
+                        // Settled before the trailers go out: a client that
+                        // has read them sees the refund done (in-process).
+                        Poll::Ready(Some(Ok(frame))) => {
+                            if let Some(trailers) = frame.trailers_ref() {
+                                if let Some(charge) = charge.take() {
+                                    charge.settle(trailers);
+                                }
+                            }
+                        }
+                        // The end of the body (or its failure) ends the
+                        // request's hold; a charge still unsettled stands.
+                        Poll::Ready(None | Some(Err(_))) => {
+                            guard.take();
+                            charge.take();
+                        }
+                        Poll::Pending => {}
                     }
                     frame
                 }

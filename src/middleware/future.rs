@@ -9,9 +9,10 @@ use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use crate::body::{Guard, ThrottleBody};
+use crate::body::{Guard, ThrottleBody, TrailerCharge};
 use crate::check::{HeldCharge, HeldPermits, Verdict};
 use crate::info::RateLimitInfo;
+use crate::outcome::{AtHead, Outcome};
 use crate::response::add_headers;
 use crate::settings::Forwarding;
 use crate::store::Store;
@@ -64,7 +65,7 @@ pub(crate) struct Carried<St: Store> {
     /// The permits of an upgrade request, offered to its handler; and
     /// whether it was a `CONNECT`.
     upgrade: Option<(UpgradePermit, bool)>,
-    /// Counted by verdict: kept or refunded once the status is known.
+    /// Counted by outcome: kept or refunded once the outcome is known.
     charge: Option<Box<HeldCharge<St>>>,
 }
 
@@ -259,13 +260,8 @@ where
                         upgrade,
                         charge,
                     } = *carried;
-                    if let Some(charge) = charge {
-                        // An inner service error counts as a 500.
-                        let status = result
-                            .as_ref()
-                            .map_or(http::StatusCode::INTERNAL_SERVER_ERROR, Response::status);
-                        charge.settle(status);
-                    }
+                    // A gRPC call's charge waits for its trailers.
+                    let charge = charge.and_then(|charge| settle_at_head(charge, &result));
                     // Concurrency permits stay held until the response body
                     // ends (or is dropped), or now if the inner service failed;
                     // those of an upgrade, if its handler claimed them, until
@@ -276,7 +272,7 @@ where
                     }
                     return Poll::Ready(result.map(|response| {
                         let mut response =
-                            response.map(|body| ThrottleBody::inner_holding(body, guard));
+                            response.map(|body| ThrottleBody::inner_holding(body, guard, charge));
                         if let Some(info) = headers {
                             add_headers(response.headers_mut(), &info);
                         }
@@ -292,4 +288,26 @@ where
             }
         }
     }
+}
+
+/// Settles `charge` by the head of the inner service's answer, or hands it
+/// over to the body when the outcome is in a gRPC call's trailers. An inner
+/// service error counts as a 500; a malformed `grpc-status`, unknown,
+/// keeps the charge.
+fn settle_at_head<St: Store, B, E>(
+    charge: Box<HeldCharge<St>>,
+    result: &Result<Response<B>, E>,
+) -> Option<TrailerCharge> {
+    let head = match result {
+        Ok(response) => AtHead::of(response.status(), response.headers()),
+        Err(_) => AtHead::Known(Outcome::Http(http::StatusCode::INTERNAL_SERVER_ERROR)),
+    };
+    match head {
+        AtHead::Known(outcome) => charge.settle(outcome),
+        AtHead::InTrailers => {
+            return Some(TrailerCharge::new(move |outcome| charge.settle(outcome)))
+        }
+        AtHead::Unknown => drop(charge),
+    }
+    None
 }

@@ -12,6 +12,7 @@ pub(crate) mod info;
 pub mod key;
 pub(crate) mod layer;
 pub(crate) mod mode;
+pub(crate) mod outcome;
 pub mod resolve;
 pub mod response;
 pub(crate) mod rule;

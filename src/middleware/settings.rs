@@ -4,17 +4,17 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::StatusCode;
-
 use crate::grpc::ResponseProtocol;
 use crate::key::RequestHead;
 use crate::lockout::Penalty;
 use crate::mode::{FailMode, Mode, OnMissingKey};
+use crate::outcome::Outcome;
 use crate::response::BodyFormat;
 use crate::rule::RuleCfg;
 
-/// A predicate of [`ThrottleLayer::count_if`](crate::ThrottleLayer::count_if).
-pub(crate) type CountIf = Arc<dyn Fn(StatusCode) -> bool + Send + Sync>;
+/// A predicate of [`ThrottleLayer::count_if_outcome`](crate::ThrottleLayer::count_if_outcome)
+/// (and of `count_if`, which sees the outcome's HTTP equivalent).
+pub(crate) type CountIf = Arc<dyn Fn(Outcome) -> bool + Send + Sync>;
 
 #[derive(Clone)]
 pub(crate) struct Settings {

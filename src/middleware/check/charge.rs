@@ -3,12 +3,11 @@
 
 use std::sync::Arc;
 
-use http::StatusCode;
-
 use super::{LayerState, Plan};
 use crate::decision::Receipt;
 use crate::info::RateLimitInfo;
 use crate::limiter::release_detached;
+use crate::outcome::Outcome;
 use crate::policy::Policy;
 use crate::settings::CountIf;
 use crate::store::Store;
@@ -40,10 +39,11 @@ impl<St: Store> HeldCharge<St> {
         })
     }
 
-    /// Keeps the charge if a response of `status` counts, else refunds it
-    /// (at once for an in-process store; else on the current runtime).
-    pub(crate) fn settle(self, status: StatusCode) {
-        if (self.count_if)(status) {
+    /// Keeps the charge if a response of this `outcome` counts, else
+    /// refunds it (at once for an in-process store; else on the current
+    /// runtime).
+    pub(crate) fn settle(self, outcome: Outcome) {
+        if (self.count_if)(outcome) {
             return;
         }
         let HeldCharge { store, charged, .. } = self;

@@ -29,6 +29,12 @@
 //! `max_local_error_reset_streams`), which close the connection: its
 //! in-flight calls fail with a transport error and the client reconnects.
 //!
+//! [`count_if`](crate::ThrottleLayer::count_if) and
+//! [`count_if_outcome`](crate::ThrottleLayer::count_if_outcome) judge a
+//! call by its `grpc-status` ([`GrpcCode`]), not by its HTTP 200: read
+//! from a Trailers-Only response's headers at once, else from the trailers
+//! that end the body, so failed gRPC logins can be counted alone.
+//!
 //! With the `grpc` feature, [`PeerIp`](crate::key::PeerIp) reads tonic's
 //! `TcpConnectInfo` (and, with `grpc-tls`, `TlsConnectInfo<TcpConnectInfo>`),
 //! and [`GrpcMethod`] keys a call by its method.
@@ -53,8 +59,11 @@ use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
 use crate::response::{add_headers, rejection_response, BodyFormat, Rejection};
 
+mod code;
 mod layer;
 mod status;
+
+pub use code::GrpcCode;
 
 #[cfg(feature = "grpc")]
 pub use crate::key::GrpcMethod;
@@ -71,13 +80,6 @@ pub const GRPC_RETRY_PUSHBACK_MS: HeaderName = HeaderName::from_static("grpc-ret
 /// The pushback sent with `UNAVAILABLE` when the store failed: a second,
 /// long enough for a store to fail over, short enough not to strand clients.
 pub const STORE_FAILURE_PUSHBACK: Duration = Duration::from_secs(1);
-
-/// gRPC status codes the layer sends.
-const RESOURCE_EXHAUSTED: i32 = 8;
-const PERMISSION_DENIED: i32 = 7;
-const INTERNAL: i32 = 13;
-const UNAVAILABLE: i32 = 14;
-const UNAUTHENTICATED: i32 = 16;
 
 /// In which protocol the layer answers a request it rejects itself.
 ///
@@ -114,6 +116,13 @@ impl ResponseProtocol {
             ResponseProtocol::Auto => grpc_flavour(headers).unwrap_or(Reply::Http),
         }
     }
+}
+
+/// Whether `headers` (a response's) say it is a gRPC call's, in the
+/// protocol whose status comes in HTTP trailers (not gRPC-Web's, whose
+/// trailers are in the body).
+pub(crate) fn grpc_with_trailers(headers: &HeaderMap) -> bool {
+    grpc_flavour(headers) == Some(Reply::Grpc)
 }
 
 /// The gRPC flavour of a request's `content-type`, if it is one.
@@ -154,7 +163,8 @@ pub(crate) fn respond(
     let code = match rejection {
         Rejection::Limited(info) => {
             let delay = info.retry_after();
-            let details = status::encode_status(RESOURCE_EXHAUSTED, &message, delay);
+            let details =
+                status::encode_status(GrpcCode::RESOURCE_EXHAUSTED.as_i32(), &message, delay);
             if let Ok(v) = HeaderValue::try_from(status::base64_unpadded(&details)) {
                 headers.insert(GRPC_STATUS_DETAILS_BIN, v);
             }
@@ -162,27 +172,27 @@ pub(crate) fn respond(
                 headers.insert(RETRY_AFTER, HeaderValue::from(secs));
             }
             add_headers(headers, info);
-            RESOURCE_EXHAUSTED
+            GrpcCode::RESOURCE_EXHAUSTED
         }
         Rejection::Unavailable(_) => {
             headers.insert(
                 GRPC_RETRY_PUSHBACK_MS,
                 HeaderValue::from(STORE_FAILURE_PUSHBACK.as_millis() as u64),
             );
-            UNAVAILABLE
+            GrpcCode::UNAVAILABLE
         }
-        Rejection::Misconfigured { .. } => INTERNAL,
+        Rejection::Misconfigured { .. } => GrpcCode::INTERNAL,
         Rejection::MissingKey { status, .. } => {
             if misconfigured || status.is_server_error() {
-                INTERNAL
+                GrpcCode::INTERNAL
             } else if *status == StatusCode::FORBIDDEN {
-                PERMISSION_DENIED
+                GrpcCode::PERMISSION_DENIED
             } else {
-                UNAUTHENTICATED
+                GrpcCode::UNAUTHENTICATED
             }
         }
     };
-    headers.insert(GRPC_STATUS, HeaderValue::from(code));
+    headers.insert(GRPC_STATUS, HeaderValue::from(code.as_i32()));
     if let Ok(v) = HeaderValue::try_from(status::percent_encode(message.trim_end())) {
         headers.insert(GRPC_MESSAGE, v);
     }

@@ -10,6 +10,7 @@ use http::StatusCode;
 use super::ThrottleLayer;
 use crate::key::RequestHead;
 use crate::mode::{FailMode, Mode, OnMissingKey};
+use crate::outcome::Outcome;
 use crate::store::Store;
 
 impl<St: Store> ThrottleLayer<St> {
@@ -41,10 +42,20 @@ impl<St: Store> ThrottleLayer<St> {
     }
 
     /// Counts only requests whose response status satisfies `counts`: the
-    /// others are refunded once their response head is back. Failed logins
+    /// others are refunded once their outcome is known. Failed logins
     /// only: `count_if(|s| s == StatusCode::UNAUTHORIZED || s == StatusCode::FORBIDDEN)`;
     /// refund server errors: `count_if(|s| !s.is_server_error())`. An inner
     /// service error counts as a 500.
+    ///
+    /// A gRPC call is always HTTP 200: its outcome is its `grpc-status`,
+    /// which `counts` sees as its HTTP equivalent
+    /// ([`GrpcCode::http_equivalent`](crate::grpc::GrpcCode::http_equivalent):
+    /// `UNAUTHENTICATED` → 401, `PERMISSION_DENIED` → 403, `INTERNAL` →
+    /// 500…), so the failed-login predicate above counts failed gRPC logins
+    /// too. To tell gRPC codes apart that share an HTTP status, or gRPC
+    /// from HTTP, use [`count_if_outcome`](Self::count_if_outcome), which
+    /// also says when a gRPC call's outcome is known and what counts when
+    /// it is not.
     ///
     /// Exact by reservation: every admitted request is charged up front
     /// and refunded if it does not count, so the limit is never exceeded.
@@ -57,7 +68,69 @@ impl<St: Store> ThrottleLayer<St> {
     /// held charges). A request abandoned before its response keeps its
     /// charge: hanging up does not dodge the count. Concurrency rules
     /// release their permits as usual and are not refunded.
-    pub fn count_if(mut self, counts: impl Fn(StatusCode) -> bool + Send + Sync + 'static) -> Self {
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use http::StatusCode;
+    /// use tower_throttle::{MemoryStore, Policy, ThrottleLayer};
+    ///
+    /// // 5 failed logins per 15 minutes per client address, HTTP 401 or gRPC UNAUTHENTICATED.
+    /// let login = ThrottleLayer::new(MemoryStore::new(), Policy::sliding_log(5, Duration::from_secs(900))?)
+    ///     .count_if(|status| status == StatusCode::UNAUTHORIZED);
+    /// # let _ = login;
+    /// # Ok::<(), tower_throttle::PolicyError>(())
+    /// ```
+    pub fn count_if(self, counts: impl Fn(StatusCode) -> bool + Send + Sync + 'static) -> Self {
+        self.count_if_outcome(move |outcome| counts(outcome.http_equivalent()))
+    }
+
+    /// Counts only requests whose [`Outcome`] satisfies `counts`: an HTTP
+    /// response's status ([`Outcome::Http`]), or a gRPC call's
+    /// `grpc-status` ([`Outcome::Grpc`]); the others are refunded once
+    /// their outcome is known. Otherwise as [`count_if`](Self::count_if)
+    /// (charged when admitted, never over the limit).
+    ///
+    /// When the outcome is known:
+    ///
+    /// - a response with `grpc-status` in its headers (a gRPC
+    ///   *Trailers-Only* response, what tonic sends when a unary handler
+    ///   fails), or without a gRPC `content-type`: when its head is back;
+    /// - any other gRPC call (`content-type: application/grpc…`, a
+    ///   streamed or successful one): when the trailers that end its body
+    ///   go through, so a stream's charge is held until it ends;
+    /// - an inner service error: at once, as `Outcome::Http(500)`.
+    ///
+    /// An outcome that is never known counts, like a request abandoned
+    /// before its response: a gRPC body dropped before its trailers (the
+    /// client cancelled), one that fails or ends without `grpc-status`,
+    /// and a malformed `grpc-status` (not a decimal number) keep their
+    /// charge without asking `counts`.
+    ///
+    /// gRPC-Web carries its trailers inside the body, where the layer does
+    /// not look: a gRPC-Web call is judged by its head alone (its
+    /// `grpc-status` if Trailers-Only, else `Outcome::Http(200)`). Put the
+    /// layer inside the gRPC-Web translation (tonic-web's `GrpcWebLayer`
+    /// outside it) to count gRPC-Web calls by their trailers too.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_throttle::{grpc::GrpcCode, key::Global, MemoryStore, Outcome, Policy, ThrottleLayer};
+    ///
+    /// // 5 failed gRPC logins a minute for everyone: calls answered
+    /// // UNAUTHENTICATED or PERMISSION_DENIED; successful ones leave no trace.
+    /// let login = ThrottleLayer::new(MemoryStore::new(), Policy::fixed_window(5, Duration::from_secs(60))?)
+    ///     .key(Global)
+    ///     .count_if_outcome(|outcome| {
+    ///         matches!(outcome, Outcome::Grpc(GrpcCode::UNAUTHENTICATED | GrpcCode::PERMISSION_DENIED))
+    ///     });
+    /// // tonic::transport::Server::builder().layer(login).add_service(…)
+    /// # let _ = login;
+    /// # Ok::<(), tower_throttle::PolicyError>(())
+    /// ```
+    pub fn count_if_outcome(
+        mut self,
+        counts: impl Fn(Outcome) -> bool + Send + Sync + 'static,
+    ) -> Self {
         self.settings.count_if = Some(Arc::new(counts));
         self
     }
