@@ -9,8 +9,9 @@
 //! * everything: 300 requests a minute per client IP, headers on every response.
 //!
 //! Run `cargo run --example ugc` (add `--features redis` and set
-//! `REDIS_URL=redis://127.0.0.1/` to share the limits between instances),
-//! then try the printed `curl` lines. It listens on 127.0.0.1, port `PORT`
+//! `REDIS_URL=redis://127.0.0.1/` to share the limits between instances;
+//! it starts with Redis down too, and moves the limits there once Redis
+//! answers), then try the printed `curl` lines. It listens on 127.0.0.1, port `PORT`
 //! (default 3000). A 429's `RateLimit` `t` is the seconds until the next
 //! unit of quota (a post's is at most its `Retry-After`), not until the key
 //! is fully fresh.
@@ -190,28 +191,21 @@ async fn serve(router: Router) -> Result<(), Box<dyn std::error::Error>> {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // ---- Store selection at run time: a BoxStore, so `app` is not generic
     // over it. With REDIS_URL (feature `redis`), Redis decides and an
-    // in-process store answers while Redis is down. ----
+    // in-process store answers while Redis is down, including at startup:
+    // the store connects in the background and Redis decides once it
+    // answers, without a restart. ----
     #[cfg(feature = "redis")]
     if let Ok(url) = std::env::var("REDIS_URL") {
         use tower_throttle::store::FallbackStore;
+        // Fails here only for what needs no server (a malformed URL).
         let redis = tower_throttle::RedisStore::builder()
             .timeout(Duration::from_millis(100))
-            .connect(url.as_str())
-            .await;
-        let store = match redis {
-            Ok(redis) => {
-                println!(
-                    "limits in Redis at {url}; while it is down, each instance limits in \
-                     process (up to instances × each limit)"
-                );
-                BoxStore::new(FallbackStore::new(redis, MemoryStore::new()))
-            }
-            Err(e) if e.is_unavailable() => {
-                eprintln!("Redis at {url} is unreachable ({e}): limits in process only");
-                BoxStore::new(MemoryStore::new())
-            }
-            Err(e) => return Err(e.into()),
-        };
+            .connect_lazy(url.as_str())?;
+        println!(
+            "limits in Redis at {url} once it answers; until then, and while it is down, \
+             each instance limits in process (up to instances × each limit)"
+        );
+        let store = BoxStore::new(FallbackStore::new(redis, MemoryStore::new()));
         return serve(app(Arc::new(store))?).await;
     }
     #[cfg(not(feature = "redis"))]

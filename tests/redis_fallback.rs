@@ -10,8 +10,13 @@
 //! decides only while Redis is down, and Redis decides again within a
 //! second of being back.
 //!
+//! Budgets: a layer whose `store_timeout` is shorter than the Redis timeout
+//! gets the fallback's decisions while Redis is frozen (SIGSTOP), not 503s.
+//!
 //! Real time on purpose: the server's death is the point.
 
+#[path = "support/faults.rs"]
+mod faults;
 #[path = "support/redis.rs"]
 mod redis_support;
 
@@ -29,7 +34,7 @@ use tower_throttle::clock::ManualClock;
 use tower_throttle::key::HeaderKey;
 use tower_throttle::lockout::{LockoutLimiter, Penalty};
 use tower_throttle::store::redis::{RedisStore, TimeSource};
-use tower_throttle::store::{BoxStore, FallbackStore};
+use tower_throttle::store::{BoxStore, FallbackStore, DEFAULT_PROBE_INTERVAL};
 use tower_throttle::{DecidedBy, FailMode, MemoryStore, Policy, RateLimitInfo, ThrottleLayer};
 
 const TIMEOUT: Duration = Duration::from_millis(200);
@@ -223,6 +228,69 @@ fn check(recs: &[Rec], killed: Duration, back: Duration) {
         "fallback {:?} after Redis came back",
         last_fallback - back
     );
+}
+
+/// A layer's `store_timeout(50ms)` under a Redis timeout of 200 ms: while
+/// Redis is frozen the fallback answers within the layer's budget (the
+/// primary gets part of it), so not one request is a 503; Redis decides
+/// again once it runs.
+#[test]
+fn a_layer_timeout_shorter_than_redis_gets_the_fallback_during_a_stall() {
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let redis = RedisStore::builder()
+            .prefix("budget")
+            .timeout(TIMEOUT)
+            .deny_cache(0)
+            .connect(server.url())
+            .await
+            .unwrap();
+        let store = FallbackStore::new(redis, MemoryStore::new());
+        let layer = ThrottleLayer::new(
+            store,
+            Policy::fixed_window(100_000, Duration::from_secs(86_400)).unwrap(),
+        )
+        .key(HeaderKey::new(http::HeaderName::from_static("x-user")))
+        .fail_mode(FailMode::Closed)
+        .store_timeout(Duration::from_millis(50))
+        .request_info(true);
+        let svc = ServiceBuilder::new().layer(layer).service(handler());
+        let request = || async {
+            let req = Request::builder().header("x-user", "u").body(()).unwrap();
+            let res = svc.clone().oneshot(req).await.unwrap();
+            let by = res.headers().get("x-decided-by").cloned();
+            (res.status().as_u16(), by)
+        };
+        let primary = http::HeaderValue::from_static("primary");
+        let fallback = http::HeaderValue::from_static("fallback");
+        assert_eq!(request().await, (200, Some(primary.clone())));
+
+        let paused = tokio::task::block_in_place(|| faults::Paused::pause(&server));
+        // Across two probe intervals, so stalled probes are answered too.
+        let until = Instant::now() + 2 * DEFAULT_PROBE_INTERVAL;
+        let mut stalled = Vec::new();
+        while Instant::now() < until {
+            stalled.push(request().await);
+            // Pacing only, not synchronisation.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::task::block_in_place(|| paused.resume());
+        assert!(stalled.len() > 10, "{} requests", stalled.len());
+        let refused: Vec<_> = stalled.iter().filter(|(s, _)| *s != 200).collect();
+        assert!(refused.is_empty(), "during the stall: {refused:?}");
+        assert!(stalled.iter().all(|(_, by)| *by == Some(fallback.clone())));
+
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let (status, by) = request().await;
+            assert_eq!(status, 200);
+            if by == Some(primary.clone()) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "Redis did not decide again");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    });
 }
 
 #[test]

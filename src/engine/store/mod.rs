@@ -5,6 +5,7 @@
 //! share one set of limits between app instances.
 
 pub mod boxed;
+pub(crate) mod budget;
 mod error;
 pub mod fallback;
 #[cfg(feature = "governor")]
@@ -19,7 +20,7 @@ use std::future::Future;
 #[cfg(feature = "governor")]
 pub use self::governor::GovernorStore;
 #[cfg(feature = "redis")]
-pub use self::redis::{CellStore, RedisClusterStore, RedisStore};
+pub use self::redis::{CellStore, LazyRedisStore, RedisClusterStore, RedisStore};
 pub use boxed::BoxStore;
 pub use error::{BoxError, StoreError};
 pub use fallback::{FallbackStore, DEFAULT_PROBE_INTERVAL};

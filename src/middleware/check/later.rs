@@ -12,7 +12,7 @@ use crate::info::RateLimitInfo;
 use crate::limiter::release_detached;
 use crate::mode::Mode;
 use crate::policy::{effective_policy, rebase, Policy};
-use crate::store::{Store, StoreError};
+use crate::store::{budget, Store, StoreError};
 
 /// Checks the plan, waiting and re-checking in delay mode.
 pub(crate) async fn evaluate<St: Store>(
@@ -120,9 +120,7 @@ async fn store_call<St: Store>(
     #[cfg(feature = "metrics")]
     let started = std::time::Instant::now();
     let result = match shared.settings.timeout {
-        Some(limit) => tokio::time::timeout(limit, call)
-            .await
-            .unwrap_or(Err(StoreError::Timeout(limit))),
+        Some(limit) => budget::within(limit, call).await,
         None => call.await,
     };
     #[cfg(feature = "metrics")]

@@ -17,7 +17,7 @@ use crate::info::{RateLimitInfo, RuleDecision};
 use crate::lockout::Penalty;
 use crate::mode::Mode;
 use crate::response::Rejection;
-use crate::store::{Store, StoreError};
+use crate::store::{budget, Store, StoreError};
 
 /// The locked rules of the plan, decided in process: `None` when the store
 /// does not answer in process, `Ok(None)` when no key is locked.
@@ -59,9 +59,7 @@ async fn locked<St: Store>(
         Ok(info(shared, entries))
     };
     match shared.settings.timeout {
-        Some(limit) => tokio::time::timeout(limit, call)
-            .await
-            .unwrap_or(Err(StoreError::Timeout(limit))),
+        Some(limit) => budget::within(limit, call).await,
         None => call.await,
     }
 }

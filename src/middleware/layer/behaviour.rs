@@ -211,6 +211,13 @@ impl<St: Store> ThrottleLayer<St> {
     /// Gives up on a store call after `timeout`, then applies the fail mode
     /// (default: no limit beyond the store's own). Needs a tokio runtime
     /// with time enabled.
+    ///
+    /// It may be shorter than the store's own timeout: the layer gives up
+    /// first. A [`FallbackStore`](crate::store::FallbackStore) fits in it:
+    /// its primary gets three quarters of it and its fallback answers
+    /// within the rest, so a stalled primary gets the fallback's decisions,
+    /// not the fail mode (see
+    /// [Within a caller's budget](crate::store::fallback#within-a-callers-budget)).
     pub fn store_timeout(mut self, timeout: Duration) -> Self {
         self.settings.timeout = Some(timeout);
         self

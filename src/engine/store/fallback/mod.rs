@@ -22,6 +22,27 @@
 //! [`RateLimitInfo::decided_by`](crate::RateLimitInfo::decided_by)); with the
 //! `metrics` feature the counter `tower_throttle_fallback_total` counts them.
 //!
+//! # Starting without the primary
+//!
+//! A primary that connects in the background lets the app start while it
+//! is down: `RedisStoreBuilder::connect_lazy` (feature `redis`) returns a
+//! store that fails every call as unavailable until it has connected, so
+//! the fallback decides until then, and the primary from its next probe on
+//! (within the probe interval of connecting).
+//!
+//! # Within a caller's budget
+//!
+//! Under a layer's [`store_timeout`](crate::ThrottleLayer::store_timeout),
+//! the primary gets three quarters of what is left of that budget, whatever
+//! its own timeout: a primary that stalls (a frozen Redis) fails with
+//! [`StoreError::Timeout`] then, and the fallback answers within the last
+//! quarter, before the layer gives up. So a layer timeout shorter than the
+//! primary's own (50 ms over a Redis timeout of 200 ms) gets the fallback's
+//! decisions during a stall, never the layer's fail mode, and the failure
+//! starts the probe interval as any other. A fallback that does I/O of its
+//! own must answer within that last quarter. Without a caller's budget (a
+//! [`Limiter`](crate::Limiter)), the primary's own timeout bounds it.
+//!
 //! # What the fallback admits
 //!
 //! The fallback has its own state and applies the rules' own policies: a
@@ -62,7 +83,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use super::{Charge, MemoryStore, Namespaces, RuleSpec, Store, StoreError};
+use super::{budget, Charge, MemoryStore, Namespaces, RuleSpec, Store, StoreError};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::{DecidedBy, Decision, PermitId, Receipt};
 use crate::policy::Policy;
@@ -289,6 +310,25 @@ impl FallbackShared {
     }
 }
 
+/// The primary's part of what is left of the caller's budget, in quarters:
+/// the last quarter is the fallback's.
+const PRIMARY_QUARTERS: u32 = 3;
+
+/// Runs a primary call within [`PRIMARY_QUARTERS`] of what is left of the
+/// caller's budget (a layer's `store_timeout`), if it set one: past that the
+/// call fails with [`StoreError::Timeout`] and the fallback answers, before
+/// the caller gives up on the whole call.
+async fn within_share<T>(
+    call: impl std::future::Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    let Some(end) = budget::deadline() else {
+        return call.await;
+    };
+    let now = tokio::time::Instant::now();
+    let share = end.saturating_duration_since(now) * PRIMARY_QUARTERS / 4;
+    budget::until(now + share, share, call).await
+}
+
 fn count_fallback() {
     #[cfg(feature = "metrics")]
     metrics::counter!("tower_throttle_fallback_total").increment(1);
@@ -365,7 +405,7 @@ impl<P: Store, F: Store> Store for FallbackStore<P, F> {
         let Route::Primary(_claim) = self.shared.route() else {
             return self.fallback_check(rule).await;
         };
-        match self.primary.check(rule).await {
+        match within_share(self.primary.check(rule)).await {
             Ok(d) => {
                 self.shared.primary_answered();
                 Ok(self.with_penalty_mirror(rule, d).await)
@@ -382,7 +422,7 @@ impl<P: Store, F: Store> Store for FallbackStore<P, F> {
         let Route::Primary(_claim) = self.shared.route() else {
             return self.fallback_check_all(rules).await;
         };
-        match self.primary.check_all(rules).await {
+        match within_share(self.primary.check_all(rules)).await {
             Ok(d) => {
                 self.shared.primary_answered();
                 Ok(d)

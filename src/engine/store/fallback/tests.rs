@@ -273,3 +273,46 @@ fn fallback_permit_ids_are_forgotten_once_their_lease_is_over() {
     let held = store.shared.permits.lock().unwrap().map.len();
     assert!(held <= MIN_PRUNE_AT, "{held} permit ids kept");
 }
+
+/// Under a caller's budget (a layer's `store_timeout`) shorter than a
+/// stalled primary takes, the primary gets three quarters of it and the
+/// fallback answers within it: the caller's timeout is never reached.
+/// The failure opens the probe interval as any other.
+#[test]
+fn a_stalled_primary_leaves_the_fallback_its_part_of_the_callers_budget() {
+    let (clock, primary, store) = setup();
+    let p = window(10);
+    let rule = Charge::new(b"k", &p, 1);
+    primary.set(HANG);
+    let budget = Duration::from_millis(50);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let started = tokio::time::Instant::now();
+        let d = budget::within(budget, store.check(rule)).await.unwrap();
+        assert_eq!(d.decided_by, DecidedBy::Fallback);
+        assert!(started.elapsed() < budget, "{:?}", started.elapsed());
+        assert!(store.is_on_fallback());
+        let ds = budget::within(budget, store.check_all(&[rule]))
+            .await
+            .unwrap();
+        assert_eq!(ds[0].decided_by, DecidedBy::Fallback);
+        assert_eq!(primary.calls(), 1, "not asked within the probe interval");
+        // The probe after the interval stalls too: its share, then the fallback.
+        clock.advance(DEFAULT_PROBE_INTERVAL);
+        let started = tokio::time::Instant::now();
+        let ds = budget::within(budget, store.check_all(&[rule]))
+            .await
+            .unwrap();
+        assert_eq!(ds[0].decided_by, DecidedBy::Fallback);
+        assert!(started.elapsed() < budget, "{:?}", started.elapsed());
+        assert_eq!(primary.calls(), 2);
+        // Without a budget the primary's own bound applies (here: none).
+        clock.advance(DEFAULT_PROBE_INTERVAL);
+        let alone = tokio::time::timeout(Duration::from_secs(3600), store.check(rule)).await;
+        assert!(alone.is_err(), "no share without a caller's budget");
+    });
+}

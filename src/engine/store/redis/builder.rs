@@ -9,7 +9,7 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::IntoConnectionInfo;
 
 use super::error::{self, timed};
-use super::{breaker, params, preflight, HashTag, RedisClusterStore, RedisStore};
+use super::{breaker, params, preflight, HashTag, LazyRedisStore, RedisClusterStore, RedisStore};
 use super::{
     DEFAULT_BATCHES_IN_FLIGHT, DEFAULT_BATCH_QUEUE, DEFAULT_DENY_CACHE, DEFAULT_MAX_BATCH,
     DEFAULT_PREFIX, DEFAULT_TIMEOUT,
@@ -105,7 +105,7 @@ pub(crate) fn manager_config(t: Duration) -> ConnectionManagerConfig {
 }
 
 /// Configures a [`RedisStore`] or [`RedisClusterStore`].
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 #[must_use = "builders do nothing until used"]
 pub struct RedisStoreBuilder {
     pub(crate) prefix: String,
@@ -325,13 +325,61 @@ impl RedisStoreBuilder {
     /// with exactly this rule and runs every algorithm, and drops each part
     /// in turn to see it named.
     pub async fn connect(self, info: impl IntoConnectionInfo) -> Result<RedisStore, StoreError> {
-        let (conn, mut cfg) = self.open(info).await?;
+        let client = self.client(info).map_err(|e| error::map(e, self.timeout))?;
+        self.connect_client(client).await
+    }
+
+    /// [`connect`](Self::connect) through a client made already.
+    pub(crate) async fn connect_client(
+        self,
+        client: redis::Client,
+    ) -> Result<RedisStore, StoreError> {
+        let (conn, mut cfg) = self.open_client(client).await?;
         cfg.eviction_policy = preflight::run(&conn, &cfg, preflight::Needs::Scripts)
             .await?
             .eviction_policy;
         let store = RedisStore::with_config(conn, cfg);
         store.load_scripts().await?;
         Ok(store)
+    }
+
+    /// A store that connects in the background: returns at once, whether
+    /// or not the server can be reached, and answers
+    /// [`StoreError::Connection`] until a connect (with every check of
+    /// [`connect`](Self::connect)) has succeeded. Meant as the primary of a
+    /// [`FallbackStore`](crate::store::FallbackStore), which decides until
+    /// then, so an app starts while Redis is down and moves its limits to
+    /// Redis once it answers. See [`LazyRedisStore`] for the retries and
+    /// what is logged.
+    ///
+    /// What needs no server is checked here: the URL (and its TLS
+    /// settings) and the prefix. The rules are checked by
+    /// [`Store::validate`](crate::Store::validate) as on a connected store,
+    /// before any traffic.
+    ///
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime (the connect runs in a task of its own).
+    ///
+    /// ```no_run
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use tower_throttle::store::{FallbackStore, RedisStore};
+    /// use tower_throttle::MemoryStore;
+    ///
+    /// let redis = RedisStore::builder()
+    ///     .timeout(Duration::from_millis(100))
+    ///     .connect_lazy("redis://127.0.0.1:6379")?; // Redis may be down
+    /// let store = FallbackStore::new(redis, MemoryStore::new());
+    /// # let _ = store;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn connect_lazy(self, info: impl IntoConnectionInfo) -> Result<LazyRedisStore, StoreError> {
+        let client = self.client(info).map_err(|e| error::map(e, self.timeout))?;
+        let tag = self.clone().config(false)?.tag;
+        Ok(LazyRedisStore::spawn(self, client, tag))
     }
 
     /// A checked connection without the scripts, for [`CellStore`].
@@ -361,8 +409,15 @@ impl RedisStoreBuilder {
         self,
         info: impl IntoConnectionInfo,
     ) -> Result<(ConnectionManager, Config), StoreError> {
+        let client = self.client(info).map_err(|e| error::map(e, self.timeout))?;
+        self.open_client(client).await
+    }
+
+    async fn open_client(
+        self,
+        client: redis::Client,
+    ) -> Result<(ConnectionManager, Config), StoreError> {
         let t = self.timeout;
-        let client = self.client(info).map_err(|e| error::map(e, t))?;
         let cfg = self.config(false)?;
         let conn = timed(
             t,

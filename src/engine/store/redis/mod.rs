@@ -129,6 +129,7 @@ mod cell_builder;
 mod deny;
 mod error;
 mod keys;
+mod lazy;
 mod ops;
 mod params;
 mod preflight;
@@ -152,6 +153,7 @@ pub use builder::{RedisStoreBuilder, TimeSource};
 pub use cell::CellStore;
 pub use cell_builder::CellStoreBuilder;
 pub use keys::{HashTag, MAX_RAW_KEY};
+pub use lazy::LazyRedisStore;
 pub use sentinel::{RedisSentinelStore, SentinelConnection};
 
 use self::batch::Job;

@@ -1,0 +1,290 @@
+//! A Redis store that connects in the background:
+//! [`RedisStoreBuilder::connect_lazy`].
+
+use std::fmt;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use std::time::Duration;
+
+use super::{validate, HashTag, RedisStore, RedisStoreBuilder};
+use crate::decision::{Decision, PermitId};
+use crate::policy::Policy;
+use crate::store::{Charge, Namespaces, RuleSpec, Store, StoreError};
+
+/// The wait before the second connect attempt; it doubles after each
+/// failure, up to [`MAX_RETRY`].
+const FIRST_RETRY: Duration = Duration::from_millis(100);
+/// The longest wait between connect attempts.
+const MAX_RETRY: Duration = Duration::from_secs(2);
+
+/// A [`RedisStore`] that connects in the background, made by
+/// [`RedisStoreBuilder::connect_lazy`]. Until a connect has succeeded every
+/// call fails with [`StoreError::Connection`] at once (so the fallback of a
+/// [`FallbackStore`](crate::store::FallbackStore) decides, and a layer alone
+/// applies its fail mode); then every call goes to the connected store.
+///
+/// # Retries
+///
+/// The connect is tried at once, then again after 100 ms, the wait doubling
+/// after each failure up to 2 s, until it succeeds or every clone of the
+/// store is dropped. Each attempt is a full
+/// [`connect`](RedisStoreBuilder::connect), bounded as it is by the store
+/// timeout, with its checks (credentials, ACL permissions, eviction policy)
+/// and the scripts loaded.
+///
+/// # What is logged
+///
+/// Each change of state once (target `tower_throttle`), not each attempt:
+///
+/// * the server cannot be reached (a refused connection, a timeout): a
+///   warning, once until the state changes;
+/// * the server answers but refuses this store's setup (wrong or missing
+///   credentials, an ACL without a command the scripts need, an `allkeys-*`
+///   eviction policy with
+///   [`require_safe_eviction`](RedisStoreBuilder::require_safe_eviction)):
+///   an **error** with the fix, once per distinct error. The store keeps
+///   answering [`StoreError::Connection`] (its message holds the fix), so a
+///   fallback keeps deciding rather than every request failing, and it
+///   keeps retrying: once the server's setup is fixed, it connects without
+///   a restart;
+/// * connected: a warning after failures (info on the first attempt).
+///
+/// Clones share the connection and its attempts.
+#[derive(Clone)]
+pub struct LazyRedisStore {
+    shared: Arc<LazyShared>,
+}
+
+struct LazyShared {
+    store: OnceLock<RedisStore>,
+    /// The server's address (never credentials), for messages.
+    addr: String,
+    /// The rules are checked as the connected store would.
+    tag: HashTag,
+    /// Given to the connected store, so that layers built before and after
+    /// share one registry.
+    namespaces: Namespaces,
+    /// The last attempt's error, for the error calls answer with.
+    last: Mutex<Option<String>>,
+}
+
+impl fmt::Debug for LazyRedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LazyRedisStore")
+            .field("addr", &self.shared.addr)
+            .field("connected", &self.is_connected())
+            .finish_non_exhaustive()
+    }
+}
+
+impl LazyRedisStore {
+    /// Starts connecting with `builder` through `client`.
+    pub(super) fn spawn(builder: RedisStoreBuilder, client: redis::Client, tag: HashTag) -> Self {
+        let shared = Arc::new(LazyShared {
+            store: OnceLock::new(),
+            addr: client.get_connection_info().addr().to_string(),
+            tag,
+            namespaces: Namespaces::default(),
+            last: Mutex::new(None),
+        });
+        tokio::spawn(connect(Arc::downgrade(&shared), builder, client));
+        LazyRedisStore { shared }
+    }
+
+    /// The connected store, once a connect has succeeded.
+    pub fn connected(&self) -> Option<&RedisStore> {
+        self.shared.store.get()
+    }
+
+    /// Whether a connect has succeeded (calls go to Redis from then on).
+    pub fn is_connected(&self) -> bool {
+        self.connected().is_some()
+    }
+
+    fn not_connected(&self) -> StoreError {
+        let last = self
+            .shared
+            .last
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let why = match &*last {
+            Some(e) => format!(
+                "Redis at {} is not connected yet (retrying in the background; last attempt: {e})",
+                self.shared.addr
+            ),
+            None => format!(
+                "Redis at {} is not connected yet (connecting in the background)",
+                self.shared.addr
+            ),
+        };
+        StoreError::Connection(why.into())
+    }
+}
+
+/// Tries to connect until it succeeds or the store is dropped.
+async fn connect(shared: Weak<LazyShared>, builder: RedisStoreBuilder, client: redis::Client) {
+    let mut wait = FIRST_RETRY;
+    let mut report = Report::default();
+    loop {
+        if shared.strong_count() == 0 {
+            return;
+        }
+        let attempt = builder.clone().connect_client(client.clone()).await;
+        let Some(lazy) = shared.upgrade() else { return };
+        match attempt {
+            Ok(mut store) => {
+                store.namespaces = lazy.namespaces.clone();
+                let _ = lazy.store.set(store);
+                if report.seen == Seen::Nothing {
+                    tracing::info!(target: "tower_throttle", addr = %lazy.addr,
+                        "connected to Redis: the rate-limit store decides");
+                } else {
+                    tracing::warn!(target: "tower_throttle", addr = %lazy.addr,
+                        "connected to Redis at last: the rate-limit store decides from now on");
+                }
+                return;
+            }
+            Err(e) => {
+                match report.failed(&e) {
+                    Some(tracing::Level::ERROR) => {
+                        tracing::error!(target: "tower_throttle", addr = %lazy.addr, error = %e,
+                            "Redis refuses this rate-limit store's setup: not connected, \
+                             retrying in the background (a fallback store decides meanwhile)");
+                    }
+                    Some(_) => {
+                        tracing::warn!(target: "tower_throttle", addr = %lazy.addr, error = %e,
+                            "cannot reach Redis: not connected, retrying in the background \
+                             (a fallback store decides meanwhile)");
+                    }
+                    None => {}
+                }
+                *lazy.last.lock().unwrap_or_else(PoisonError::into_inner) = Some(e.to_string());
+            }
+        }
+        drop(lazy);
+        tokio::time::sleep(wait).await;
+        wait = next_wait(wait);
+    }
+}
+
+/// The wait after `wait`: twice as long, at most [`MAX_RETRY`].
+fn next_wait(wait: Duration) -> Duration {
+    (wait * 2).min(MAX_RETRY)
+}
+
+/// What the attempts have logged, so that each state is logged once.
+#[derive(Debug, Default)]
+struct Report {
+    seen: Seen,
+}
+
+#[derive(Debug, Default, PartialEq, Eq)]
+enum Seen {
+    #[default]
+    Nothing,
+    /// The server could not be reached.
+    Unreachable,
+    /// The server refused the setup, with this error.
+    Refused(String),
+}
+
+impl Report {
+    /// The level to log a failed attempt at, or `None` when its state has
+    /// been logged already: a warning for an unreachable server, an error
+    /// for each distinct refusal of the setup.
+    fn failed(&mut self, e: &StoreError) -> Option<tracing::Level> {
+        let (now, level) = if e.is_unavailable() {
+            (Seen::Unreachable, tracing::Level::WARN)
+        } else {
+            (Seen::Refused(e.to_string()), tracing::Level::ERROR)
+        };
+        if self.seen == now {
+            return None;
+        }
+        self.seen = now;
+        Some(level)
+    }
+}
+
+impl Store for LazyRedisStore {
+    fn namespaces(&self) -> Option<&Namespaces> {
+        Some(&self.shared.namespaces)
+    }
+
+    /// What [`RedisStore`] refuses before any traffic, connected or not.
+    fn validate(&self, rules: &[RuleSpec<'_>]) -> Result<(), StoreError> {
+        validate::rules(rules, &self.shared.tag, false)
+    }
+
+    async fn check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
+        match self.connected() {
+            Some(store) => store.check(rule).await,
+            None => Err(self.not_connected()),
+        }
+    }
+
+    async fn check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
+        match self.connected() {
+            Some(store) => store.check_all(rules).await,
+            None => Err(self.not_connected()),
+        }
+    }
+
+    async fn refund(&self, key: &[u8], policy: &Policy, amount: u64) -> Result<(), StoreError> {
+        match self.connected() {
+            Some(store) => store.refund(key, policy, amount).await,
+            None => Err(self.not_connected()),
+        }
+    }
+
+    async fn reset(&self, key: &[u8], policy: &Policy) -> Result<(), StoreError> {
+        match self.connected() {
+            Some(store) => store.reset(key, policy).await,
+            None => Err(self.not_connected()),
+        }
+    }
+
+    async fn release(
+        &self,
+        key: &[u8],
+        policy: &Policy,
+        permit: PermitId,
+    ) -> Result<(), StoreError> {
+        match self.connected() {
+            Some(store) => store.release(key, policy, permit).await,
+            None => Err(self.not_connected()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attempts_back_off_from_100_ms_to_2_s() {
+        let waits: Vec<u128> = std::iter::successors(Some(FIRST_RETRY), |w| Some(next_wait(*w)))
+            .take(8)
+            .map(|w| w.as_millis())
+            .collect();
+        assert_eq!(waits, [100, 200, 400, 800, 1600, 2000, 2000, 2000]);
+    }
+
+    /// Each state is logged once, however many attempts fail in it: an
+    /// unreachable server at warning level, each distinct refusal of the
+    /// setup at error level.
+    #[test]
+    fn each_state_is_logged_once() {
+        let mut r = Report::default();
+        let down = || StoreError::Connection("connection refused".into());
+        let noauth = || StoreError::Config("wants a password".into());
+        let acl = || StoreError::Config("add +evalsha".into());
+        assert_eq!(r.failed(&down()), Some(tracing::Level::WARN));
+        assert_eq!(r.failed(&down()), None);
+        assert_eq!(r.failed(&StoreError::Timeout(FIRST_RETRY)), None);
+        assert_eq!(r.failed(&noauth()), Some(tracing::Level::ERROR));
+        assert_eq!(r.failed(&noauth()), None);
+        assert_eq!(r.failed(&acl()), Some(tracing::Level::ERROR));
+        assert_eq!(r.failed(&acl()), None);
+        assert_eq!(r.failed(&down()), Some(tracing::Level::WARN));
+    }
+}
