@@ -239,7 +239,7 @@ where
             assert!(ttl > 0 && ttl <= 121_000, "{what}: {ttl}");
             // A refund finding foreign data: the same typed error, repaired.
             plant(conn, &key, p);
-            let receipt = Receipt::new(1, 0, 0, None);
+            let receipt = Receipt::new(1, 0, None);
             expect_foreign(store.refund(user, &policy, &receipt).await, &key, &what);
             assert!(
                 store

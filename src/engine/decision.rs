@@ -56,32 +56,34 @@ pub struct Decision {
 /// A refund by key at the time of the refund would land in whatever slot is
 /// current then — the next fixed window, the newest entry of a log, a GCRA
 /// state that has already paid the charge off — and so let more through
-/// than the limit. A receipt names the charge's own slot: the fixed or
-/// sliding window of its instant, the log entries at its instant, the part
-/// of a GCRA state's debt that it added and that is still ahead of now, the
-/// concurrency permit it took. A refund whose slot has passed changes
-/// nothing.
+/// than the limit. A receipt names the charge's own slot, from its instant:
+/// the fixed or sliding window it was counted in, the log entries recorded
+/// at it, the concurrency permit it took, and for GCRA the debt it added,
+/// less what the time since it was taken has already paid off (a GCRA
+/// charge of `n` units held for `d` gives back `n·T − d`, nothing once
+/// `d ≥ n·T`). A refund whose slot has passed changes nothing.
 ///
-/// Stores stamp receipts on admitted decisions ([`Decision::receipt`]);
-/// [`Receipt::new`] is for store authors.
+/// Settle a receipt once: refund it, or a [part](Receipt::part) of it, a
+/// single time (parts of one receipt may be refunded separately as long as
+/// they add up to no more than its units).
+///
+/// Stores stamp receipts on admitted decisions ([`Decision::stamped`]);
+/// [`Receipt::new`] is for stores and tests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Receipt {
     units: u64,
     at_ns: u64,
-    until_ns: u64,
     permit: Option<PermitId>,
     decided_by: DecidedBy,
 }
 
 impl Receipt {
-    /// A charge of `units` taken at `at_ns` on the store's clock, ending
-    /// at `until_ns` (GCRA: the state's `tat` right after the charge; the
-    /// other algorithms: `at_ns`), holding `permit` (concurrency only).
-    pub fn new(units: u64, at_ns: u64, until_ns: u64, permit: Option<PermitId>) -> Self {
+    /// A charge of `units` taken at `at_ns` on the deciding store's clock,
+    /// holding `permit` (concurrency only).
+    pub fn new(units: u64, at_ns: u64, permit: Option<PermitId>) -> Self {
         Receipt {
             units,
             at_ns,
-            until_ns,
             permit,
             decided_by: DecidedBy::Primary,
         }
@@ -97,9 +99,11 @@ impl Receipt {
         }
     }
 
-    /// The units charged: the most a refund of this receipt gives back.
-    pub fn units(&self) -> u64 {
-        self.units
+    /// The same charge, holding `permit` instead (a store that renumbers
+    /// the permits of the store behind it).
+    #[must_use]
+    pub fn with_permit(self, permit: Option<PermitId>) -> Self {
+        Receipt { permit, ..self }
     }
 
     /// A receipt for `units` of this charge (at most all of them), to give
@@ -112,16 +116,14 @@ impl Receipt {
         }
     }
 
+    /// The units charged: the most a refund of this receipt gives back.
+    pub fn units(&self) -> u64 {
+        self.units
+    }
+
     /// The instant of the charge, in ns on the deciding store's clock.
     pub fn at_ns(&self) -> u64 {
         self.at_ns
-    }
-
-    /// GCRA: the state's `tat` right after the charge, in ns on the
-    /// deciding store's clock; the charge's debt runs up to it. Other
-    /// algorithms: [`Receipt::at_ns`].
-    pub fn until_ns(&self) -> u64 {
-        self.until_ns
     }
 
     /// Concurrency: the permit the charge holds.
@@ -148,6 +150,19 @@ pub enum DecidedBy {
 }
 
 impl Decision {
+    /// This decision, of a charge of `cost` units made at `now_ns` on the
+    /// deciding store's clock, with its [`Receipt`] when it admitted at
+    /// least one unit (denials and peeks take nothing and have none). Every
+    /// store of this crate stamps its decisions here; a store of your own
+    /// should too.
+    #[inline]
+    #[must_use]
+    pub fn stamped(mut self, now_ns: u64, cost: u64) -> Self {
+        self.receipt = (self.allowed && cost > 0)
+            .then(|| Receipt::new(cost, now_ns, self.permit).decided_by(self.decided_by));
+        self
+    }
+
     /// Denied, and no amount of waiting helps: the cost exceeds what the
     /// policy can ever admit at once.
     pub fn is_never(&self) -> bool {

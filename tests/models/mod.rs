@@ -221,15 +221,8 @@ impl Model {
             state.admit(policy, now, cost, permit);
         }
         let permit = (allowed && cost > 0 && policy.is_concurrency()).then_some(PermitId(permit));
-        // Where the charge was taken: its instant, and for GCRA the instant
-        // the bucket will have drained its last unit (its work sits on top).
-        let receipt = (allowed && cost > 0).then(|| {
-            let until = match policy.algorithm() {
-                Algorithm::Gcra(_) => now + u64::try_from(state.gcra_level(now)).unwrap(),
-                _ => now,
-            };
-            Receipt::new(cost, now, until, permit)
-        });
+        // Where the charge was taken: its instant.
+        let receipt = (allowed && cost > 0).then(|| Receipt::new(cost, now, permit));
         Decision {
             receipt,
             decided_by: Default::default(),
@@ -281,11 +274,12 @@ impl Model {
         let (at, units) = (receipt.at_ns(), receipt.units());
         match policy.algorithm() {
             Algorithm::Gcra(p) => {
-                // The bucket drains first in, first out: the charge's work
-                // drains last at `until`, so what of it is still in the
-                // bucket is the part of its work after now.
+                // The charge poured `work` into the bucket at `at`; however
+                // other refunds moved the content since, that work drains
+                // no sooner than from `at` on, so what of it can still be
+                // in the bucket is what `now − at` of draining leaves.
                 let work = u128::from(p.emission_interval_ns) * u128::from(units);
-                let left = u128::from(receipt.until_ns().saturating_sub(now)).min(work);
+                let left = work.saturating_sub(u128::from(now.saturating_sub(at)));
                 s.level = s.gcra_level(now).saturating_sub(left);
                 s.at = now;
             }

@@ -131,9 +131,7 @@ pub fn strip_permit(d: Decision) -> Decision {
     let zero = |p: Option<PermitId>| p.map(|_| PermitId(0));
     Decision {
         permit: zero(d.permit),
-        receipt: d.receipt.map(|r| {
-            Receipt::new(r.units(), r.at_ns(), r.until_ns(), zero(r.permit())).decided_by(r.store())
-        }),
+        receipt: d.receipt.map(|r| r.with_permit(zero(r.permit()))),
         ..d
     }
 }

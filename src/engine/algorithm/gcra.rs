@@ -177,15 +177,20 @@ pub fn admit(p: &GcraParams, tat: u64, now: u64, cost: u64) -> u64 {
     sat(u128::from(tat.max(now)) + inc)
 }
 
-/// Gives a charge's units back: moves `tat` earlier by the part of the
-/// charge's debt still ahead of `now` — the charge added `units·T` up to
-/// [`Receipt::until_ns`]; what of it lies before `now` has already been
-/// paid off and gives nothing back — and never before `now` (a refund
-/// cannot bank quota beyond a fresh state).
+/// Gives a charge's units back: moves `tat` earlier by the charge's debt
+/// (`units·T`) less the time since it was taken, and never before `now`
+/// (a refund cannot bank quota beyond a fresh state).
+///
+/// Why less the time held: the state is one number, and the refunds of
+/// other charges move the whole queue of debt, so a charge's own place in
+/// it is not known later. But however the queue moved, the charge's debt
+/// still runs at least `units·T` past its instant: giving back what of
+/// that lies after `now` never returns more than the charge still holds,
+/// so no sequence of refunds lets more through than the limit.
 pub fn refund(p: &GcraParams, tat: u64, now: u64, r: &Receipt) -> u64 {
     let charged = u128::from(p.emission_interval_ns) * u128::from(r.units());
-    let ahead = u128::from(r.until_ns().saturating_sub(now));
-    let back = charged.min(ahead);
+    let held = u128::from(now.saturating_sub(r.at_ns()));
+    let back = charged.saturating_sub(held);
     sat(u128::from(tat).saturating_sub(back).max(u128::from(now)))
 }
 

@@ -337,7 +337,6 @@ fn window_params(max: u64, window: Duration) -> Result<WindowParams, PolicyError
     })
 }
 
-mod receipt;
 mod reserve;
 
 pub(crate) use reserve::{effective_policy, rebase};

@@ -291,10 +291,9 @@ impl FallbackShared {
             p.map.insert(ours, (theirs, expires));
             d.permit = Some(ours);
         }
-        d.receipt = d.receipt.map(|r| {
-            Receipt::new(r.units(), r.at_ns(), r.until_ns(), d.permit)
-                .decided_by(DecidedBy::Fallback)
-        });
+        d.receipt = d
+            .receipt
+            .map(|r| r.with_permit(d.permit).decided_by(DecidedBy::Fallback));
         d
     }
 
@@ -444,8 +443,7 @@ impl<P: Store, F: Store> Store for FallbackStore<P, F> {
         match receipt.store() {
             DecidedBy::Fallback => {
                 let theirs = receipt.permit().and_then(|id| self.shared.their_permit(id));
-                let r = Receipt::new(receipt.units(), receipt.at_ns(), receipt.until_ns(), theirs)
-                    .decided_by(DecidedBy::Primary);
+                let r = receipt.with_permit(theirs).decided_by(DecidedBy::Primary);
                 self.fallback.refund(key, policy, &r).await
             }
             DecidedBy::Primary => self.primary.refund(key, policy, receipt).await,

@@ -40,7 +40,7 @@ impl<C: Clock> MemoryStore<C> {
             return Ok(brief.decision());
         }
         let d = self.check_absent(rule, now, hash, index, None)?;
-        Ok(Some(rule.policy.stamp(d, now, cost)))
+        Ok(Some(d.stamped(now, cost)))
     }
 }
 

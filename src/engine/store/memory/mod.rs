@@ -264,7 +264,7 @@ impl<C: Clock> MemoryStore<C> {
     pub fn check_sync(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
         let now = self.inner.clock.now_ns();
         let d = self.decide_one(rule, now)?;
-        Ok(rule.policy.stamp(d, now, rule.cost))
+        Ok(d.stamped(now, rule.cost))
     }
 
     /// [`check_sync`](Self::check_sync) at `now`, without the receipt.

@@ -229,7 +229,12 @@ impl Store for LazyRedisStore {
         }
     }
 
-    async fn refund(&self, key: &[u8], policy: &Policy, receipt: &crate::Receipt) -> Result<(), StoreError> {
+    async fn refund(
+        &self,
+        key: &[u8],
+        policy: &Policy,
+        receipt: &crate::Receipt,
+    ) -> Result<(), StoreError> {
         match self.connected() {
             Some(store) => store.refund(key, policy, receipt).await,
             None => Err(self.not_connected()),

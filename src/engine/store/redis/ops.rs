@@ -250,9 +250,7 @@ where
         if amount == 0 {
             return Ok(());
         }
-        // The receipt's slot on the server's clock (µs; GCRA's end in µs
-        // and its ns remainder).
-        let until = receipt.until_ns();
+        // The receipt's slot: its instant on the server's clock, in µs.
         let rk = self.redis_key(key, policy);
         let mut inv = ScriptId::Refund.script().prepare_invoke();
         inv.key(&rk[..])
@@ -263,8 +261,6 @@ where
             .arg(p.p2)
             .arg(p.script_amount(amount))
             .arg(receipt.at_ns() / 1000)
-            .arg(until / 1000)
-            .arg(until % 1000)
             .arg(
                 receipt
                     .permit()

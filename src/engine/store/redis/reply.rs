@@ -331,11 +331,7 @@ pub(crate) fn check(
             first = s;
         }
         // Only a check that charged every rule took anything.
-        out.push(if all {
-            r.policy.stamp(d, now_ns, r.cost)
-        } else {
-            d
-        });
+        out.push(if all { d.stamped(now_ns, r.cost) } else { d });
     }
     Ok(Ok((out, first)))
 }
@@ -375,7 +371,7 @@ pub(crate) fn uniform_gcra(
             d.allowed
         )));
     }
-    let d = policy.stamp(d, now_ns, cost);
+    let d = d.stamped(now_ns, cost);
     Ok(Ok((vec![d], Some(RawState::Gcra(tat)))))
 }
 

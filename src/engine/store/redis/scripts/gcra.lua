@@ -195,15 +195,15 @@ algo.g = {
     return allowed, { allowed and 1 or 0, tat }, commit
   end,
 
-  -- Back by the part of the charge's debt still ahead of now (it ran up to
-  -- receipt.until_us; what lies before now was paid off), never before now.
+  -- Back by the charge's debt less the time since it was taken (see
+  -- crate::algorithm::gcra::refund), never before now.
   refund = function(key, t, _, amount, now, receipt)
     local tat, err = gcra_tat(key)
     if not tat then
       error({ err = err })
     end
-    local ahead = math.max(receipt.until_us - now, 0)
-    local back = math.max(tat - math.min(t * amount, ahead), now)
+    local owed = math.max(t * amount - math.max(now - receipt.at, 0), 0)
+    local back = math.max(tat - owed, now)
     if back <= now then
       redis.call('DEL', key)
     else

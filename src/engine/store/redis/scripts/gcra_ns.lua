@@ -227,19 +227,17 @@ algo.n = {
     return allowed, reply, commit
   end,
 
-  -- As gcra.lua's: back by min(T·amount, until − now) in (µs, ns) pairs.
+  -- As gcra.lua's: back by T·amount less the time held, in (µs, ns) pairs
+  -- (the time held is whole µs).
   refund = function(key, t, _, amount, now, receipt)
     local us, r = ns_tat(key)
     if not us then
       error({ err = r })
     end
     local b_us, b_r = ns_times(t, amount)
-    local a_us, a_r = receipt.until_us - now, receipt.until_r
-    if a_us < 0 then
-      a_us, a_r = 0, 0
-    end
-    if a_us < b_us or (a_us == b_us and a_r < b_r) then
-      b_us, b_r = a_us, a_r
+    b_us = b_us - math.max(now - receipt.at, 0)
+    if b_us < 0 then
+      b_us, b_r = 0, 0
     end
     us, r = us - b_us, r - b_r
     if r < 0 then

@@ -1,6 +1,6 @@
 -- refund: gives ARGV[6] units of a charge back to KEYS[1], into the slot its
--- receipt names: ARGV[7] = the charge's instant (µs), ARGV[8..9] = the end of
--- its GCRA debt (µs, and the ns past it), ARGV[10] = its permit id or ''.
+-- receipt names: ARGV[7] = the charge's instant (µs), ARGV[8] = its permit
+-- id or ''.
 -- ARGV[3..5] = algorithm code, p1, p2. Reply: now (µs).
 
 local now = now_us()
@@ -11,12 +11,7 @@ end
 local param = a.param or tonumber
 -- Foreign data at the key (of another type, or no state of this crate) is
 -- deleted and answered as a FOREIGN error naming it (see `foreign`).
-local receipt = {
-  at = tonumber(ARGV[7]),
-  until_us = tonumber(ARGV[8]),
-  until_r = tonumber(ARGV[9]),
-  permit = ARGV[10],
-}
+local receipt = { at = tonumber(ARGV[7]), permit = ARGV[8] }
 local ok, err = pcall(a.refund, KEYS[1], param(ARGV[4]), param(ARGV[5]), tonumber(ARGV[6]), now, receipt)
 if not ok then
   return redis.error_reply(call_error(KEYS[1], err))
