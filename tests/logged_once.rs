@@ -5,66 +5,21 @@
 //! handler did not claim its `UpgradePermit`. Each is logged at its level,
 //! with the fix, exactly once however many requests hit it.
 
+#[path = "support/capture.rs"]
+mod capture;
+
 use std::convert::Infallible;
-use std::fmt::Write as _;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use capture::Capture;
 use http::{Request, Response, StatusCode};
 use http_body_util::Empty;
 use tower::{Layer, ServiceExt};
 use tower_throttle::key::ClientIp;
 use tower_throttle::{MemoryStore, Policy, ThrottleLayer};
-use tracing::field::{Field, Visit};
-use tracing::span::{Attributes, Id, Record};
-use tracing::{Event, Level, Metadata, Subscriber};
-
-/// Every event: its level, target, and fields as `name=value` pairs.
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<(Level, String, String)>>>);
-
-struct Fields(String);
-
-impl Visit for Fields {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        let _ = write!(self.0, "{}={value:?} ", field.name());
-    }
-}
-
-impl Subscriber for Capture {
-    fn enabled(&self, _: &Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, _: &Attributes<'_>) -> Id {
-        Id::from_u64(1)
-    }
-    fn record(&self, _: &Id, _: &Record<'_>) {}
-    fn record_follows_from(&self, _: &Id, _: &Id) {}
-    fn event(&self, event: &Event<'_>) {
-        let mut fields = Fields(String::new());
-        event.record(&mut fields);
-        let meta = event.metadata();
-        let entry = (*meta.level(), meta.target().to_owned(), fields.0);
-        self.0.lock().unwrap().push(entry);
-    }
-    fn enter(&self, _: &Id) {}
-    fn exit(&self, _: &Id) {}
-}
-
-impl Capture {
-    /// The events at `level` whose fields contain `needle`.
-    fn count(&self, level: Level, needle: &str) -> usize {
-        let events = self.0.lock().unwrap();
-        events
-            .iter()
-            .filter(|(l, target, text)| {
-                *l == level && target == "tower_throttle" && text.contains(needle)
-            })
-            .count()
-    }
-}
+use tracing::Level;
 
 async fn ok(_: Request<()>) -> Result<Response<Empty<Bytes>>, Infallible> {
     Ok(Response::new(Empty::new()))
@@ -72,8 +27,7 @@ async fn ok(_: Request<()>) -> Result<Response<Empty<Bytes>>, Infallible> {
 
 #[tokio::test]
 async fn misconfigurations_are_logged_once() {
-    let capture = Capture::default();
-    tracing::subscriber::set_global_default(capture.clone()).unwrap();
+    let capture = Capture::install();
     let minute = Duration::from_secs(60);
 
     // No peer address recorded (axum served without `ConnectInfo`): a 500
