@@ -108,7 +108,7 @@ pub use rule::{Rule, RuleError};
 pub use service::Throttle;
 #[cfg(feature = "redis")]
 pub use store::{CellStore, RedisClusterStore, RedisStore};
-pub use store::{Charge, MemoryStore, RuleSpec, Store, StoreError};
+pub use store::{Charge, MemoryStore, Outage, RuleSpec, Store, StoreError};
 pub use upgrade::{HeldPermit, UpgradePermit};
 
 /// The README's examples, compiled as doctests (they use every feature).

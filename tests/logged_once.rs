@@ -13,14 +13,13 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use bytes::Bytes;
+use capture::Capture;
 use http::{Request, Response, StatusCode};
 use http_body_util::Empty;
 use tower::{Layer, ServiceExt};
 use tower_throttle::key::ClientIp;
 use tower_throttle::{MemoryStore, Policy, ThrottleLayer};
 use tracing::Level;
-
-use capture::Capture;
 
 async fn ok(_: Request<()>) -> Result<Response<Empty<Bytes>>, Infallible> {
     Ok(Response::new(Empty::new()))

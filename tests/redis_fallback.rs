@@ -20,14 +20,15 @@ mod faults;
 #[path = "support/redis.rs"]
 mod redis_support;
 
-use std::convert::Infallible;
+#[path = "support/decided_by.rs"]
+mod decided_by;
+
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use http::{Request, Response};
-use http_body_util::Full;
+use decided_by::handler;
+use http::Request;
 use redis_support::{current_thread_runtime, runtime, RedisServer};
 use tower::{ServiceBuilder, ServiceExt};
 use tower_throttle::clock::ManualClock;
@@ -35,7 +36,7 @@ use tower_throttle::key::HeaderKey;
 use tower_throttle::lockout::{LockoutLimiter, Penalty};
 use tower_throttle::store::redis::{RedisStore, TimeSource};
 use tower_throttle::store::{BoxStore, FallbackStore, DEFAULT_PROBE_INTERVAL};
-use tower_throttle::{DecidedBy, FailMode, MemoryStore, Policy, RateLimitInfo, ThrottleLayer};
+use tower_throttle::{DecidedBy, FailMode, MemoryStore, Policy, ThrottleLayer};
 
 const TIMEOUT: Duration = Duration::from_millis(200);
 const MARGIN: Duration = Duration::from_millis(300);
@@ -55,29 +56,6 @@ struct Rec {
     user: usize,
     status: u16,
     by: Option<DecidedBy>,
-}
-
-fn handler() -> impl tower::Service<
-    Request<()>,
-    Response = Response<Full<Bytes>>,
-    Error = Infallible,
-    Future = impl Send,
-> + Clone
-       + Send {
-    tower::service_fn(|req: Request<()>| async move {
-        let info = req
-            .extensions()
-            .get::<RateLimitInfo>()
-            .expect("request_info");
-        let by = match info.decided_by() {
-            DecidedBy::Primary => "primary",
-            DecidedBy::Fallback => "fallback",
-        };
-        let mut res = Response::new(Full::new(Bytes::from_static(b"ok")));
-        res.headers_mut()
-            .insert("x-decided-by", http::HeaderValue::from_static(by));
-        Ok::<_, Infallible>(res)
-    })
 }
 
 #[test]

@@ -145,11 +145,9 @@ impl Load {
                                     {
                                         Ok(d) if d.allowed => StatusCode::OK,
                                         Ok(_) => StatusCode::TOO_MANY_REQUESTS,
-                                        Err(
-                                            StoreError::Timeout(_)
-                                            | StoreError::Connection(_)
-                                            | StoreError::Cluster(_),
-                                        ) => StatusCode::SERVICE_UNAVAILABLE,
+                                        Err(e) if e.is_unavailable() => {
+                                            StatusCode::SERVICE_UNAVAILABLE
+                                        }
                                         Err(e) => panic!("unexpected store error: {e:?}"),
                                     }
                                 }

@@ -26,13 +26,23 @@ pub enum StoreError {
     Unsupported(&'static str),
     /// The backend did not answer within the configured time.
     Timeout(Duration),
+    /// The backend answered, but cannot decide now: it is out of memory,
+    /// busy with another client's script, loading its data, a replica, ...
+    /// (see [`Outage`]). A condition that passes, like a timeout: another
+    /// store may answer instead (see [`is_unavailable`](Self::is_unavailable)).
+    Unavailable(Outage),
     /// The backend could not be reached or the connection broke.
     Connection(BoxError),
-    /// The backend ran the script or command and it failed.
+    /// The backend ran the script or command and it failed in a way this
+    /// crate does not recognise: a defect (of this crate, or of what sits
+    /// between it and the server), not an outage. The Redis stores log each
+    /// distinct cause once at error level.
     Script(BoxError),
     /// A cluster could not route the command (moved, down, slots uncovered).
     Cluster(BoxError),
-    /// The backend answered something this crate does not understand.
+    /// The backend answered something this crate does not understand: a
+    /// defect, logged by the Redis stores once per distinct cause at error
+    /// level.
     Protocol(String),
     /// The backend's setup keeps this store from working: it wants
     /// credentials, its access rules (ACL) forbid what the store needs, or
@@ -51,18 +61,78 @@ pub enum StoreError {
     },
 }
 
+/// What keeps a store that answers from deciding now
+/// ([`StoreError::Unavailable`]). Each is a state of the server that passes
+/// (memory freed, the other script done, the data loaded, a failover
+/// finished), not a defect.
+///
+/// The Redis stores recognise these by the error code of the server's reply,
+/// whether it answers the command itself or a command one of the crate's
+/// scripts ran (`redis.call` inside `EVALSHA`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Outage {
+    /// The server is out of memory and refuses writes (Redis `OOM`:
+    /// `maxmemory` reached under `noeviction`, or with nothing left to evict).
+    OutOfMemory,
+    /// The server is running another client's long script or function
+    /// (Redis `BUSY`).
+    Busy,
+    /// The server is loading its data set (Redis `LOADING`).
+    Loading,
+    /// The server is a read-only replica (Redis `READONLY`): a master
+    /// demoted by a failover, or a URL naming a replica.
+    ReadOnly,
+    /// A replica cut off from its master, with `replica-serve-stale-data no`
+    /// (Redis `MASTERDOWN`).
+    MasterDown,
+    /// The cluster cannot serve the key's slot (Redis `CLUSTERDOWN`).
+    ClusterDown,
+    /// The key's slot is being migrated (Redis `TRYAGAIN`).
+    TryAgain,
+    /// The server does not have the store's script, and loading it again did
+    /// not change that (Redis `NOSCRIPT` after a reload: the script cache
+    /// flushed again, or calls spread over servers behind a proxy).
+    ScriptsLost,
+}
+
+impl fmt::Display for Outage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Outage::OutOfMemory => "out of memory (OOM)",
+            Outage::Busy => "busy running another script (BUSY)",
+            Outage::Loading => "loading its data (LOADING)",
+            Outage::ReadOnly => "a read-only replica (READONLY)",
+            Outage::MasterDown => "a replica without its master (MASTERDOWN)",
+            Outage::ClusterDown => "cluster down (CLUSTERDOWN)",
+            Outage::TryAgain => "slot being migrated (TRYAGAIN)",
+            Outage::ScriptsLost => "scripts not loaded (NOSCRIPT after a reload)",
+        })
+    }
+}
+
 impl StoreError {
-    /// True when the store could not be reached or did not answer in time
-    /// ([`StoreError::Timeout`], [`StoreError::Connection`],
-    /// [`StoreError::Cluster`]): a condition that passes, where another
-    /// store may answer instead (see
-    /// [`FallbackStore`](crate::store::FallbackStore)). False for errors a
-    /// retry elsewhere would hide (a malformed request, an unsupported
-    /// policy, a misconfigured server, a failing script).
+    /// True when the store cannot decide now, for a reason that passes: it
+    /// could not be reached or did not answer in time
+    /// ([`StoreError::Timeout`], [`StoreError::Connection`]), a cluster
+    /// could not route the call ([`StoreError::Cluster`]), or the server
+    /// answered that it cannot decide now ([`StoreError::Unavailable`]: out
+    /// of memory, busy with another script, loading, a replica, ... see
+    /// [`Outage`]). Another store may answer instead (see
+    /// [`FallbackStore`](crate::store::FallbackStore)), else the layer's
+    /// [`FailMode`](crate::FailMode) does.
+    ///
+    /// False for errors a retry elsewhere would hide: a malformed request,
+    /// an unsupported policy, a misconfigured server, another program's data
+    /// at a key, and defects (a reply the store does not understand:
+    /// [`StoreError::Script`], [`StoreError::Protocol`]).
     pub fn is_unavailable(&self) -> bool {
         matches!(
             self,
-            StoreError::Timeout(_) | StoreError::Connection(_) | StoreError::Cluster(_)
+            StoreError::Timeout(_)
+                | StoreError::Connection(_)
+                | StoreError::Cluster(_)
+                | StoreError::Unavailable(_)
         )
     }
 }
@@ -76,6 +146,7 @@ impl fmt::Display for StoreError {
             StoreError::InvalidRequest(why) => write!(f, "invalid rate-limit request: {why}"),
             StoreError::Unsupported(what) => write!(f, "store does not support {what}"),
             StoreError::Timeout(after) => write!(f, "rate-limit store timed out after {after:?}"),
+            StoreError::Unavailable(why) => write!(f, "rate-limit store cannot decide now: {why}"),
             StoreError::Connection(e) => write!(f, "rate-limit store connection failed: {e}"),
             StoreError::Script(e) => write!(f, "rate-limit store script failed: {e}"),
             StoreError::Cluster(e) => write!(f, "rate-limit store cluster error: {e}"),

@@ -22,7 +22,7 @@ pub use self::governor::GovernorStore;
 #[cfg(feature = "redis")]
 pub use self::redis::{CellStore, LazyRedisStore, RedisClusterStore, RedisStore};
 pub use boxed::BoxStore;
-pub use error::{BoxError, StoreError};
+pub use error::{BoxError, Outage, StoreError};
 pub use fallback::{FallbackStore, DEFAULT_PROBE_INTERVAL};
 pub use memory::{MemoryStore, MemoryStoreBuilder};
 pub use namespaces::Namespaces;

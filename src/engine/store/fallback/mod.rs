@@ -2,12 +2,19 @@
 //!
 //! A [`FallbackStore`] sends every call to its primary store (Redis, say)
 //! and, when the primary is **unavailable** ([`StoreError::is_unavailable`]:
-//! a timeout, a broken or refused connection, a cluster that cannot route),
-//! answers from its fallback store instead (an in-process [`MemoryStore`]),
-//! so requests are neither waved through nor refused with a 503 while the
-//! primary is down. Other errors (a malformed request, a policy the store
-//! does not support, a misconfigured server) are returned as they are: the
-//! fallback would hide a bug.
+//! a timeout, a broken or refused connection, a cluster that cannot route,
+//! or a server that answers but cannot decide now, [`StoreError::Unavailable`]:
+//! out of memory under `noeviction`, busy with another client's script,
+//! loading its data, a replica, a replica without its master, scripts a
+//! reload does not bring back), answers from its fallback store instead (an
+//! in-process [`MemoryStore`]), so requests are neither waved through nor
+//! refused with a 503 while the primary cannot decide
+//! (`tests/redis_outages.rs` puts a real Redis in each of these states:
+//! every check is decided by the fallback, within its limit, and a
+//! fail-closed layer answers no 503). Other errors (a malformed request, a
+//! policy the store does not support, a misconfigured server, a reply the
+//! store does not understand) are returned as they are: the fallback would
+//! hide a bug.
 //!
 //! # Switching
 //!

@@ -121,10 +121,7 @@ pub(crate) async fn release_reporting<C>(
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     let r = attempt(&conn, &cfg, &p).await;
-    let passing = matches!(
-        r,
-        Err(StoreError::Timeout(_) | StoreError::Connection(_) | StoreError::Cluster(_))
-    );
+    let passing = r.as_ref().is_err_and(StoreError::is_unavailable);
     let _ = first.send(r);
     if passing {
         release_one(&conn, &cfg, &p).await;

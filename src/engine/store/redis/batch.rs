@@ -79,6 +79,7 @@ pub(crate) fn replicate(e: &StoreError) -> StoreError {
         StoreError::InvalidRequest(s) => StoreError::InvalidRequest(s),
         StoreError::Unsupported(s) => StoreError::Unsupported(s),
         StoreError::Timeout(d) => StoreError::Timeout(*d),
+        StoreError::Unavailable(why) => StoreError::Unavailable(*why),
         StoreError::Connection(e) => StoreError::Connection(boxed(e)),
         StoreError::Script(e) => StoreError::Script(boxed(e)),
         StoreError::Cluster(e) => StoreError::Cluster(boxed(e)),
@@ -97,7 +98,8 @@ async fn query<C: ConnectionLike>(
     cmd: &redis::Cmd,
 ) -> Result<Value, RedisError> {
     match cmd.query_async(conn).await {
-        // SCRIPT FLUSH, a restarted server or a failover: load and retry once.
+        // SCRIPT FLUSH, a restarted server or a failover: load and retry
+        // once. A NOSCRIPT that survives this is an outage (error::outage).
         Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
             script.load_async(conn).await?;
             cmd.query_async(conn).await

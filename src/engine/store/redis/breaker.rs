@@ -12,6 +12,17 @@
 //! answered probe closes the breaker. At most the calls already in flight
 //! when the server stopped, plus one `PING` per timeout, reach it late.
 //!
+//! A server that answers that it serves nothing for a while trips it too:
+//! busy with another client's script ([`Outage::Busy`]), loading its data
+//! ([`Outage::Loading`]), a replica cut off from its master
+//! ([`Outage::MasterDown`]). It answers `PING` with the same error until
+//! that is over, so while tripped calls fail at once with that
+//! [`StoreError::Unavailable`], and a `PING` goes at most once per store
+//! timeout: the store backs off instead of sending every check to a server
+//! that refuses them all. Outages in which the server still answers `PING`
+//! (out of memory, a read-only replica) do not trip it: every call gets the
+//! server's own answer.
+//!
 //! A server that is down (connection refused) is left to the connection
 //! manager's reconnects: nothing is buffered there.
 //!
@@ -20,19 +31,32 @@
 //! the call) gives the claim back and the next caller probes. Without it the
 //! claim stayed taken and every later call failed at once, forever.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
+use tokio::time::Instant;
 
 use super::error::timed;
 use super::Config;
-use crate::store::StoreError;
+use crate::store::{Outage, StoreError};
+
+/// The outages that trip the breaker: the server refuses every command,
+/// `PING` included, until they pass. Index + 1 is their code in
+/// [`Breaker::why`] (0: a timeout).
+const TRIPPING: [Outage; 3] = [Outage::Busy, Outage::Loading, Outage::MasterDown];
 
 #[derive(Debug, Default)]
 pub(crate) struct Breaker {
     tripped: AtomicBool,
     probing: AtomicBool,
+    /// Why it tripped: 0 for a timeout, else 1 + the outage's index in
+    /// [`TRIPPING`].
+    why: AtomicU8,
+    /// After a probe the server answered with a tripping outage: no probe
+    /// before this.
+    quiet_until: Mutex<Option<Instant>>,
 }
 
 impl Breaker {
@@ -70,7 +94,8 @@ impl Breaker {
         result
     }
 
-    /// Lets a call through, or fails it at once while the server is unresponsive.
+    /// Lets a call through, or fails it at once while the server is
+    /// unresponsive or refusing everything.
     async fn admit<C: ConnectionLike + Clone + Send>(
         &self,
         conn: &C,
@@ -79,37 +104,95 @@ impl Breaker {
         if !self.tripped.load(Ordering::Acquire) {
             return Ok(());
         }
+        if self.quiet().is_some_and(|until| Instant::now() < until) {
+            return Err(self.tripped_error(timeout));
+        }
         if self
             .probing
             .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
             .is_err()
         {
-            return Err(StoreError::Timeout(timeout));
+            return Err(self.tripped_error(timeout));
         }
         let claim = BreakerProbeClaim(&self.probing);
         let mut conn = conn.clone();
         let probe = timed(timeout, async move {
-            conn.req_packed_command(&redis::cmd("PING")).await
+            conn.req_packed_command(&redis::cmd("PING"))
+                .await
+                .and_then(redis::Value::extract_error)
         })
         .await;
-        drop(claim);
-        match probe {
-            Ok(_) => {
-                self.tripped.store(false, Ordering::Release);
+        let answered = match probe {
+            Err(StoreError::Unavailable(why)) if TRIPPING.contains(&why) => {
+                // Still refusing: back off for a timeout before asking again.
+                self.trip(Some(why));
+                *self
+                    .quiet_until
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now() + timeout);
+                Err(StoreError::Unavailable(why))
+            }
+            // Not answered in time: unresponsive now, whatever tripped it.
+            Err(e @ StoreError::Timeout(_)) => {
+                self.trip(None);
+                Err(e)
+            }
+            // Not answered (a refused connection), or answered that it
+            // cannot decide for another reason: still out.
+            Err(e) if e.is_unavailable() => Err(e),
+            // Any other answer, an error included, is the server serving again.
+            Ok(_) | Err(_) => {
+                self.close();
                 Ok(())
             }
-            Err(e) => Err(e),
+        };
+        drop(claim);
+        answered
+    }
+
+    /// Trips on a timeout or a tripping outage; any other answer from the
+    /// server closes it.
+    fn record<T>(&self, result: &Result<T, StoreError>) {
+        match result {
+            Err(StoreError::Timeout(_)) => self.trip(None),
+            Err(StoreError::Unavailable(why)) if TRIPPING.contains(why) => self.trip(Some(*why)),
+            Ok(_) | Err(StoreError::Script(_) | StoreError::Protocol(_)) => self.close(),
+            Err(_) => {}
         }
     }
 
-    /// Trips on a timeout; any answer from the server closes it.
-    fn record<T>(&self, result: &Result<T, StoreError>) {
-        match result {
-            Err(StoreError::Timeout(_)) => self.tripped.store(true, Ordering::Release),
-            Ok(_) | Err(StoreError::Script(_) | StoreError::Protocol(_)) => {
-                self.tripped.store(false, Ordering::Release)
-            }
-            Err(_) => {}
+    fn trip(&self, why: Option<Outage>) {
+        let code = why
+            .and_then(|w| TRIPPING.iter().position(|t| *t == w))
+            .map_or(0, |i| i as u8 + 1);
+        self.why.store(code, Ordering::Release);
+        self.tripped.store(true, Ordering::Release);
+    }
+
+    fn close(&self) {
+        // A load first: every answered call closes, and the lock is for the
+        // rare call that finds the breaker tripped.
+        if self.tripped.load(Ordering::Acquire) {
+            self.tripped.store(false, Ordering::Release);
+            *self
+                .quiet_until
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = None;
+        }
+    }
+
+    fn quiet(&self) -> Option<Instant> {
+        *self
+            .quiet_until
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// What a call failed at once gets: the reason the breaker tripped.
+    fn tripped_error(&self, timeout: Duration) -> StoreError {
+        match self.why.load(Ordering::Acquire) {
+            0 => StoreError::Timeout(timeout),
+            n => StoreError::Unavailable(TRIPPING[usize::from(n - 1)]),
         }
     }
 }
@@ -128,24 +211,58 @@ impl Drop for BreakerProbeClaim<'_> {
 mod tests {
     use std::future::Future;
     use std::pin::pin;
+    use std::sync::atomic::AtomicUsize;
+    use std::sync::Arc;
     use std::task::{Context, Waker};
 
     use redis::{Cmd, Pipeline, RedisFuture, Value};
 
     use super::*;
 
-    /// A connection that answers `PONG` or never answers.
-    #[derive(Clone)]
+    /// A connection that answers `PONG`, never answers, or answers with the
+    /// error `refuses`, counting the commands it was sent.
+    #[derive(Clone, Default)]
     struct Conn {
         answers: bool,
+        refuses: Option<&'static str>,
+        sent: Arc<AtomicUsize>,
+    }
+
+    impl Conn {
+        fn answering() -> Conn {
+            Conn {
+                answers: true,
+                ..Conn::default()
+            }
+        }
+
+        fn stalled() -> Conn {
+            Conn::default()
+        }
+
+        fn refusing(line: &'static str) -> Conn {
+            Conn {
+                answers: true,
+                refuses: Some(line),
+                ..Conn::default()
+            }
+        }
+
+        fn sent(&self) -> usize {
+            self.sent.load(Ordering::Relaxed)
+        }
     }
 
     impl ConnectionLike for Conn {
         fn req_packed_command<'a>(&'a mut self, _: &'a Cmd) -> RedisFuture<'a, Value> {
-            let answers = self.answers;
+            let (answers, refuses) = (self.answers, self.refuses);
+            self.sent.fetch_add(1, Ordering::Relaxed);
             Box::pin(async move {
                 if !answers {
                     std::future::pending::<()>().await;
+                }
+                if let Some(line) = refuses {
+                    return redis::parse_redis_value(format!("-{line}\r\n").as_bytes());
                 }
                 Ok(Value::SimpleString("PONG".into()))
             })
@@ -171,15 +288,15 @@ mod tests {
         breaker.record::<()>(&Err(StoreError::Timeout(Duration::from_millis(5))));
         let timeout = Duration::from_secs(60);
         {
-            let stalled = Conn { answers: false };
+            let stalled = Conn::stalled();
             let mut probe = pin!(breaker.admit(&stalled, timeout));
             let mut cx = Context::from_waker(Waker::noop());
             assert!(probe.as_mut().poll(&mut cx).is_pending(), "the PING is out");
             // Another caller meanwhile fails at once: one probe at a time.
-            let other = Conn { answers: true };
+            let other = Conn::answering();
             assert!(breaker.admit(&other, timeout).await.is_err());
         } // the probing caller is dropped here, its PING unanswered
-        let healthy = Conn { answers: true };
+        let healthy = Conn::answering();
         assert!(
             breaker.admit(&healthy, timeout).await.is_ok(),
             "next caller probes"
@@ -188,5 +305,76 @@ mod tests {
             breaker.admit(&healthy, timeout).await.is_ok(),
             "and the breaker is closed"
         );
+    }
+
+    /// A call through the breaker: was it sent, and what came back.
+    async fn call(
+        breaker: &Breaker,
+        conn: &Conn,
+        answer: Result<(), StoreError>,
+    ) -> (bool, Result<(), StoreError>) {
+        let sent = AtomicBool::new(false);
+        let r = breaker
+            .guard_single(conn, TIMEOUT, async {
+                sent.store(true, Ordering::Relaxed);
+                answer
+            })
+            .await;
+        (sent.load(Ordering::Relaxed), r)
+    }
+
+    const TIMEOUT: Duration = Duration::from_millis(100);
+
+    /// A server refusing every command, PING included, trips the breaker:
+    /// calls fail at once with that outage, and it is sent one PING per
+    /// store timeout until it answers PONG.
+    #[tokio::test(start_paused = true)]
+    async fn a_server_refusing_everything_is_pinged_once_per_timeout_not_hammered() {
+        let cases = [
+            ("BUSY Redis is busy running a script.", Outage::Busy),
+            (
+                "LOADING Redis is loading the dataset in memory",
+                Outage::Loading,
+            ),
+            ("MASTERDOWN Link with MASTER is down", Outage::MasterDown),
+        ];
+        for (line, why) in cases {
+            let is = |r: &Result<(), StoreError>| matches!(r, Err(StoreError::Unavailable(w)) if *w == why);
+            let breaker = Breaker::default();
+            let refusing = Conn::refusing(line);
+            let (sent, r) = call(&breaker, &refusing, Err(StoreError::Unavailable(why))).await;
+            assert!(sent && is(&r));
+            for _ in 0..50 {
+                let (sent, r) = call(&breaker, &refusing, Ok(())).await;
+                assert!(!sent && is(&r), "{line}: failed at once: {r:?}");
+            }
+            assert_eq!(refusing.sent(), 1, "{line}: one PING, refused");
+            tokio::time::advance(TIMEOUT).await;
+            for _ in 0..50 {
+                let (sent, r) = call(&breaker, &refusing, Ok(())).await;
+                assert!(!sent && is(&r), "{line}");
+            }
+            assert_eq!(refusing.sent(), 2, "{line}: one PING per timeout");
+            tokio::time::advance(TIMEOUT).await;
+            let served = Conn::answering();
+            let (sent, r) = call(&breaker, &served, Ok(())).await;
+            assert!(sent && r.is_ok(), "{line}: the PONG closed it");
+            assert_eq!(served.sent(), 1);
+        }
+    }
+
+    /// An outage in which the server still answers PING (out of memory, a
+    /// replica) does not trip it: every call gets the server's answer.
+    #[tokio::test]
+    async fn outages_the_server_answers_pings_in_do_not_trip() {
+        let breaker = Breaker::default();
+        let conn = Conn::answering();
+        for why in [Outage::OutOfMemory, Outage::ReadOnly, Outage::ScriptsLost] {
+            for _ in 0..3 {
+                let (sent, r) = call(&breaker, &conn, Err(StoreError::Unavailable(why))).await;
+                assert!(sent && matches!(r, Err(StoreError::Unavailable(w)) if w == why));
+            }
+        }
+        assert_eq!(conn.sent(), 0, "no PING");
     }
 }

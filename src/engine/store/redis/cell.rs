@@ -7,7 +7,7 @@ use redis::aio::ConnectionManager;
 use redis::{IntoConnectionInfo, Value};
 
 use super::breaker::Breaker;
-use super::error::timed;
+use super::error::{surfaced, timed};
 use super::{keys, reply, CellStoreBuilder};
 use crate::decision::{Decision, PermitId};
 use crate::policy::{Algorithm, GcraParams, Policy};
@@ -241,11 +241,12 @@ impl Store for CellStore {
                 Ok(r) => r.map_err(|e| super::error::map(e, self.timeout)),
             }
         };
-        let v: Value = self
-            .breaker
-            .guard_single(&self.conn, self.timeout, call)
-            .await?;
-        decision(&v).map(|d| with_quota_after(&params, d))
+        let v: Value = surfaced(
+            self.breaker
+                .guard_single(&self.conn, self.timeout, call)
+                .await,
+        )?;
+        surfaced(decision(&v)).map(|d| with_quota_after(&params, d))
     }
 
     async fn check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
@@ -267,10 +268,12 @@ impl Store for CellStore {
         let mut del = redis::cmd("DEL");
         del.arg(self.redis_key(key));
         let call = timed(self.timeout, del.query_async::<Value>(&mut conn));
-        self.breaker
-            .guard_single(&self.conn, self.timeout, call)
-            .await
-            .map(drop)
+        surfaced(
+            self.breaker
+                .guard_single(&self.conn, self.timeout, call)
+                .await,
+        )
+        .map(drop)
     }
 
     async fn release(&self, _: &[u8], _: &Policy, _: PermitId) -> Result<(), StoreError> {

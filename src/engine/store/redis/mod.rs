@@ -30,9 +30,10 @@
 //! * **Keys**: `<prefix>:{<tag>}:<algorithm>:<key>`, safe whatever bytes the key
 //!   holds; see [`HashTag`] for the cluster slot and multi-rule checks.
 //! * **Failures are typed** ([`StoreError::Connection`], [`StoreError::Timeout`],
-//!   [`StoreError::Script`], [`StoreError::Cluster`], [`StoreError::Protocol`]);
-//!   every call is bounded by the store timeout, the connection reconnects by
-//!   itself and nothing queues while Redis is down.
+//!   [`StoreError::Unavailable`], [`StoreError::Cluster`], [`StoreError::Script`],
+//!   [`StoreError::Protocol`]); every call is bounded by the store timeout, the
+//!   connection reconnects by itself and nothing queues while Redis is down.
+//!   See [Outages and defects](#outages-and-defects).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -101,6 +102,42 @@
 //!   admitted beyond a limit; who gets the last unit among checks waiting at
 //!   the same moment is not first come, first served (as with the memory
 //!   store's threads).
+//!
+//! # Outages and defects
+//!
+//! A server that answers but cannot decide now fails the call with
+//! [`StoreError::Unavailable`] naming the state ([`Outage`](crate::Outage)),
+//! recognised by the reply's error code whether the server refused the
+//! `EVALSHA` itself or a command the script ran:
+//!
+//! | Redis replies | [`StoreError`] |
+//! |---|---|
+//! | `OOM` (`maxmemory` reached, nothing evictable) | `Unavailable(OutOfMemory)` |
+//! | `BUSY` (another client's long script) | `Unavailable(Busy)` |
+//! | `LOADING` (loading its data set) | `Unavailable(Loading)` |
+//! | `READONLY` (a replica, or a master demoted by a failover) | `Unavailable(ReadOnly)` |
+//! | `MASTERDOWN` (a replica without its master, `replica-serve-stale-data no`) | `Unavailable(MasterDown)` |
+//! | `CLUSTERDOWN`, `TRYAGAIN` | `Unavailable(ClusterDown)`, `Unavailable(TryAgain)` |
+//! | `NOSCRIPT` again after loading the script and retrying once | `Unavailable(ScriptsLost)` |
+//! | no answer in time; a refused or broken connection | `Timeout`, `Connection` |
+//! | `MOVED`, `ASK`, `CROSSSLOT`, no connection to a cluster node | `Cluster` |
+//! | credentials, ACL | `Config` |
+//! | anything else (a Lua error, a reply of the wrong shape) | `Script`, `Protocol` |
+//!
+//! All but the last two rows are [`StoreError::is_unavailable`]: a
+//! [`FallbackStore`](crate::store::FallbackStore) answers them, else the
+//! layer's [`FailMode`](crate::FailMode). `BUSY`, `LOADING` and `MASTERDOWN`
+//! (the server refuses every command until they pass) also trip the store's
+//! breaker, as a timeout does: calls then fail at once with that error and
+//! one `PING` per store timeout asks whether it is over, so a busy server
+//! is not sent every check. Under `OOM` a sliding-log or concurrency check
+//! is still decided by Redis: its script's first write is a
+//! `ZREMRANGEBYSCORE`, which Redis allows, and a script that has written may
+//! write past `maxmemory`.
+//!
+//! The last row is a defect, of this crate or of what sits between it and
+//! the server: the error is returned (the fallback would hide it) and logged
+//! at error level, once per distinct cause rather than per request.
 //!
 //! # The denial cache
 //!

@@ -13,7 +13,7 @@ use tokio::sync::oneshot;
 use super::batch::{self, CheckOutcome, Job, QueuedRule};
 use super::builder::Config;
 use super::deny::DenyCache;
-use super::error::timed;
+use super::error::{surfaced, timed};
 use super::params::Params;
 use super::registry::ScriptId;
 use super::{abandoned, batcher, keys, validate, RedisStore};
@@ -182,6 +182,43 @@ where
     }
 
     async fn check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
+        surfaced(self.check_rules(rules).await)
+    }
+
+    async fn refund(
+        &self,
+        key: &[u8],
+        policy: &Policy,
+        receipt: &Receipt,
+    ) -> Result<(), StoreError> {
+        surfaced(self.refund_receipt(key, policy, receipt).await)
+    }
+
+    async fn reset(&self, key: &[u8], policy: &Policy) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        let rk = self.redis_key(key, policy);
+        let mut del = redis::cmd("DEL");
+        del.arg(&rk[..]);
+        let call = timed(self.cfg.timeout, del.query_async::<Value>(&mut conn));
+        surfaced(self.invalidating(&rk, call).await.map(drop))
+    }
+
+    async fn release(
+        &self,
+        key: &[u8],
+        policy: &Policy,
+        permit: PermitId,
+    ) -> Result<(), StoreError> {
+        surfaced(self.release_permit(key, policy, permit).await)
+    }
+}
+
+/// The operations behind [`Store`]'s, whose errors [`surfaced`] reports.
+impl<C> RedisStore<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
+    async fn check_rules(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
         if rules.is_empty() {
             return Ok(Vec::new());
         }
@@ -239,7 +276,7 @@ where
         Ok(decisions)
     }
 
-    async fn refund(
+    async fn refund_receipt(
         &self,
         key: &[u8],
         policy: &Policy,
@@ -269,16 +306,7 @@ where
         self.invalidating(&rk, self.eval(&inv)).await.map(drop)
     }
 
-    async fn reset(&self, key: &[u8], policy: &Policy) -> Result<(), StoreError> {
-        let mut conn = self.conn.clone();
-        let rk = self.redis_key(key, policy);
-        let mut del = redis::cmd("DEL");
-        del.arg(&rk[..]);
-        let call = timed(self.cfg.timeout, del.query_async::<Value>(&mut conn));
-        self.invalidating(&rk, call).await.map(drop)
-    }
-
-    async fn release(
+    async fn release_permit(
         &self,
         key: &[u8],
         policy: &Policy,

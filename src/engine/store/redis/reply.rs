@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use redis::Value;
 
+use super::error::outage_in;
 use crate::algorithm::fixed_window::{self, FixedWindowState};
 use crate::algorithm::gcra;
 use crate::algorithm::sliding_window::{self, SlidingWindowState};
@@ -229,7 +230,9 @@ impl std::error::Error for CheckFailed {}
 /// another type, or a string that is no state of this crate) was deleted by
 /// the script, so the key starts fresh on the next check: the error names
 /// the key, and is logged here because a fail-open layer would otherwise
-/// swallow it.
+/// swallow it. A command the script ran that the server refused for an
+/// outage (`OOM`, `READONLY`, ...: see [`outage_in`]) is
+/// [`StoreError::Unavailable`]; anything else is a defect.
 pub(crate) fn failed(msg: String) -> StoreError {
     match msg.strip_prefix("FOREIGN ") {
         Some(rest) => {
@@ -241,7 +244,10 @@ pub(crate) fn failed(msg: String) -> StoreError {
             tracing::warn!(%err, "rate-limit key repaired");
             err
         }
-        None => StoreError::Script(Box::new(CheckFailed(msg))),
+        None => match outage_in(&msg) {
+            Some(why) => StoreError::Unavailable(why),
+            None => StoreError::Script(Box::new(CheckFailed(msg))),
+        },
     }
 }
 
