@@ -82,7 +82,9 @@
 //! [`Receipt`](crate::Receipt) says which), whichever decides now: units
 //! taken on the fallback during an outage are not given to the primary's
 //! count after it, nor the other way round. A [`Store::reset`] goes to
-//! both, and reports the primary's error, if any.
+//! both and reports the primary's error, if any; while the primary is
+//! unavailable it goes to the fallback alone (the primary's state of the
+//! key then lapses with its expiry).
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
@@ -459,7 +461,17 @@ impl<P: Store, F: Store> Store for FallbackStore<P, F> {
 
     async fn reset(&self, key: &[u8], policy: &Policy) -> Result<(), StoreError> {
         let fallback = self.fallback.reset(key, policy).await;
-        self.primary.reset(key, policy).await.and(fallback)
+        if self.is_on_fallback() {
+            return fallback;
+        }
+        match self.primary.reset(key, policy).await {
+            // An outage is no error here either (a lock-out resets strikes).
+            Err(e) if e.is_unavailable() => {
+                self.shared.primary_failed(&e);
+                fallback
+            }
+            primary => primary.and(fallback),
+        }
     }
 
     async fn release(
