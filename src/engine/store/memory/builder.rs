@@ -67,7 +67,8 @@ impl<C: Clock> MemoryStoreBuilder<C> {
     /// counts toward the longest prefix it starts with. Calling this again
     /// with the same prefix replaces its cap; an empty prefix sets
     /// [`max_keys`](Self::max_keys). The store holds at most `max_keys` plus
-    /// the sum of these caps.
+    /// the sum of these caps (and the room of lock-out state,
+    /// [`max_penalty_keys`](Self::max_penalty_keys)).
     ///
     /// ```
     /// use tower_throttle::MemoryStore;

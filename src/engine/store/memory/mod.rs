@@ -61,7 +61,10 @@
 //! longest configured prefix it starts with, or toward
 //! [`max_keys`](MemoryStoreBuilder::max_keys) if none: flooding one route
 //! then leaves the room of every other route untouched. The caps add up:
-//! the store holds at most `max_keys` plus the sum of the per-prefix caps.
+//! the store holds at most `max_keys` plus the sum of the per-prefix caps,
+//! plus the room of lock-out state
+//! ([`max_penalty_keys`](MemoryStoreBuilder::max_penalty_keys)), which never
+//! overflows: a lock announced is kept.
 //! The prefix is matched only when a key is inserted or decided in
 //! overflow, never on the path of a key already held, and a store without
 //! per-prefix caps matches nothing.
