@@ -241,19 +241,28 @@ fn a_probe_dropped_mid_call_lets_the_next_call_probe() {
     assert_eq!(d.decided_by, DecidedBy::Primary, "the claim was given back");
 }
 
+/// A reset reaches both stores; while the primary is out it is no error
+/// (a lock-out resets strikes on every lock): the fallback alone is reset.
 #[test]
-fn reset_reaches_both_stores_and_reports_the_primary() {
-    let (_clock, primary, store) = setup();
+fn reset_reaches_both_stores_and_the_fallback_alone_in_an_outage() {
+    let (clock, primary, store) = setup();
     let p = window(1);
     let rule = Charge::new(b"k", &p, 1);
     block_on(async {
         store.check(rule).await.unwrap();
         primary.set(DOWN);
         store.check(rule).await.unwrap();
-        assert!(store.reset(b"k", &p).await.unwrap_err().is_unavailable());
+        store.reset(b"k", &p).await.unwrap();
         assert!(store.fallback().check_now(rule).unwrap().unwrap().allowed);
+        // The primary kept its count: it was out.
         primary.set(0);
-        store.primary().reset(b"k", &p).await.unwrap();
+        clock.advance(DEFAULT_PROBE_INTERVAL);
+        assert!(!store.check(rule).await.unwrap().allowed, "the primary's unit");
+        assert_eq!(store.check(rule).await.unwrap().decided_by, DecidedBy::Primary);
+        // Both answer: both are reset.
+        store.reset(b"k", &p).await.unwrap();
+        let peek = Charge::new(b"k", &p, 0);
+        assert_eq!(store.primary().check(peek).await.unwrap().remaining, 1);
     });
 }
 
