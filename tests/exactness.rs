@@ -311,7 +311,7 @@ fn limiter_with_a_clock_jumping_back_never_admits_more_than_forward_time_allows(
             }
             let d = rt.block_on(limiter.check("k")).unwrap();
             admitted += u64::from(d.allowed);
-            last = d.receipt.or(last);
+            last = d.receipt().or(last);
             // Peeks and refunds at odd times never panic.
             if step % 97 == 0 {
                 if let Some(receipt) = last.take() {

@@ -59,7 +59,7 @@ async fn unsupported_operations_are_typed_errors() {
     assert!(unsupported(gov.check(Charge::new(b"k", &log, 1)).await));
     assert!(unsupported(gov.check(Charge::new(b"k", &gcra, 0)).await));
     let admitted = gov.check(Charge::new(b"r", &gcra, 1)).await.unwrap();
-    let receipt = admitted.receipt.unwrap_or(Receipt::new(1, 0, None));
+    let receipt = admitted.receipt().unwrap_or(Receipt::new(1, 0, None));
     assert!(unsupported(gov.refund(b"r", &gcra, &receipt).await));
     assert!(unsupported(gov.reset(b"k", &gcra).await));
     let d = gov.check(Charge::new(b"k", &gcra, u64::MAX)).await.unwrap();

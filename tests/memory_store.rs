@@ -319,7 +319,12 @@ fn reset_and_refund_reach_a_cached_hot_key() {
     let p = Policy::cell(4, 1, Duration::from_secs(60)).unwrap(); // 5 at once
     let admitted = |n| -> Vec<Receipt> {
         (0..n)
-            .filter_map(|_| store.check_sync(Charge::new(b"k", &p, 1)).unwrap().receipt)
+            .filter_map(|_| {
+                store
+                    .check_sync(Charge::new(b"k", &p, 1))
+                    .unwrap()
+                    .receipt()
+            })
             .collect()
     };
     let receipts = admitted(10);
@@ -583,7 +588,7 @@ async fn limiter_direct_api() {
         let d = reply.check("laoqian").await.unwrap();
         assert!(d.allowed);
         assert_eq!(d.remaining, 4 - i);
-        receipts.extend(d.receipt);
+        receipts.extend(d.receipt());
     }
     assert!(!reply.check("laoqian").await.unwrap().allowed);
     assert!(

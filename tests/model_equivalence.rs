@@ -72,7 +72,7 @@ fn run(policy: Policy, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let want = model.check(&k, &policy, now, cost, id);
                 prop_assert_eq!(got, want, "step {} check key {} cost {}", step, key, cost);
                 permits[key as usize].extend(got.permit);
-                receipts[key as usize].extend(got.receipt);
+                receipts[key as usize].extend(got.receipt());
             }
             Op::Refund { key, nth, amount } => {
                 let held = &mut receipts[key as usize];

@@ -71,7 +71,7 @@ async fn walk<S: Store>(
             Op::Charge(cost) => {
                 let d = store.check(Charge::new(key, policy, cost)).await.unwrap();
                 if d.allowed {
-                    let receipt = d.receipt.expect("an admitted charge has a receipt");
+                    let receipt = d.receipt().expect("an admitted charge has a receipt");
                     prop_assert_eq!(receipt.units(), cost);
                     admitted.push(Admitted {
                         at: clock.now_ns(),

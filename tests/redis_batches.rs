@@ -117,7 +117,7 @@ fn a_busy_key_never_expires_before_its_tat() {
         for i in 0..36 {
             let d = store.check(Charge::new(b"busy", &policy, 1)).await.unwrap();
             assert!(d.allowed, "admission {i}");
-            receipts.extend(d.receipt);
+            receipts.extend(d.receipt());
             let ttl = pttl(&server, &key);
             assert_expiry_covers(&format!("admission {i}"), ttl, d.reset_after, jumped);
             // Time catches up now and then: the tat restarts from now.

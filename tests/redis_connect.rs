@@ -132,7 +132,7 @@ fn the_minimal_acl_rule_runs_every_algorithm() {
             if p.is_concurrency() {
                 store.release(b"u", p, d.permit.unwrap()).await.unwrap();
             } else {
-                let receipt = d.receipt.expect("an admitted charge");
+                let receipt = d.receipt().expect("an admitted charge");
                 store.refund(b"u", p, &receipt).await.unwrap();
             }
             let d = store.check(Charge::new(b"u", p, 2)).await.unwrap();

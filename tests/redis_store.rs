@@ -125,7 +125,7 @@ fn sliding_log_bursts_at_one_instant_are_counted_exactly() {
             let m = mem.check(Charge::new(k, &p, cost)).await.unwrap();
             let r = redis.check(Charge::new(k, &p, cost)).await.unwrap();
             assert_eq!(m, r, "cost {cost}");
-            if let (Some(a), Some(b)) = (m.receipt, r.receipt) {
+            if let (Some(a), Some(b)) = (m.receipt(), r.receipt()) {
                 mem.refund(k, &p, &a.part(refund)).await.unwrap();
                 redis.refund(k, &p, &b.part(refund)).await.unwrap();
             }
@@ -318,7 +318,7 @@ fn every_key_has_a_ttl_within_the_policy_bound() {
             assert_ttls("after an admission");
             assert!(!store.check(Charge::new(&key, p, 2)).await.unwrap().allowed);
             assert_ttls("after a denial");
-            let receipt = admitted.receipt.expect("an admitted charge");
+            let receipt = admitted.receipt().expect("an admitted charge");
             store.refund(&key, p, &receipt.part(1)).await.unwrap();
             assert_ttls("after a refund");
             // A second key checked then fully given back leaves nothing behind.
@@ -327,7 +327,7 @@ fn every_key_has_a_ttl_within_the_policy_bound() {
             if let Some(id) = d.permit {
                 store.release(&gone, p, id).await.unwrap();
             } else {
-                let receipt = d.receipt.expect("an admitted charge");
+                let receipt = d.receipt().expect("an admitted charge");
                 store.refund(&gone, p, &receipt).await.unwrap();
             }
         }

@@ -42,12 +42,13 @@ pub struct Decision {
     /// answers a [`FallbackStore`](crate::store::FallbackStore) gives while
     /// its primary store is unavailable.
     pub decided_by: DecidedBy,
-    /// Admitted charges of at least one unit only: where the units were
-    /// taken, so that giving them back ([`Store::refund`]) returns them to
-    /// that slot and nowhere else. `None` for denials and peeks.
-    ///
-    /// [`Store::refund`]: crate::store::Store::refund
-    pub receipt: Option<Receipt>,
+    /// The units this check took: its cost when admitted, 0 for denials
+    /// and peeks. With [`Decision::charged_at_ns`], where they were taken:
+    /// see [`Decision::receipt`].
+    pub charged: u64,
+    /// When the units were taken, in ns on the deciding store's clock (0
+    /// when nothing was).
+    pub charged_at_ns: u64,
 }
 
 /// Where an admitted charge was taken: the slot of the key's state that a
@@ -67,8 +68,9 @@ pub struct Decision {
 /// single time (parts of one receipt may be refunded separately as long as
 /// they add up to no more than its units).
 ///
-/// Stores stamp receipts on admitted decisions ([`Decision::stamped`]);
-/// [`Receipt::new`] is for stores and tests.
+/// Read it from an admitted decision ([`Decision::receipt`]; stores stamp
+/// what it needs with [`Decision::stamp`]); [`Receipt::new`] is for
+/// stores and tests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Receipt {
     units: u64,
@@ -150,17 +152,29 @@ pub enum DecidedBy {
 }
 
 impl Decision {
-    /// This decision, of a charge of `cost` units made at `now_ns` on the
-    /// deciding store's clock, with its [`Receipt`] when it admitted at
-    /// least one unit (denials and peeks take nothing and have none). Every
-    /// store of this crate stamps its decisions here; a store of your own
-    /// should too.
+    /// Records on this decision, of a charge of `cost` units made at
+    /// `now_ns` on the deciding store's clock, what it took ([`Decision::charged`],
+    /// [`Decision::charged_at_ns`]) when it admitted at least one unit
+    /// (denials and peeks take nothing). Every store of this crate stamps
+    /// its decisions here; a store of your own should too.
     #[inline]
-    #[must_use]
-    pub fn stamped(mut self, now_ns: u64, cost: u64) -> Self {
-        self.receipt = (self.allowed && cost > 0)
-            .then(|| Receipt::new(cost, now_ns, self.permit).decided_by(self.decided_by));
-        self
+    pub fn stamp(&mut self, now_ns: u64, cost: u64) {
+        if self.allowed && cost > 0 {
+            self.charged = cost;
+            self.charged_at_ns = now_ns;
+        }
+    }
+
+    /// Where an admitted check's units were taken, to give them back
+    /// ([`Store::refund`]) into that slot and nowhere else: `None` for
+    /// denials and peeks, which took nothing.
+    ///
+    /// [`Store::refund`]: crate::store::Store::refund
+    #[inline]
+    pub fn receipt(&self) -> Option<Receipt> {
+        (self.charged > 0).then(|| {
+            Receipt::new(self.charged, self.charged_at_ns, self.permit).decided_by(self.decided_by)
+        })
     }
 
     /// Denied, and no amount of waiting helps: the cost exceeds what the
@@ -244,7 +258,8 @@ mod tests {
             quota_after: retry.unwrap_or_default(),
             permit: None,
             decided_by: DecidedBy::Primary,
-            receipt: None,
+            charged: 0,
+            charged_at_ns: 0,
         }
     }
 

@@ -38,7 +38,7 @@ pub(crate) fn valid_name(name: &str) -> bool {
 /// let d = posts.check("laoqian").await?;
 /// assert_eq!(d.to_cell_reply(), [0, 16, 15, -1, 2]);
 /// // The post failed: give its unit back, where it was taken.
-/// posts.refund("laoqian", &d.receipt.expect("admitted")).await?;
+/// posts.refund("laoqian", &d.receipt().expect("admitted")).await?;
 /// assert_eq!(posts.peek("laoqian").await?.remaining, 16);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// # }).unwrap();
@@ -234,7 +234,7 @@ impl<S: Store> Limiter<S> {
             let mut decision = self.store.check(Charge::new(&key, &used, cost)).await?;
             let slot = rebase(&real, &used, &mut decision);
             if decision.allowed {
-                if let Some(receipt) = decision.receipt.filter(|_| !slot.is_zero()) {
+                if let Some(receipt) = decision.receipt().filter(|_| !slot.is_zero()) {
                     let reserved = Reservation {
                         store: Some(self.store.clone()),
                         key: &key,

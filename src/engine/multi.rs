@@ -246,7 +246,7 @@ impl<S: Store> MultiLimiter<S> {
     ) -> Result<(), StoreError> {
         let keys = self.keys(key.as_ref());
         for ((k, (_, policy)), d) in keys.iter().zip(self.rules.iter()).zip(&checked.decisions) {
-            if let Some(receipt) = &d.receipt {
+            if let Some(receipt) = &d.receipt() {
                 self.store.refund(k, policy, receipt).await?;
             }
         }

@@ -221,10 +221,11 @@ impl Model {
             state.admit(policy, now, cost, permit);
         }
         let permit = (allowed && cost > 0 && policy.is_concurrency()).then_some(PermitId(permit));
-        // Where the charge was taken: its instant.
-        let receipt = (allowed && cost > 0).then(|| Receipt::new(cost, now, permit));
+        // What the charge took, and when.
+        let charged = if allowed { cost } else { 0 };
         Decision {
-            receipt,
+            charged,
+            charged_at_ns: if charged > 0 { now } else { 0 },
             decided_by: Default::default(),
             allowed,
             limit: policy.limit(),

@@ -180,7 +180,7 @@ fn same(subject: &Subject<impl Store>, what: &str, got: &Decision, want: &Decisi
     assert_eq!(got.permit.is_some(), want.permit.is_some(), "permit: {ctx}");
     if subject.caps.refund {
         // The slot the charge was taken from.
-        let slot = |d: &Decision| d.receipt.map(|r| (r.units(), r.at_ns(), r.permit()));
+        let slot = |d: &Decision| d.receipt().map(|r| (r.units(), r.at_ns(), r.permit()));
         assert_eq!(slot(got), slot(want), "receipt: {ctx}");
     }
 }
@@ -248,7 +248,7 @@ async fn model_walk<S: Store>(subject: &Subject<S>, name: &str, policy: &Policy)
                 if let Some(p) = got.permit {
                     held.push(p);
                 }
-                receipts.extend(got.receipt);
+                receipts.extend(got.receipt());
             }
         }
     }

@@ -86,7 +86,8 @@ pub fn check(
         .chain(reset_at.filter(|_| allowed && cost > 0))
         .min();
     Decision {
-        receipt: None,
+        charged: 0,
+        charged_at_ns: 0,
         decided_by: Default::default(),
         allowed,
         limit: p.max_in_flight,

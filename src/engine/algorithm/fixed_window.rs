@@ -33,7 +33,8 @@ pub fn check(p: &WindowParams, s: &FixedWindowState, now: u64, cost: u64) -> Dec
     let after = if allowed { count + cost } else { count };
     let remaining = p.max.saturating_sub(after);
     Decision {
-        receipt: None,
+        charged: 0,
+        charged_at_ns: 0,
         decided_by: Default::default(),
         allowed,
         limit: p.max,

@@ -39,7 +39,8 @@ pub fn check(p: &GcraParams, tat: u64, now: u64, cost: u64) -> Decision {
     let ttl = if allowed { new_tat - now } else { base - now };
     let remaining = remaining(p, ttl);
     Decision {
-        receipt: None,
+        charged: 0,
+        charged_at_ns: 0,
         decided_by: Default::default(),
         allowed,
         limit: p.limit,
@@ -68,7 +69,8 @@ fn check_wide(p: &GcraParams, tat: u64, now: u64, cost: u64) -> Decision {
     };
     let remaining = remaining(p, sat(ttl));
     Decision {
-        receipt: None,
+        charged: 0,
+        charged_at_ns: 0,
         decided_by: Default::default(),
         allowed,
         limit: p.limit,

@@ -83,7 +83,8 @@ pub fn check(p: &WindowParams, s: &SlidingLogState, now: u64, cost: u64) -> Deci
         oldest
     };
     Decision {
-        receipt: None,
+        charged: 0,
+        charged_at_ns: 0,
         decided_by: Default::default(),
         allowed,
         limit: p.max,

@@ -90,7 +90,8 @@ pub fn check(p: &WindowParams, s: &SlidingWindowState, now: u64, cost: u64) -> D
         dur(until_at_most(prev, current_after, start, w, target).saturating_sub(now_w))
     };
     Decision {
-        receipt: None,
+        charged: 0,
+        charged_at_ns: 0,
         decided_by: Default::default(),
         allowed,
         limit: p.max,

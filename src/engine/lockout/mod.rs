@@ -175,7 +175,8 @@ impl Penalty {
     /// rule of `policy`: nothing remaining, `retry_after` = `left`.
     pub fn locked(&self, policy: &Policy, left: Duration) -> Decision {
         Decision {
-            receipt: None,
+            charged: 0,
+            charged_at_ns: 0,
             allowed: false,
             limit: policy.limit(),
             remaining: 0,

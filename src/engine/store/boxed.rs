@@ -266,7 +266,7 @@ mod tests {
                 let a = Store::check(&plain, rule).await.unwrap();
                 let b = Store::check(&boxed, rule).await.unwrap();
                 assert_eq!(a, b, "check {i}");
-                if let (Some(ra), Some(rb)) = (a.receipt, b.receipt) {
+                if let (Some(ra), Some(rb)) = (a.receipt(), b.receipt()) {
                     receipts = Some((ra, rb));
                 }
                 assert_eq!(

@@ -121,7 +121,8 @@ where
             return Err(StoreError::Unsupported("non-GCRA policies on governor"));
         };
         let never = Decision {
-            receipt: None,
+            charged: 0,
+            charged_at_ns: 0,
             decided_by: Default::default(),
             allowed: false,
             limit: p.limit,
@@ -145,7 +146,8 @@ where
                 let remaining = u64::from(snapshot.remaining_burst_capacity());
                 let reset_after = tau.saturating_sub(t * u32::try_from(remaining).unwrap_or(0));
                 Ok(Decision {
-                    receipt: None,
+                    charged: 0,
+                    charged_at_ns: 0,
                     decided_by: Default::default(),
                     allowed: true,
                     limit: p.limit,
@@ -164,7 +166,8 @@ where
                 let remaining = tau.saturating_sub(ttl).as_nanos() / t.as_nanos();
                 let remaining = u64::try_from(remaining).unwrap_or(0);
                 Ok(Decision {
-                    receipt: None,
+                    charged: 0,
+                    charged_at_ns: 0,
                     decided_by: Default::default(),
                     allowed: false,
                     limit: p.limit,

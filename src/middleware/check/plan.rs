@@ -96,7 +96,7 @@ impl Plan {
             .iter()
             .zip(info.iter())
             .filter(|(_, (_, policy, _))| !policy.is_concurrency())
-            .filter_map(|(a, (_, policy, d))| Some((self.key(a).to_vec(), *policy, d.receipt?)))
+            .filter_map(|(a, (_, policy, d))| Some((self.key(a).to_vec(), *policy, d.receipt()?)))
             .collect()
     }
 

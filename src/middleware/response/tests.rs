@@ -41,7 +41,8 @@ fn rules() -> Box<[RuleSummary]> {
 
 fn decision(allowed: bool, remaining: u64, retry_ms: Option<u64>, reset_ms: u64) -> Decision {
     Decision {
-        receipt: None,
+        charged: 0,
+        charged_at_ns: 0,
         decided_by: Default::default(),
         allowed,
         limit: 5,

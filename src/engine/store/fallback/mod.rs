@@ -300,9 +300,6 @@ impl FallbackShared {
             p.map.insert(ours, (theirs, expires));
             d.permit = Some(ours);
         }
-        d.receipt = d
-            .receipt
-            .map(|r| r.with_permit(d.permit).decided_by(DecidedBy::Fallback));
         d
     }
 

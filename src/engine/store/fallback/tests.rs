@@ -257,8 +257,14 @@ fn reset_reaches_both_stores_and_the_fallback_alone_in_an_outage() {
         // The primary kept its count: it was out.
         primary.set(0);
         clock.advance(DEFAULT_PROBE_INTERVAL);
-        assert!(!store.check(rule).await.unwrap().allowed, "the primary's unit");
-        assert_eq!(store.check(rule).await.unwrap().decided_by, DecidedBy::Primary);
+        assert!(
+            !store.check(rule).await.unwrap().allowed,
+            "the primary's unit"
+        );
+        assert_eq!(
+            store.check(rule).await.unwrap().decided_by,
+            DecidedBy::Primary
+        );
         // Both answer: both are reset.
         store.reset(b"k", &p).await.unwrap();
         let peek = Charge::new(b"k", &p, 0);

@@ -39,8 +39,9 @@ impl<C: Clock> MemoryStore<C> {
             }
             return Ok(brief.decision());
         }
-        let d = self.check_absent(rule, now, hash, index, None)?;
-        Ok(Some(d.stamped(now, cost)))
+        let mut d = self.check_absent(rule, now, hash, index, None)?;
+        d.stamp(now, cost);
+        Ok(Some(d))
     }
 }
 

@@ -266,8 +266,12 @@ impl<C: Clock> MemoryStore<C> {
     /// Decides one rule now, synchronously. [`Store::check`] calls this.
     pub fn check_sync(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
         let now = self.inner.clock.now_ns();
-        let d = self.decide_one(rule, now)?;
-        Ok(d.stamped(now, rule.cost))
+        let mut answer = self.decide_one(rule, now);
+        // In place: the decision is not copied again on the hot path.
+        if let Ok(d) = &mut answer {
+            d.stamp(now, rule.cost);
+        }
+        answer
     }
 
     /// [`check_sync`](Self::check_sync) at `now`, without the receipt.

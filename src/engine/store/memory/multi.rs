@@ -158,7 +158,7 @@ impl<C: Clock> MemoryStore<C> {
             shard.next_expiry = shard.next_expiry.min(at);
         }
         for (d, rule) in decisions.iter_mut().zip(rules) {
-            *d = d.stamped(now, rule.cost);
+            d.stamp(now, rule.cost);
         }
         Ok(decisions)
     }

@@ -125,7 +125,8 @@ fn decision(v: &Value) -> Result<Decision, StoreError> {
     };
     let retry = int(retry)?;
     Ok(Decision {
-        receipt: None,
+        charged: 0,
+        charged_at_ns: 0,
         decided_by: Default::default(),
         allowed,
         limit: nonneg(int(limit)?)?,

@@ -165,7 +165,8 @@ pub(crate) fn decision(
                     .transpose()
             };
             Decision {
-                receipt: None,
+                charged: 0,
+                charged_at_ns: 0,
                 decided_by: Default::default(),
                 allowed: script_allowed,
                 limit: p.max,
@@ -177,7 +178,8 @@ pub(crate) fn decision(
             }
         }
         Algorithm::SlidingLog(p) => Decision {
-            receipt: None,
+            charged: 0,
+            charged_at_ns: 0,
             decided_by: Default::default(),
             allowed: script_allowed,
             limit: p.max,
@@ -188,7 +190,8 @@ pub(crate) fn decision(
             permit: None,
         },
         Algorithm::Concurrency(p) => Decision {
-            receipt: None,
+            charged: 0,
+            charged_at_ns: 0,
             decided_by: Default::default(),
             allowed: script_allowed,
             limit: p.max_in_flight,
@@ -332,12 +335,15 @@ pub(crate) fn check(
             permit: None,
             ..*r
         };
-        let (d, s) = decision(if all || verdict != 1 { r } else { &peek }, f, now_ns)?;
+        let (mut d, s) = decision(if all || verdict != 1 { r } else { &peek }, f, now_ns)?;
         if i == 0 {
             first = s;
         }
         // Only a check that charged every rule took anything.
-        out.push(if all { d.stamped(now_ns, r.cost) } else { d });
+        if all {
+            d.stamp(now_ns, r.cost);
+        }
+        out.push(d);
     }
     Ok(Ok((out, first)))
 }
@@ -377,7 +383,8 @@ pub(crate) fn uniform_gcra(
             d.allowed
         )));
     }
-    let d = d.stamped(now_ns, cost);
+    let mut d = d;
+    d.stamp(now_ns, cost);
     Ok(Ok((vec![d], Some(RawState::Gcra(tat)))))
 }
 
