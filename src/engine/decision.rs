@@ -201,7 +201,8 @@ impl Decision {
     ///     quota_after: Duration::from_millis(1999),
     ///     permit: None,
     ///     decided_by: Default::default(),
-    ///     receipt: None,
+    ///     charged: 0,
+    ///     charged_at_ns: 0,
     /// };
     /// assert_eq!(d.to_cell_reply(), [1, 16, 0, 2, 32]);
     /// ```

@@ -331,3 +331,77 @@ fn a_stalled_primary_leaves_the_fallback_its_part_of_the_callers_budget() {
         assert!(alone.is_err(), "no share without a caller's budget");
     });
 }
+
+/// A refund goes to the store that took the charge, whichever decides now:
+/// units taken on the fallback during an outage go back to the fallback
+/// after the primary is back (not to the primary's count), and units taken
+/// on the primary go back to the primary.
+#[test]
+fn refunds_go_to_the_store_that_took_the_charge() {
+    let (clock, primary, store) = setup();
+    let p = window(2);
+    let rule = Charge::new(b"k", &p, 1);
+    let peek = Charge::new(b"k", &p, 0);
+    block_on(async {
+        let on_primary = store.check(rule).await.unwrap();
+        assert_eq!(on_primary.decided_by, DecidedBy::Primary);
+        primary.set(DOWN);
+        let on_fallback = store.check(rule).await.unwrap();
+        assert_eq!(on_fallback.decided_by, DecidedBy::Fallback);
+        let fallback_receipt = on_fallback.receipt().unwrap();
+        assert_eq!(fallback_receipt.store(), DecidedBy::Fallback);
+
+        // Back on the primary: the fallback's unit returns to the fallback.
+        primary.set(0);
+        clock.advance(DEFAULT_PROBE_INTERVAL);
+        store.refund(b"k", &p, &fallback_receipt).await.unwrap();
+        assert_eq!(
+            store.fallback().check_now(peek).unwrap().unwrap().remaining,
+            2
+        );
+        assert_eq!(
+            store.primary().check(peek).await.unwrap().remaining,
+            1,
+            "untouched"
+        );
+
+        // The primary's unit returns to the primary, even while it is out
+        // (then the refund fails and the unit stays counted).
+        primary.set(DOWN);
+        let receipt = on_primary.receipt().unwrap();
+        assert!(store
+            .refund(b"k", &p, &receipt)
+            .await
+            .unwrap_err()
+            .is_unavailable());
+        primary.set(0);
+        store.refund(b"k", &p, &receipt).await.unwrap();
+        assert_eq!(store.primary().check(peek).await.unwrap().remaining, 2);
+    });
+}
+
+/// A concurrency permit taken on the fallback is refunded by its own id
+/// there (the fallback's ids are renumbered by the pair).
+#[test]
+fn a_fallback_permit_is_refunded_by_its_own_lease() {
+    let (_clock, primary, store) = setup();
+    let p = Policy::concurrency_with_lease(2, Duration::from_secs(60)).unwrap();
+    let rule = Charge::new(b"c", &p, 1);
+    primary.set(DOWN);
+    block_on(async {
+        let first = store.check(rule).await.unwrap();
+        let second = store.check(rule).await.unwrap();
+        assert!(first.allowed && second.allowed);
+        assert!(!store.check(rule).await.unwrap().allowed, "two in flight");
+        store
+            .refund(b"c", &p, &first.receipt().unwrap())
+            .await
+            .unwrap();
+        assert!(
+            store.check(rule).await.unwrap().allowed,
+            "the first's lease is gone"
+        );
+        // The second still holds its own.
+        assert!(!store.check(rule).await.unwrap().allowed);
+    });
+}
