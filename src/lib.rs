@@ -74,20 +74,40 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
-// Two floors (see ARCHITECTURE.md): the engine (policies, algorithms,
-// stores, the direct API) knows nothing of HTTP; the middleware (the tower
-// layer and what it renders) builds on it. Public paths are re-exports.
-mod engine;
-mod middleware;
+// Two floors (see ARCHITECTURE.md; `floors::tests` enforces them). The
+// engine — policies, algorithms, decisions, clocks, stores and the direct
+// API — knows nothing of HTTP, tower or a request. The middleware — the
+// tower layer, service and response future, key extractors, one request's
+// check and the answers it renders — builds on it. Each public module is
+// the file or folder of its name.
+pub mod algorithm;
+pub mod clock;
+mod decision;
+mod limiter;
+pub mod lockout;
+mod multi;
+mod policy;
+pub mod store;
 
-#[doc(inline)]
-pub use engine::{algorithm, clock, lockout, store};
-use engine::{decision, limiter, multi, policy};
-use middleware::{
-    body, check, fields, info, layer, mode, outcome, rule, service, settings, upgrade,
-};
-#[doc(inline)]
-pub use middleware::{future, grpc, key, resolve, response};
+mod body;
+mod check;
+mod fields;
+pub mod future;
+pub mod grpc;
+mod info;
+pub mod key;
+mod layer;
+mod mode;
+mod outcome;
+pub mod resolve;
+pub mod response;
+mod rule;
+mod service;
+mod settings;
+mod upgrade;
+
+#[cfg(test)]
+mod floors;
 
 pub use body::ThrottleBody;
 pub use decision::{DecidedBy, Decision, PermitId, Receipt};
