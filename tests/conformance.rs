@@ -14,9 +14,11 @@ mod redis_support;
 #[path = "support/conformance.rs"]
 mod conformance;
 
+#[cfg(feature = "redis")]
 #[path = "support/faults.rs"]
 mod faults;
 
+#[cfg(any(feature = "redis", feature = "governor"))]
 use std::time::Duration;
 
 use conformance::{run, Caps, Subject};
