@@ -1,18 +1,14 @@
-//! Every store of the crate through the one conformance suite
-//! (`tests/support/conformance.rs`): the way to validate a new backend.
+//! Every store of the crate through the one conformance suite, the public
+//! `tower_throttle::store::conformance` (feature `conformance`): the way to
+//! validate a new backend.
 //!
 //! Redis stores run on a client clock (`TimeSource::client`) so that time
 //! is the test's; `CellStore` runs when `REDIS_CELL_MODULE` names a built
 //! redis-cell module (it is not packaged for Debian), and says so otherwise.
 
-#[path = "models/mod.rs"]
-mod models;
 #[cfg(feature = "redis")]
 #[path = "support/redis.rs"]
 mod redis_support;
-
-#[path = "support/conformance.rs"]
-mod conformance;
 
 #[cfg(feature = "redis")]
 #[path = "support/faults.rs"]
@@ -21,8 +17,8 @@ mod faults;
 #[cfg(any(feature = "redis", feature = "governor"))]
 use std::time::Duration;
 
-use conformance::{run, Caps, Subject};
 use tower_throttle::clock::{Clock, ManualClock};
+use tower_throttle::store::conformance::{run, Caps, Subject};
 use tower_throttle::MemoryStore;
 
 const START_NS: u64 = 1_700_000_000_000_000_000;
@@ -174,7 +170,7 @@ mod redis_stores {
                 },
                 key_prefix: format!("cell-{}", std::process::id()),
             };
-            conformance::untimed(&subject).await;
+            tower_throttle::store::conformance::untimed(&subject).await;
             no_offline_queue(&server, &subject.store).await;
             waiting_checks_again(subject.store.clone()).await;
         });

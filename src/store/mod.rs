@@ -6,6 +6,9 @@
 
 pub mod boxed;
 pub(crate) mod budget;
+#[cfg(feature = "conformance")]
+#[cfg_attr(docsrs, doc(cfg(feature = "conformance")))]
+pub mod conformance;
 mod error;
 pub mod fallback;
 #[cfg(feature = "governor")]

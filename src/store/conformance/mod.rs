@@ -1,9 +1,12 @@
-//! The store conformance suite: what every [`Store`] must do, checked against
-//! the reference models of `tests/models`.
+//! The store conformance suite: what every [`Store`] must do, checked
+//! against slow, obviously-correct reference models ([`model`]). Feature
+//! `conformance`.
 //!
-//! A backend author runs it by describing the store as a [`Subject`] (how
-//! to move its clock, what it supports) and calling [`run`]; see
-//! `tests/conformance.rs` for every store of this crate. The suite covers:
+//! A store author (Postgres, DynamoDB, …) runs it by describing the store
+//! as a [`Subject`] (how to move its clock, what it supports) and calling
+//! [`run`]: one call, which panics with the store's name and the first
+//! difference from the model. Every store of this crate passes it
+//! (`tests/conformance.rs`). The suite covers:
 //!
 //! * **exact decisions** — a seeded walk of checks (peeks included where
 //!   supported), refunds, resets and releases over time, each decision equal
@@ -15,14 +18,37 @@
 //! * **typed errors** — bad requests and unsupported policies are
 //!   `StoreError`s, never panics.
 //!
-//! Include after `models`: `#[path = "support/conformance.rs"] mod conformance;`.
-#![allow(dead_code)]
+//! ```
+//! use tower_throttle::clock::ManualClock;
+//! use tower_throttle::store::conformance::{run, Caps, Subject};
+//! use tower_throttle::MemoryStore;
+//!
+//! let clock = ManualClock::starting_at(1_700_000_000_000_000_000);
+//! let store = MemoryStore::builder().clock(clock.clone()).build();
+//! let (advance, now) = (clock.clone(), clock);
+//! let subject = Subject {
+//!     name: "MemoryStore",
+//!     store,
+//!     advance: Box::new(move |d| advance.advance(d)),
+//!     now_ns: Box::new(move || tower_throttle::clock::Clock::now_ns(&now)),
+//!     caps: Caps::FULL,
+//!     key_prefix: "conformance".into(),
+//! };
+//! tokio::runtime::Builder::new_current_thread()
+//!     .build()
+//!     .unwrap()
+//!     .block_on(run(&subject));
+//! ```
+
+pub mod model;
 
 use std::time::Duration;
 
-use tower_throttle::{Algorithm, Charge, Decision, Policy, Receipt, Store, StoreError};
+use crate::decision::{Decision, Receipt};
+use crate::policy::{Algorithm, Policy};
+use crate::store::{Charge, Store, StoreError};
 
-use crate::models::Model;
+use self::model::Model;
 
 /// What a store supports beyond plain checks.
 #[derive(Clone, Copy, Debug)]
@@ -64,11 +90,13 @@ impl Caps {
 pub struct Subject<S> {
     /// For messages.
     pub name: &'static str,
+    /// The store.
     pub store: S,
     /// Moves the store's clock forward.
     pub advance: Box<dyn Fn(Duration) + Send + Sync>,
     /// The store's clock now, in ns (absolute where windows align to it).
     pub now_ns: Box<dyn Fn() -> u64 + Send + Sync>,
+    /// What the store supports.
     pub caps: Caps,
     /// Prefixes every key, so runs on one shared server do not meet.
     pub key_prefix: String,
