@@ -79,7 +79,7 @@
 //! A concurrency permit is released on the store that granted it (the ids
 //! of fallback permits are remembered until released or leased out). A
 //! [`Store::refund`] goes to the store that took the charge (its
-//! [`Receipt`](crate::Receipt) says which), whichever decides now: units
+//! [`Receipt`] says which), whichever decides now: units
 //! taken on the fallback during an outage are not given to the primary's
 //! count after it, nor the other way round. A [`Store::reset`] goes to
 //! both and reports the primary's error, if any; while the primary is
