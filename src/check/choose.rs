@@ -1,6 +1,6 @@
 //! The policy a rule applies to one request: its own, or the request's.
 
-use super::plan::PlannedRule;
+use super::planned::PlannedRule;
 use super::{LayerState, Plan};
 use crate::key::RequestHead;
 use crate::policy::Policy;

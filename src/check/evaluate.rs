@@ -3,9 +3,8 @@
 
 use std::time::Duration;
 
-use super::plan::{
-    missing_key, plan, recycle_keys, take_key_buffer, Decisions, PlannedRule, PlannedRules,
-};
+use super::plan::{missing_key, plan, recycle_keys, take_key_buffer, Decisions};
+use super::planned::{PlannedRule, PlannedRules};
 use super::settle::{settle, Step};
 use super::{count, lockout, LayerState, Plan, Stage};
 use crate::grpc::Reply;

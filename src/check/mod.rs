@@ -21,6 +21,7 @@ mod later;
 mod lockout;
 mod permits;
 mod plan;
+mod planned;
 mod settle;
 
 pub(crate) use charge::HeldCharge;

@@ -6,6 +6,7 @@ use std::cell::Cell;
 use bytes::Bytes;
 use http::Response;
 
+use super::planned::{PlannedRule, PlannedRules};
 use super::{count, LayerState, Stage};
 use crate::decision::{Decision, Receipt};
 use crate::grpc::{respond, Reply};
@@ -15,26 +16,6 @@ use crate::mode::OnMissingKey;
 use crate::policy::Policy;
 use crate::response::Rejection;
 use crate::store::{Charge, Store, StoreError};
-
-/// A rule to check: its index, its key in the plan's buffer, its cost and
-/// the policy applied.
-#[derive(Clone, Copy)]
-pub(super) struct PlannedRule {
-    pub(super) rule: usize,
-    pub(super) start: usize,
-    pub(super) end: usize,
-    pub(super) cost: u64,
-    /// The request's own policy (an index into `Plan::chosen`), when it is
-    /// not the rule's: kept out of line, so a static policy copies nothing.
-    pub(super) chosen: Option<u32>,
-    /// The policy is still to be resolved (asynchronously).
-    pub(super) pending: bool,
-}
-
-pub(super) enum PlannedRules {
-    One(PlannedRule),
-    Many(Vec<PlannedRule>),
-}
 
 /// The keys and costs of one request, owned so the check can outlive it.
 pub(crate) struct Plan {

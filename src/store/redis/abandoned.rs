@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 use tokio::sync::oneshot;
 
-use super::batch::QueuedRule;
 use super::error::timed;
+use super::queued::QueuedRule;
 use super::registry::ScriptId;
 use super::Config;
 use crate::decision::PermitId;

@@ -23,22 +23,11 @@ use tokio::sync::oneshot;
 
 use super::abandoned;
 use super::error::timed;
-use super::params::Params;
+use super::queued::QueuedRule;
 use super::registry::{check_script, ScriptId, UniformBatch};
 use super::reply::{self, Checked, SentRule};
 use super::{keys, Config};
-use crate::decision::PermitId;
-use crate::policy::Policy;
 use crate::store::StoreError;
-
-/// One rule of a queued check, owning what the script call needs.
-pub(crate) struct QueuedRule {
-    pub key: Vec<u8>,
-    pub policy: Policy,
-    pub params: Params,
-    pub cost: u64,
-    pub permit: Option<PermitId>,
-}
 
 /// A check waiting for the batcher.
 pub(crate) struct Job {

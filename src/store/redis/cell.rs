@@ -8,6 +8,7 @@ use redis::{IntoConnectionInfo, Value};
 
 use super::breaker::Breaker;
 use super::error::{surfaced, timed};
+use super::validate::cell_args;
 use super::{keys, reply, CellStoreBuilder};
 use crate::decision::{Decision, PermitId};
 use crate::policy::{Algorithm, GcraParams, Policy};
@@ -53,32 +54,6 @@ impl std::fmt::Debug for CellStore {
             .field("timeout", &self.timeout)
             .finish_non_exhaustive()
     }
-}
-
-/// The arguments the user gave [`Policy::cell`]: `(max_burst, count,
-/// period_s)`, sent as they are. Other GCRA policies (funnel, token bucket,
-/// a reservation's stretched tolerance) and periods that are not whole
-/// seconds have no `CL.THROTTLE` form with the same decisions.
-pub(super) fn cell_args(p: &GcraParams) -> Result<(u64, u64, u64), StoreError> {
-    let Some(a) = p.cell else {
-        return Err(StoreError::Unsupported(
-            "GCRA policies not built with Policy::cell on CellStore (redis-cell takes \
-             max_burst, count and period as given; use RedisStore)",
-        ));
-    };
-    let fits = |n: u64| i64::try_from(n).is_ok();
-    if a.period.subsec_nanos() != 0
-        || !fits(a.period.as_secs())
-        || !fits(a.max_burst)
-        || !fits(a.count)
-        || p.tolerance_ns != p.emission_interval_ns.saturating_mul(p.limit)
-    {
-        return Err(StoreError::Unsupported(
-            "Policy::cell arguments redis-cell cannot take (periods in whole seconds, \
-             values up to i64::MAX)",
-        ));
-    }
-    Ok((a.max_burst, a.count, a.period.as_secs()))
 }
 
 fn secs(n: i64) -> Duration {

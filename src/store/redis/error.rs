@@ -37,7 +37,7 @@ pub(crate) fn map(e: RedisError, timeout: Duration) -> StoreError {
     // A refund or release that found foreign data at its key (deleted by
     // the script): the same typed, logged error as a check's.
     if e.code() == Some("FOREIGN") {
-        return super::reply::failed(format!("FOREIGN {}", e.detail().unwrap_or("")));
+        return failed(format!("FOREIGN {}", e.detail().unwrap_or("")));
     }
     if let Some(why) = outage(&e) {
         return StoreError::Unavailable(why);
@@ -251,6 +251,44 @@ pub(crate) async fn timed<T>(
     }
 }
 
+/// A check the script ran but that failed there (for example a key of
+/// another type under one of its names).
+#[derive(Debug)]
+pub(crate) struct CheckFailed(pub String);
+
+impl std::fmt::Display for CheckFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for CheckFailed {}
+
+/// The error of a check that failed alone. Foreign data at a key (a value of
+/// another type, or a string that is no state of this crate) was deleted by
+/// the script, so the key starts fresh on the next check: the error names
+/// the key, and is logged here because a fail-open layer would otherwise
+/// swallow it. A command the script ran that the server refused for an
+/// outage (`OOM`, `READONLY`, ...: see [`outage_in`]) is
+/// [`StoreError::Unavailable`]; anything else is a defect.
+pub(crate) fn failed(msg: String) -> StoreError {
+    match msg.strip_prefix("FOREIGN ") {
+        Some(rest) => {
+            let (what, key) = rest.split_once(" at ").unwrap_or((rest, ""));
+            let err = StoreError::ForeignData {
+                key: key.to_owned(),
+                found: what.to_owned(),
+            };
+            tracing::warn!(%err, "rate-limit key repaired");
+            err
+        }
+        None => match outage_in(&msg) {
+            Some(why) => StoreError::Unavailable(why),
+            None => StoreError::Script(Box::new(CheckFailed(msg))),
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -363,7 +401,7 @@ mod tests {
             assert_eq!(outage_in(message), why, "{message}");
         }
         assert!(matches!(
-            super::super::reply::failed("OOM command not allowed".into()),
+            super::failed("OOM command not allowed".into()),
             StoreError::Unavailable(Outage::OutOfMemory)
         ));
     }

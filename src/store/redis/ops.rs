@@ -10,11 +10,12 @@ use redis::aio::ConnectionLike;
 use redis::Value;
 use tokio::sync::oneshot;
 
-use super::batch::{self, CheckOutcome, Job, QueuedRule};
-use super::builder::Config;
+use super::batch::{self, CheckOutcome, Job};
+use super::config::Config;
 use super::deny::DenyCache;
 use super::error::{surfaced, timed};
 use super::params::Params;
+use super::queued::QueuedRule;
 use super::registry::ScriptId;
 use super::{abandoned, batcher, keys, validate, RedisStore};
 use crate::decision::{Decision, PermitId, Receipt};

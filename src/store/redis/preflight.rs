@@ -11,7 +11,7 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, RoutingInfo};
 use redis::{Cmd, RedisError, RedisResult, Script, Value};
 
-use super::builder::Config;
+use super::config::Config;
 use super::error::{self, acl_commands, timed, ACL_DOCS};
 use super::{RedisStore, TimeSource};
 use crate::store::StoreError;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redis::Value;
 
-use super::error::outage_in;
+use super::error::failed;
 use crate::algorithm::fixed_window::{self, FixedWindowState};
 use crate::algorithm::gcra;
 use crate::algorithm::sliding_window::{self, SlidingWindowState};
@@ -214,44 +214,6 @@ pub(crate) fn decision(
         )));
     }
     Ok((d, state))
-}
-
-/// A check the script ran but that failed there (for example a key of
-/// another type under one of its names).
-#[derive(Debug)]
-pub(crate) struct CheckFailed(pub String);
-
-impl std::fmt::Display for CheckFailed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for CheckFailed {}
-
-/// The error of a check that failed alone. Foreign data at a key (a value of
-/// another type, or a string that is no state of this crate) was deleted by
-/// the script, so the key starts fresh on the next check: the error names
-/// the key, and is logged here because a fail-open layer would otherwise
-/// swallow it. A command the script ran that the server refused for an
-/// outage (`OOM`, `READONLY`, ...: see [`outage_in`]) is
-/// [`StoreError::Unavailable`]; anything else is a defect.
-pub(crate) fn failed(msg: String) -> StoreError {
-    match msg.strip_prefix("FOREIGN ") {
-        Some(rest) => {
-            let (what, key) = rest.split_once(" at ").unwrap_or((rest, ""));
-            let err = StoreError::ForeignData {
-                key: key.to_owned(),
-                found: what.to_owned(),
-            };
-            tracing::warn!(%err, "rate-limit key repaired");
-            err
-        }
-        None => match outage_in(&msg) {
-            Some(why) => StoreError::Unavailable(why),
-            None => StoreError::Script(Box::new(CheckFailed(msg))),
-        },
-    }
 }
 
 /// Offset of a tat stored at nanosecond precision (`gcra_ns.lua`): stored

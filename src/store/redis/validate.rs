@@ -4,7 +4,7 @@
 
 use super::keys::HashTag;
 use super::params::Params;
-use crate::policy::Algorithm;
+use crate::policy::{Algorithm, GcraParams};
 use crate::store::{RuleSpec, StoreError};
 
 /// The request part the rules' keys are tried with: the layer gives every
@@ -51,7 +51,7 @@ pub(crate) fn cell(rules: &[RuleSpec<'_>]) -> Result<(), StoreError> {
     match rules.first().map(|r| r.policy.algorithm()) {
         None => Ok(()),
         // Only `Policy::cell` in whole seconds has a `CL.THROTTLE` form.
-        Some(Algorithm::Gcra(p)) => super::cell::cell_args(p).map(|_| ()),
+        Some(Algorithm::Gcra(p)) => cell_args(p).map(|_| ()),
         Some(_) => Err(StoreError::Unsupported(
             "policies other than GCRA on CellStore (redis-cell); use Policy::cell, or \
              RedisStore for funnels, token buckets, windows, logs and concurrency",
@@ -65,6 +65,32 @@ fn one_slot(rules: &[RuleSpec<'_>], tag: &HashTag) -> bool {
     let mut tags = rules.iter().map(tag_of);
     let first = tags.next();
     tags.all(|t| Some(t) == first)
+}
+
+/// The arguments the user gave [`Policy::cell`]: `(max_burst, count,
+/// period_s)`, sent as they are. Other GCRA policies (funnel, token bucket,
+/// a reservation's stretched tolerance) and periods that are not whole
+/// seconds have no `CL.THROTTLE` form with the same decisions.
+pub(super) fn cell_args(p: &GcraParams) -> Result<(u64, u64, u64), StoreError> {
+    let Some(a) = p.cell else {
+        return Err(StoreError::Unsupported(
+            "GCRA policies not built with Policy::cell on CellStore (redis-cell takes \
+             max_burst, count and period as given; use RedisStore)",
+        ));
+    };
+    let fits = |n: u64| i64::try_from(n).is_ok();
+    if a.period.subsec_nanos() != 0
+        || !fits(a.period.as_secs())
+        || !fits(a.max_burst)
+        || !fits(a.count)
+        || p.tolerance_ns != p.emission_interval_ns.saturating_mul(p.limit)
+    {
+        return Err(StoreError::Unsupported(
+            "Policy::cell arguments redis-cell cannot take (periods in whole seconds, \
+             values up to i64::MAX)",
+        ));
+    }
+    Ok((a.max_burst, a.count, a.period.as_secs()))
 }
 
 #[cfg(test)]
