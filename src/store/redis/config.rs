@@ -22,7 +22,7 @@ pub enum TimeSource {
     /// microseconds). For deterministic tests with a
     /// [`ManualClock`](crate::clock::ManualClock): several instances with
     /// skewed clocks would disagree, and the server still expires keys on its
-    /// own clock (see [`RedisStoreBuilder::ttl_padding`]).
+    /// own clock (see [`RedisStoreBuilder::ttl_padding`](super::RedisStoreBuilder::ttl_padding)).
     Client(Arc<dyn Clock>),
 }
 
