@@ -413,8 +413,10 @@ async fn header_keys_are_escaped_bounded_and_distinct() {
 async fn spoofing_changes_nothing(extractor: impl KeyExtractor + Clone, peer: &str) -> u64 {
     let svc = ServiceBuilder::new()
         .layer(
+            // A manual clock: a minute boundary inside the loop would
+            // open a second window and admit 20.
             ThrottleLayer::new(
-                MemoryStore::new(),
+                MemoryStore::builder().clock(ManualClock::new()).build(),
                 Policy::fixed_window(10, Duration::from_secs(60)).unwrap(),
             )
             .key(extractor),
