@@ -1,35 +1,49 @@
-//! One request's check, in three stages: [`plan`] builds every rule's key
-//! and policy, [`evaluate`] asks the store (at once in process, else
-//! through a future in `later`), [`settle`] applies the layer's mode to the
-//! answer.
+//! One request's check, one pipeline in three stages, each in the file of
+//! its name:
+//!
+//! - [`plan`] builds every rule's key, cost and policy (a [`Plan`]);
+//! - [`decide`] asks the store for its decisions (an [`Answer`]);
+//! - [`settle`] applies the layer's mode to the answer (a [`Verdict`], or a
+//!   wait in delay mode), recording a lock-out's strikes.
+//!
+//! [`now`] runs them in process, where most requests end; a plan that needs
+//! a future (a remote store, a resolver, delay mode) goes on in [`later`].
+//! Both run the same body, [`run`], which reaches the store through a
+//! [`Reach`]. A layer of one plain rule takes the fast lane of `simple`.
 
+use std::future::Future;
+use std::ops::ControlFlow;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
-use bytes::Bytes;
-use http::Response;
-
-use crate::info::Meta;
+use crate::grpc::Reply;
+use crate::info::{Meta, RateLimitInfo};
+use crate::key::RequestHead;
+use crate::mode::Mode;
 use crate::rule::RuleCfg;
 use crate::settings::Settings;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 
 mod charge;
 mod choose;
-mod evaluate;
+mod decide;
 mod hold;
-mod later;
 mod lockout;
 mod permits;
 mod plan;
 mod planned;
 mod settle;
+mod simple;
 
 pub(crate) use charge::HeldCharge;
-pub(crate) use evaluate::decide_now;
+use charge::Reserved;
+use decide::decide;
 pub(crate) use hold::Holds;
-pub(crate) use later::evaluate;
 pub(crate) use permits::HeldPermits;
+use plan::plan;
 pub(crate) use plan::Plan;
+use settle::settle;
 pub(crate) use settle::Verdict;
 
 /// Everything a layer's services share.
@@ -41,8 +55,8 @@ pub(crate) struct LayerState<St> {
     pub(crate) meta: Arc<Meta>,
     pub(crate) settings: Settings,
     /// One rule with its own policy, no skip, lock-out or delay, and nothing
-    /// an admission carries forward: [`decide_now`] takes its short path
-    /// (see [`Settings::simple`]).
+    /// an admission carries forward: [`now`] takes the fast lane of
+    /// `simple` (see [`Settings::simple`]).
     pub(crate) simple: bool,
     /// Keeps the layer's key namespaces claimed in the store while any of
     /// its services lives.
@@ -55,21 +69,213 @@ pub(crate) struct LayerState<St> {
     pub(crate) metric_rules: Arc<str>,
 }
 
-/// Where a request's check stands: what [`plan`] found, then what
-/// [`decide_now`] decided.
-pub(crate) enum Stage<St: Store> {
-    /// Admitted in process, with nothing to carry forward: the hot path.
-    Admitted,
-    /// Not limited: `skip_if`, or every rule skipped for want of a key.
-    Skipped,
-    /// Answered before any check (a missing key, a misconfiguration).
-    Answered(Box<Response<Bytes>>),
-    /// Decided in process, with something to carry forward or a rejection.
+/// What the in-process check of a request came to.
+pub(crate) enum Checked<St: Store> {
+    /// Forward with nothing to carry: admitted, or not limited.
+    Forward,
+    /// Decided: forward with what the admission carries, or the layer's answer.
     Decided(Verdict<St>),
-    /// The plan still to check: after [`plan`], in process or not; after
-    /// [`decide_now`], through [`evaluate`] (an asynchronous store, a
-    /// resolver, delay mode).
-    Check(Plan),
+    /// A plan only the store's futures can decide: go on in [`later`].
+    Later(Plan),
+}
+
+/// The store's answer for a plan, for [`settle`].
+pub(super) enum Answer {
+    /// Every rule admitted the request, and nothing of it is carried
+    /// forward: no [`RateLimitInfo`] is built.
+    Admitted,
+    /// The rules' decisions, and how long a delayed request waits for the
+    /// slots it reserved.
+    Decided(RateLimitInfo, Duration),
+    /// A key is locked out: these are its lock's denials.
+    Locked(RateLimitInfo),
+    /// The store failed (or timed out).
+    Failed(StoreError),
+}
+
+/// How the pipeline reaches the store.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Reach {
+    /// In process: each call answers at once, or not at all (the plan then
+    /// goes on [`Reach::Later`]); nothing waits.
+    Now,
+    /// Through the store's futures, waiting where the mode says.
+    Later,
+}
+
+impl Reach {
+    /// One store call: `now` in process (`None` when the store cannot
+    /// answer so), or the future `later`.
+    async fn call<T>(
+        self,
+        now: impl FnOnce() -> Option<T>,
+        later: impl Future<Output = T>,
+    ) -> Option<T> {
+        match self {
+            Reach::Now => now(),
+            Reach::Later => Some(later.await),
+        }
+    }
+
+    /// Work that owns what it needs (a lock-out's strikes): awaited
+    /// [`Reach::Later`]; [`Reach::Now`] polls it once and, if it must wait,
+    /// lets it finish in the background (`None`).
+    async fn finish<F>(self, work: F) -> Option<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send,
+    {
+        if self == Reach::Later {
+            return Some(work.await);
+        }
+        let mut work = Box::pin(work);
+        match work.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(output) => Some(output),
+            Poll::Pending => {
+                crate::limiter::release_detached(async move {
+                    work.await;
+                });
+                None
+            }
+        }
+    }
+}
+
+/// Checks a request in process: the fast lane, or plan, then [`run`]
+/// [`Reach::Now`] (decide and settle) unless the plan needs a future.
+#[inline]
+pub(crate) fn now<St: Store>(shared: &LayerState<St>, req: &RequestHead<'_>) -> Checked<St> {
+    if shared.simple {
+        return simple::check(shared, req);
+    }
+    let plan = match plan(shared, req) {
+        ControlFlow::Continue(plan) => plan,
+        ControlFlow::Break(answered) => return answered,
+    };
+    if plan.pending || matches!(shared.settings.mode, Mode::Delay { .. }) {
+        // A policy not yet resolved needs its resolver, and delay mode
+        // reserves slots and may sleep.
+        return Checked::Later(plan);
+    }
+    // In which protocol a rejection is answered: read only when one follows.
+    let reply = || shared.settings.protocol.reply(req.headers());
+    match poll_now(run(shared, &plan, Reach::Now, reply)) {
+        Some(verdict) => {
+            plan.recycle();
+            match verdict {
+                Verdict::Forward {
+                    info: None,
+                    permits: None,
+                    charge: None,
+                } => Checked::Forward,
+                verdict => Checked::Decided(verdict),
+            }
+        }
+        None => Checked::Later(plan),
+    }
+}
+
+/// Checks a plan through the store's futures: resolves its pending
+/// policies, then [`run`] [`Reach::Later`]; `reply` is the request's protocol.
+pub(crate) async fn later<St: Store>(
+    shared: Arc<LayerState<St>>,
+    mut plan: Plan,
+    reply: Reply,
+) -> Verdict<St> {
+    plan.resolve_pending(&shared).await;
+    let verdict = run(&shared, &plan, Reach::Later, move || reply).await;
+    verdict.expect("the store's futures always answer")
+}
+
+/// Polls a [`Reach::Now`] pipeline, which never waits, to its end.
+#[inline]
+fn poll_now<F: Future>(pipeline: F) -> F::Output {
+    let pipeline = std::pin::pin!(pipeline);
+    match pipeline.poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(output) => output,
+        Poll::Pending => unreachable!("an in-process check waited"),
+    }
+}
+
+/// Decides and settles a plan: the lock-out's check, then the store's
+/// decisions, waiting and deciding again in delay mode. `None`: `reach` is
+/// [`Reach::Now`] and the store cannot answer in process (nothing was
+/// charged: every call of a check is answered in process or none is).
+async fn run<St: Store>(
+    shared: &LayerState<St>,
+    plan: &Plan,
+    reach: Reach,
+    reply: impl Fn() -> Reply,
+) -> Option<Verdict<St>> {
+    let mut locked = match &shared.settings.lockout {
+        Some(penalty) => lockout::locked(shared, penalty, plan, reach).await?,
+        None => None,
+    };
+    let delay = match shared.settings.mode {
+        Mode::Delay { max_wait } => Some(max_wait),
+        _ => None,
+    };
+    let mut waited = Duration::ZERO;
+    let mut attempts = 0;
+    loop {
+        let reserve = delay
+            .filter(|_| shared.store.reserves_slots() && plan.reservable(shared))
+            .map(|max_wait| max_wait.saturating_sub(waited));
+        // Registered before the check, so a release between the check and
+        // the wait still wakes this request.
+        let released = delay.map(|_| {
+            let concurrency = plan
+                .actives()
+                .iter()
+                .filter(|a| plan.policy(shared, a).is_concurrency())
+                .map(|a| plan.key(a));
+            shared.holds.released(concurrency).notified()
+        });
+        let mut released = std::pin::pin!(released);
+        if let Some(released) = released.as_mut().as_pin_mut() {
+            released.enable();
+        }
+        let answer = match locked.take() {
+            Some(answer) => answer,
+            None => decide(shared, plan, reach, reserve).await?,
+        };
+        let slot_wait = match &answer {
+            Answer::Decided(_, wait) => *wait,
+            _ => Duration::ZERO,
+        };
+        let retry = match settle(shared, plan, answer, reach, waited, attempts, &reply).await {
+            ControlFlow::Break(verdict) => {
+                if let (false, Verdict::Forward { info, .. }) = (slot_wait.is_zero(), &verdict) {
+                    // Admitted into a reserved slot: wait for it, then go. A
+                    // waiter dropped before its time gives the slot back.
+                    count(shared, "delayed", None);
+                    let reserved = Reserved::new(shared, plan, info.as_ref());
+                    tokio::time::sleep(slot_wait).await;
+                    reserved.keep();
+                }
+                return Some(verdict);
+            }
+            ControlFlow::Continue(retry) => retry,
+        };
+        match released.as_pin_mut().filter(|_| retry.on_release) {
+            // Woken by this layer's next release, or by the estimate
+            // running out (a permit of another instance, a lapsed lease).
+            // Only the timeouts count as attempts: each wake-up is a permit
+            // freed, so they are as many as the releases.
+            Some(released) => {
+                let started = tokio::time::Instant::now();
+                if tokio::time::timeout(retry.wait, released).await.is_err() {
+                    attempts += 1;
+                }
+                waited += started.elapsed();
+            }
+            None => {
+                attempts += 1;
+                waited += retry.wait;
+                tokio::time::sleep(retry.wait).await;
+            }
+        }
+    }
 }
 
 /// Counts a request's outcome (feature `metrics`), labelled with the

@@ -1,12 +1,13 @@
-//! The last stage: what one store answer means for the request under the
-//! layer's mode ([`settle`]), as a [`Verdict`] or a wait.
+//! The last stage, [`settle`]: what one answer of the store means for the
+//! request under the layer's mode, as a [`Verdict`] or a wait.
 
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::Response;
 
-use super::{count, HeldCharge, HeldPermits, LayerState, Plan};
+use super::{count, lockout, Answer, HeldCharge, HeldPermits, LayerState, Plan, Reach};
 use crate::grpc::{respond, Reply};
 use crate::info::RateLimitInfo;
 use crate::mode::{FailMode, Mode, MAX_DELAY_ATTEMPTS};
@@ -28,33 +29,42 @@ pub(crate) enum Verdict<St: Store> {
     Reject(Box<Response<Bytes>>),
 }
 
-/// What to do after one store answer.
-#[allow(clippy::large_enum_variant)]
-pub(super) enum Step<St: Store> {
-    Done(Verdict<St>),
-    /// Delay mode: wait this long (or, with `on_release`, until this layer
-    /// releases a permit, if sooner), then check again.
-    Wait {
-        wait: Duration,
-        on_release: bool,
-    },
-    /// A rejection under a lock-out: its denial is to be recorded first
-    /// (see [`super::lockout`]), which may lock the key.
-    Strike(RateLimitInfo),
+/// Delay mode's next step: wait this long (or, with `on_release`, until
+/// this layer releases a permit, if sooner), then decide again.
+pub(super) struct Retry {
+    pub(super) wait: Duration,
+    pub(super) on_release: bool,
 }
 
-/// Applies the mode to one store answer; `waited` and `attempts` count the
-/// delays so far.
-pub(super) fn settle<St: Store>(
+/// Applies the mode to one answer of the store: the request's [`Verdict`],
+/// or in delay mode a [`Retry`]. A rejection under a lock-out first records
+/// its strikes (see [`super::lockout`]), which may lock the key. `waited`
+/// and `attempts` count the delays so far; `reply` gives the protocol a
+/// rejection is answered in.
+pub(super) async fn settle<St: Store>(
     shared: &LayerState<St>,
     plan: &Plan,
-    answer: Result<RateLimitInfo, StoreError>,
+    answer: Answer,
+    reach: Reach,
     waited: Duration,
     attempts: u32,
-) -> Step<St> {
+    reply: &impl Fn() -> Reply,
+) -> ControlFlow<Verdict<St>, Retry> {
     let mut info = match answer {
-        Ok(info) => info,
-        Err(error) => return Step::Done(store_failed(shared, plan.reply, error)),
+        Answer::Admitted => {
+            count(shared, "allowed", None);
+            return ControlFlow::Break(Verdict::Forward {
+                info: None,
+                permits: None,
+                charge: None,
+            });
+        }
+        Answer::Decided(info, _) => info,
+        Answer::Locked(info) => {
+            count(shared, "locked", Some(info.binding().rule));
+            return ControlFlow::Break(reject(shared, reply(), &info));
+        }
+        Answer::Failed(error) => return ControlFlow::Break(store_failed(shared, reply(), error)),
     };
     if !info.allowed() {
         // The store's retry for a concurrency denial is the lease ceiling.
@@ -65,7 +75,7 @@ pub(super) fn settle<St: Store>(
         count(shared, "allowed", None);
         let permits = HeldPermits::collect(shared, plan, &info);
         let charge = HeldCharge::collect(shared, plan, &info);
-        return Step::Done(Verdict::Forward {
+        return ControlFlow::Break(Verdict::Forward {
             info: Some(info),
             permits,
             charge,
@@ -75,7 +85,7 @@ pub(super) fn settle<St: Store>(
         Mode::DryRun => {
             count(shared, "dry_run_limited", Some(info.binding().rule));
             tracing::info!(target: "tower_throttle", retry_after = ?info.retry_after(), "dry run: request would be rate-limited");
-            return Step::Done(Verdict::Forward {
+            return ControlFlow::Break(Verdict::Forward {
                 info: Some(info),
                 permits: None,
                 charge: None,
@@ -88,38 +98,34 @@ pub(super) fn settle<St: Store>(
                 // estimate, so wait for it within whatever budget is left.
                 if only_concurrency_denies(&info) && !left.is_zero() {
                     count(shared, "delayed", Some(info.binding().rule));
-                    return Step::Wait {
+                    return ControlFlow::Continue(Retry {
                         wait: wait.min(left),
                         on_release: true,
-                    };
+                    });
                 }
                 if wait <= left {
                     count(shared, "delayed", Some(info.binding().rule));
-                    return Step::Wait {
+                    return ControlFlow::Continue(Retry {
                         wait,
                         on_release: false,
-                    };
+                    });
                 }
             }
         }
         Mode::Reject => {}
     }
-    if shared.settings.lockout.is_some() {
-        return Step::Strike(info);
+    if let Some(penalty) = &shared.settings.lockout {
+        lockout::strike(shared, penalty, plan, &mut info, reach).await;
     }
-    Step::Done(limited(shared, plan, &info))
+    count(shared, "limited", Some(info.binding().rule));
+    ControlFlow::Break(reject(shared, reply(), &info))
 }
 
-/// The rejection of a denied request.
-pub(super) fn limited<St: Store>(
-    shared: &LayerState<St>,
-    plan: &Plan,
-    info: &RateLimitInfo,
-) -> Verdict<St> {
-    count(shared, "limited", Some(info.binding().rule));
+/// The rejection of a request denied (or locked out) by `info`.
+fn reject<St: Store>(shared: &LayerState<St>, reply: Reply, info: &RateLimitInfo) -> Verdict<St> {
     Verdict::Reject(respond(
         &shared.settings.body,
-        plan.reply,
+        reply,
         &Rejection::Limited(info),
         false,
     ))
@@ -133,7 +139,8 @@ fn only_concurrency_denies(info: &RateLimitInfo) -> bool {
         .all(|e| e.policy.is_concurrency())
 }
 
-pub(super) fn store_failed<St: Store>(
+/// The fail mode's answer to a store that failed.
+fn store_failed<St: Store>(
     shared: &LayerState<St>,
     reply: Reply,
     error: StoreError,
