@@ -1,45 +1,41 @@
-//! The middle stage, [`decide`]: the store's decisions for a plan's rules,
+//! The middle stage, [`decide`] (through the store's futures) or
+//! [`decide_now`] (in process): the store's decisions for a plan's rules,
 //! all or nothing, as an [`Answer`] for `settle`.
 
 use std::time::Duration;
 
 use super::planned::{PlannedRule, PlannedRules};
-use super::{Answer, LayerState, Plan, Reach};
+use super::{Answer, LayerState, Plan};
 use crate::decision::Decision;
 use crate::info::{RateLimitInfo, RuleDecision};
 use crate::policy::{effective_policy, rebase, Policy};
 use crate::store::{budget, Store, StoreError};
 
-/// Asks the store for the plan's decisions; with `reserve` (delay mode), a
-/// GCRA rule reserves its slot within that budget. `None` when `reach` is
-/// [`Reach::Now`] and the store cannot answer in process. The asynchronous
-/// form runs within the layer's timeout.
+/// Asks the store for the plan's decisions through its futures, within the
+/// layer's timeout; with `reserve` (delay mode), a GCRA rule reserves its
+/// slot within that budget.
 pub(super) async fn decide<St: Store>(
     shared: &LayerState<St>,
     plan: &Plan,
-    reach: Reach,
     reserve: Option<Duration>,
-) -> Option<Answer> {
-    let now = || decide_now(shared, plan);
-    let later = async {
-        #[cfg(feature = "metrics")]
-        let started = std::time::Instant::now();
-        let call = decide_later(shared, plan, reserve);
-        let answer = match shared.settings.timeout {
-            Some(limit) => budget::within(limit, call).await,
-            None => call.await,
-        };
-        #[cfg(feature = "metrics")]
-        metrics::histogram!("tower_throttle_store_latency_seconds")
-            .record(started.elapsed().as_secs_f64());
-        answer.unwrap_or_else(Answer::Failed)
+) -> Answer {
+    #[cfg(feature = "metrics")]
+    let started = std::time::Instant::now();
+    let call = decide_later(shared, plan, reserve);
+    let answer = match shared.settings.timeout {
+        Some(limit) => budget::within(limit, call).await,
+        None => call.await,
     };
-    reach.call(now, later).await
+    #[cfg(feature = "metrics")]
+    metrics::histogram!("tower_throttle_store_latency_seconds")
+        .record(started.elapsed().as_secs_f64());
+    answer.unwrap_or_else(Answer::Failed)
 }
 
-/// [`decide`] in process.
+/// [`decide`] in process; `None` when the store cannot answer so. Its
+/// answers are made as [`decide`]'s, by [`one`] and `many`.
 #[inline]
-fn decide_now<St: Store>(shared: &LayerState<St>, plan: &Plan) -> Option<Answer> {
+pub(super) fn decide_now<St: Store>(shared: &LayerState<St>, plan: &Plan) -> Option<Answer> {
     let answer = match &plan.rules {
         PlannedRules::One(a) => {
             let charge = plan.charge(a, plan.policy(shared, a));

@@ -41,7 +41,7 @@ pub(super) async fn locked<St: Store>(
         }
         Some(Ok(entries))
     };
-    let later = async {
+    let later = || async {
         let call = async {
             let mut entries = Vec::new();
             for a in plan.actives() {
@@ -76,7 +76,8 @@ pub(super) async fn strike<St: Store>(
     reach: Reach,
 ) {
     let keys = strikes(shared, plan, info);
-    let recording = record(shared.store.clone(), penalty.clone(), keys);
+    // Boxed: it may finish in the background.
+    let recording = Box::pin(record(shared.store.clone(), penalty.clone(), keys));
     if let Some(results) = reach.finish(recording).await {
         apply(info, results);
     }

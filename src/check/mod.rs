@@ -8,11 +8,14 @@
 //!
 //! [`now`] runs them in process, where most requests end; a plan that needs
 //! a future (a remote store, a resolver, delay mode) goes on in [`later`].
-//! Both run the same body, [`run`], which reaches the store through a
-//! [`Reach`]. A layer of one plain rule takes the fast lane of `simple`.
+//! Both run the same stages, which reach the store through a [`Reach`]: at
+//! once, or through its futures. A layer of one plain rule takes the fast
+//! lane of `simple`, which settles any answer but a bare admission the same
+//! way.
 
 use std::future::Future;
 use std::ops::ControlFlow;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -38,7 +41,7 @@ mod simple;
 
 pub(crate) use charge::HeldCharge;
 use charge::Reserved;
-use decide::decide;
+use decide::{decide, decide_now};
 pub(crate) use hold::Holds;
 pub(crate) use permits::HeldPermits;
 use plan::plan;
@@ -105,22 +108,22 @@ pub(super) enum Reach {
 
 impl Reach {
     /// One store call: `now` in process (`None` when the store cannot
-    /// answer so), or the future `later`.
-    async fn call<T>(
+    /// answer so), or the future `later` makes.
+    async fn call<T, F: Future<Output = T>>(
         self,
         now: impl FnOnce() -> Option<T>,
-        later: impl Future<Output = T>,
+        later: impl FnOnce() -> F,
     ) -> Option<T> {
         match self {
             Reach::Now => now(),
-            Reach::Later => Some(later.await),
+            Reach::Later => Some(later().await),
         }
     }
 
     /// Work that owns what it needs (a lock-out's strikes): awaited
     /// [`Reach::Later`]; [`Reach::Now`] polls it once and, if it must wait,
     /// lets it finish in the background (`None`).
-    async fn finish<F>(self, work: F) -> Option<F::Output>
+    async fn finish<F>(self, mut work: Pin<Box<F>>) -> Option<F::Output>
     where
         F: Future + Send + 'static,
         F::Output: Send,
@@ -128,7 +131,6 @@ impl Reach {
         if self == Reach::Later {
             return Some(work.await);
         }
-        let mut work = Box::pin(work);
         match work.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
             Poll::Ready(output) => Some(output),
             Poll::Pending => {
@@ -141,8 +143,9 @@ impl Reach {
     }
 }
 
-/// Checks a request in process: the fast lane, or plan, then [`run`]
-/// [`Reach::Now`] (decide and settle) unless the plan needs a future.
+/// Checks a request in process: the fast lane, or [`plan`], the lock-out's
+/// check, [`decide`] and [`settle`] with [`Reach::Now`], unless the plan
+/// needs a future.
 #[inline]
 pub(crate) fn now<St: Store>(shared: &LayerState<St>, req: &RequestHead<'_>) -> Checked<St> {
     if shared.simple {
@@ -157,58 +160,92 @@ pub(crate) fn now<St: Store>(shared: &LayerState<St>, req: &RequestHead<'_>) -> 
         // reserves slots and may sleep.
         return Checked::Later(plan);
     }
-    // In which protocol a rejection is answered: read only when one follows.
-    let reply = || shared.settings.protocol.reply(req.headers());
-    match poll_now(run(shared, &plan, Reach::Now, reply)) {
-        Some(verdict) => {
+    let answer = match &shared.settings.lockout {
+        // Only layers with a lock-out pay for this; the others test an `Option`.
+        Some(_) => locked_now(shared, &plan),
+        None => decide_now(shared, &plan),
+    };
+    match answer {
+        Some(Answer::Admitted) => {
+            // The common case, settled without a future.
+            count(shared, "allowed", None);
             plan.recycle();
-            match verdict {
-                Verdict::Forward {
-                    info: None,
-                    permits: None,
-                    charge: None,
-                } => Checked::Forward,
-                verdict => Checked::Decided(verdict),
-            }
+            Checked::Forward
         }
+        Some(answer) => settled_now(shared, plan, req, answer),
+        // Nothing was charged: every call of a check is answered in
+        // process or none is.
         None => Checked::Later(plan),
     }
 }
 
-/// Checks a plan through the store's futures: resolves its pending
-/// policies, then [`run`] [`Reach::Later`]; `reply` is the request's protocol.
+/// The lock-out's check of the plan in process, then the store's decisions
+/// if no key is locked.
+#[inline(never)]
+fn locked_now<St: Store>(shared: &LayerState<St>, plan: &Plan) -> Option<Answer> {
+    let penalty = shared.settings.lockout.as_ref()?;
+    match poll_now(std::pin::pin!(lockout::locked(
+        shared,
+        penalty,
+        plan,
+        Reach::Now
+    )))? {
+        Some(locked) => Some(locked),
+        None => decide_now(shared, plan),
+    }
+}
+
+/// [`settle`]s an answer the store gave in process, off the admitted path.
+#[inline(never)]
+fn settled_now<St: Store>(
+    shared: &LayerState<St>,
+    plan: Plan,
+    req: &RequestHead<'_>,
+    answer: Answer,
+) -> Checked<St> {
+    // In which protocol a rejection is answered: read only when one may follow.
+    let reply = || shared.settings.protocol.reply(req.headers());
+    let settled = {
+        let settling = settle(shared, &plan, answer, Reach::Now, Duration::ZERO, 0, &reply);
+        poll_now(std::pin::pin!(settling))
+    };
+    plan.recycle();
+    match settled {
+        ControlFlow::Break(Verdict::Forward {
+            info: None,
+            permits: None,
+            charge: None,
+        }) => Checked::Forward,
+        ControlFlow::Break(verdict) => Checked::Decided(verdict),
+        ControlFlow::Continue(_) => unreachable!("only delay mode waits, never in process"),
+    }
+}
+
+/// Polls a [`Reach::Now`] stage, which never waits, to its end (pinned
+/// where it was made: moving a future copies every state of it).
+#[inline]
+fn poll_now<F: Future>(stage: Pin<&mut F>) -> F::Output {
+    match stage.poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(output) => output,
+        Poll::Pending => unreachable!("an in-process check waited"),
+    }
+}
+
+/// Checks a plan through the store's futures ([`Reach::Later`]): resolves
+/// its pending policies, checks the lock-out, then [`decide`]s and
+/// [`settle`]s, waiting and deciding again in delay mode. `reply` is the
+/// request's protocol.
 pub(crate) async fn later<St: Store>(
     shared: Arc<LayerState<St>>,
     mut plan: Plan,
     reply: Reply,
 ) -> Verdict<St> {
     plan.resolve_pending(&shared).await;
-    let verdict = run(&shared, &plan, Reach::Later, move || reply).await;
-    verdict.expect("the store's futures always answer")
-}
-
-/// Polls a [`Reach::Now`] pipeline, which never waits, to its end.
-#[inline]
-fn poll_now<F: Future>(pipeline: F) -> F::Output {
-    let pipeline = std::pin::pin!(pipeline);
-    match pipeline.poll(&mut Context::from_waker(Waker::noop())) {
-        Poll::Ready(output) => output,
-        Poll::Pending => unreachable!("an in-process check waited"),
-    }
-}
-
-/// Decides and settles a plan: the lock-out's check, then the store's
-/// decisions, waiting and deciding again in delay mode. `None`: `reach` is
-/// [`Reach::Now`] and the store cannot answer in process (nothing was
-/// charged: every call of a check is answered in process or none is).
-async fn run<St: Store>(
-    shared: &LayerState<St>,
-    plan: &Plan,
-    reach: Reach,
-    reply: impl Fn() -> Reply,
-) -> Option<Verdict<St>> {
+    let (shared, plan, reach, reply) = (&*shared, &plan, Reach::Later, &move || reply);
     let mut locked = match &shared.settings.lockout {
-        Some(penalty) => lockout::locked(shared, penalty, plan, reach).await?,
+        Some(penalty) => lockout::locked(shared, penalty, plan, reach)
+            .await
+            .flatten(),
         None => None,
     };
     let delay = match shared.settings.mode {
@@ -223,27 +260,22 @@ async fn run<St: Store>(
             .map(|max_wait| max_wait.saturating_sub(waited));
         // Registered before the check, so a release between the check and
         // the wait still wakes this request.
-        let released = delay.map(|_| {
-            let concurrency = plan
-                .actives()
-                .iter()
-                .filter(|a| plan.policy(shared, a).is_concurrency())
-                .map(|a| plan.key(a));
-            shared.holds.released(concurrency).notified()
-        });
-        let mut released = std::pin::pin!(released);
-        if let Some(released) = released.as_mut().as_pin_mut() {
-            released.enable();
-        }
+        let concurrency = plan
+            .actives()
+            .iter()
+            .filter(|a| plan.policy(shared, a).is_concurrency())
+            .map(|a| plan.key(a));
+        let mut released = std::pin::pin!(shared.holds.released(concurrency).notified());
+        released.as_mut().enable();
         let answer = match locked.take() {
             Some(answer) => answer,
-            None => decide(shared, plan, reach, reserve).await?,
+            None => decide(shared, plan, reserve).await,
         };
         let slot_wait = match &answer {
             Answer::Decided(_, wait) => *wait,
             _ => Duration::ZERO,
         };
-        let retry = match settle(shared, plan, answer, reach, waited, attempts, &reply).await {
+        let retry = match settle(shared, plan, answer, reach, waited, attempts, reply).await {
             ControlFlow::Break(verdict) => {
                 if let (false, Verdict::Forward { info, .. }) = (slot_wait.is_zero(), &verdict) {
                     // Admitted into a reserved slot: wait for it, then go. A
@@ -253,27 +285,24 @@ async fn run<St: Store>(
                     tokio::time::sleep(slot_wait).await;
                     reserved.keep();
                 }
-                return Some(verdict);
+                return verdict;
             }
             ControlFlow::Continue(retry) => retry,
         };
-        match released.as_pin_mut().filter(|_| retry.on_release) {
+        if retry.on_release {
             // Woken by this layer's next release, or by the estimate
             // running out (a permit of another instance, a lapsed lease).
             // Only the timeouts count as attempts: each wake-up is a permit
             // freed, so they are as many as the releases.
-            Some(released) => {
-                let started = tokio::time::Instant::now();
-                if tokio::time::timeout(retry.wait, released).await.is_err() {
-                    attempts += 1;
-                }
-                waited += started.elapsed();
-            }
-            None => {
+            let started = tokio::time::Instant::now();
+            if tokio::time::timeout(retry.wait, released).await.is_err() {
                 attempts += 1;
-                waited += retry.wait;
-                tokio::time::sleep(retry.wait).await;
             }
+            waited += started.elapsed();
+        } else {
+            attempts += 1;
+            waited += retry.wait;
+            tokio::time::sleep(retry.wait).await;
         }
     }
 }

@@ -115,7 +115,8 @@ pub(super) async fn settle<St: Store>(
         Mode::Reject => {}
     }
     if let Some(penalty) = &shared.settings.lockout {
-        lockout::strike(shared, penalty, plan, &mut info, reach).await;
+        // Boxed: a rare path, kept out of the future of every check.
+        Box::pin(lockout::strike(shared, penalty, plan, &mut info, reach)).await;
     }
     count(shared, "limited", Some(info.binding().rule));
     ControlFlow::Break(reject(shared, reply(), &info))

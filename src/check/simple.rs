@@ -4,13 +4,11 @@
 //! an admission's figures, with no [`Plan`] until an answer needs one;
 //! that answer is settled like any other.
 
-use std::ops::ControlFlow;
 use std::time::Duration;
 
 use super::decide::one;
 use super::plan::{missing_key, recycle_keys, take_key_buffer};
-use super::settle::settle;
-use super::{count, poll_now, Answer, Checked, LayerState, Plan, Reach};
+use super::{count, settled_now, Answer, Checked, LayerState, Plan};
 use crate::decision::Decision;
 use crate::key::{bound_key_part, KeyWriter, RequestHead, MAX_KEY_PART};
 use crate::store::{Charge, Store, StoreError};
@@ -57,19 +55,10 @@ fn settled<St: Store>(
     req: &RequestHead<'_>,
     answer: Option<Result<Decision, StoreError>>,
 ) -> Checked<St> {
-    let Some(answer) = answer else {
-        return Checked::Later(plan);
-    };
     let answer = match answer {
-        Ok(d) => one(shared, &plan, &plan.actives()[0], d, Duration::ZERO),
-        Err(error) => Answer::Failed(error),
+        None => return Checked::Later(plan),
+        Some(Ok(d)) => one(shared, &plan, &plan.actives()[0], d, Duration::ZERO),
+        Some(Err(error)) => Answer::Failed(error),
     };
-    let reply = || shared.settings.protocol.reply(req.headers());
-    let settled = settle(shared, &plan, answer, Reach::Now, Duration::ZERO, 0, &reply);
-    let verdict = match poll_now(settled) {
-        ControlFlow::Break(verdict) => verdict,
-        ControlFlow::Continue(_) => unreachable!("a simple layer never delays"),
-    };
-    plan.recycle();
-    Checked::Decided(verdict)
+    settled_now(shared, plan, req, answer)
 }
