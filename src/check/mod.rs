@@ -2,16 +2,17 @@
 //! its name:
 //!
 //! - [`plan`] builds every rule's key, cost and policy (a [`Plan`]);
-//! - [`decide`] asks the store for its decisions (an [`Answer`]);
+//! - [`decide`] (through the store's futures) or [`decide_now`] (in
+//!   process) asks the store for its decisions (an [`Answer`]);
 //! - [`settle`] applies the layer's mode to the answer (a [`Verdict`], or a
 //!   wait in delay mode), recording a lock-out's strikes.
 //!
 //! [`now`] runs them in process, where most requests end; a plan that needs
 //! a future (a remote store, a resolver, delay mode) goes on in [`later`].
-//! Both run the same stages, which reach the store through a [`Reach`]: at
-//! once, or through its futures. A layer of one plain rule takes the fast
-//! lane of `simple`, which settles any answer but a bare admission the same
-//! way.
+//! Both run the same stages; where a stage calls the store, a [`Reach`]
+//! says how (at once, or through its futures). A layer of one plain rule
+//! takes the fast lane of `simple`, which settles any answer but a bare
+//! admission like every other.
 
 use std::future::Future;
 use std::ops::ControlFlow;
@@ -96,7 +97,7 @@ pub(super) enum Answer {
     Failed(StoreError),
 }
 
-/// How the pipeline reaches the store.
+/// How a stage reaches the store.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(super) enum Reach {
     /// In process: each call answers at once, or not at all (the plan then
@@ -144,8 +145,8 @@ impl Reach {
 }
 
 /// Checks a request in process: the fast lane, or [`plan`], the lock-out's
-/// check, [`decide`] and [`settle`] with [`Reach::Now`], unless the plan
-/// needs a future.
+/// check, [`decide_now`] and [`settle`] with [`Reach::Now`], unless the
+/// plan needs a future.
 #[inline]
 pub(crate) fn now<St: Store>(shared: &LayerState<St>, req: &RequestHead<'_>) -> Checked<St> {
     if shared.simple {
