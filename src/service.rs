@@ -1,5 +1,6 @@
 //! The middleware service.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
@@ -9,7 +10,7 @@ use http_body::Body;
 use tower_service::Service;
 
 use crate::body::ThrottleBody;
-use crate::check::{self, Checked, LayerState};
+use crate::check::{self, LayerState, Plan, Verdict};
 use crate::future::{BoxCheck, ResponseFuture};
 use crate::key::RequestHead;
 use crate::store::Store;
@@ -82,7 +83,11 @@ where
         // Kept small enough to inline into the caller, so the request moves
         // once, straight into the inner call; everything else is out of line.
         match check::now(&self.shared, &RequestHead::new(&request)) {
-            Checked::Forward => ResponseFuture::forwarded(self.inner.call(request)),
+            ControlFlow::Break(Verdict::Forward {
+                info: None,
+                permits: None,
+                charge: None,
+            }) => ResponseFuture::forwarded(self.inner.call(request)),
             checked => self.call_slow(checked, request),
         }
     }
@@ -94,7 +99,7 @@ impl<S, St> Throttle<S, St> {
     #[inline(never)]
     fn call_slow<ReqB, ResB>(
         &mut self,
-        checked: Checked<St>,
+        checked: ControlFlow<Verdict<St>, Plan>,
         request: Request<ReqB>,
     ) -> ResponseFuture<S, ReqB, St>
     where
@@ -103,11 +108,10 @@ impl<S, St> Throttle<S, St> {
     {
         let forwarding = self.shared.settings.forwarding();
         let plan = match checked {
-            Checked::Forward => return ResponseFuture::forwarded(self.inner.call(request)),
-            Checked::Decided(verdict) => {
+            ControlFlow::Break(verdict) => {
                 return ResponseFuture::decided(verdict, &mut self.inner, request, forwarding)
             }
-            Checked::Later(plan) => plan,
+            ControlFlow::Continue(plan) => plan,
         };
         // In which protocol a rejection is answered.
         let reply = self.shared.settings.protocol.reply(request.headers());

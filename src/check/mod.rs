@@ -73,16 +73,6 @@ pub(crate) struct LayerState<St> {
     pub(crate) metric_rules: Arc<str>,
 }
 
-/// What the in-process check of a request came to.
-pub(crate) enum Checked<St: Store> {
-    /// Forward with nothing to carry: admitted, or not limited.
-    Forward,
-    /// Decided: forward with what the admission carries, or the layer's answer.
-    Decided(Verdict<St>),
-    /// A plan only the store's futures can decide: go on in [`later`].
-    Later(Plan),
-}
-
 /// The store's answer for a plan, for [`settle`].
 pub(super) enum Answer {
     /// Every rule admitted the request, and nothing of it is carried
@@ -145,21 +135,23 @@ impl Reach {
 }
 
 /// Checks a request in process: the fast lane, or [`plan`], the lock-out's
-/// check, [`decide_now`] and [`settle`] with [`Reach::Now`], unless the
-/// plan needs a future.
+/// check, [`decide_now`] and [`settle`] with [`Reach::Now`]. `Break` is
+/// the request's verdict ([`Verdict::forward`] when nothing is carried:
+/// admitted, or not limited); `Continue` a plan only the store's futures
+/// can decide, for [`later`].
 #[inline]
-pub(crate) fn now<St: Store>(shared: &LayerState<St>, req: &RequestHead<'_>) -> Checked<St> {
+pub(crate) fn now<St: Store>(
+    shared: &LayerState<St>,
+    req: &RequestHead<'_>,
+) -> ControlFlow<Verdict<St>, Plan> {
     if shared.simple {
         return simple::check(shared, req);
     }
-    let plan = match plan(shared, req) {
-        ControlFlow::Continue(plan) => plan,
-        ControlFlow::Break(answered) => return answered,
-    };
+    let plan = plan(shared, req)?;
     if plan.pending || matches!(shared.settings.mode, Mode::Delay { .. }) {
         // A policy not yet resolved needs its resolver, and delay mode
         // reserves slots and may sleep.
-        return Checked::Later(plan);
+        return ControlFlow::Continue(plan);
     }
     let answer = match &shared.settings.lockout {
         // Only layers with a lock-out pay for this; the others test an `Option`.
@@ -171,12 +163,12 @@ pub(crate) fn now<St: Store>(shared: &LayerState<St>, req: &RequestHead<'_>) -> 
             // The common case, settled without a future.
             count(shared, "allowed", None);
             plan.recycle();
-            Checked::Forward
+            ControlFlow::Break(Verdict::forward())
         }
         Some(answer) => settled_now(shared, plan, req, answer),
         // Nothing was charged: every call of a check is answered in
         // process or none is.
-        None => Checked::Later(plan),
+        None => ControlFlow::Continue(plan),
     }
 }
 
@@ -203,7 +195,7 @@ fn settled_now<St: Store>(
     plan: Plan,
     req: &RequestHead<'_>,
     answer: Answer,
-) -> Checked<St> {
+) -> ControlFlow<Verdict<St>, Plan> {
     // In which protocol a rejection is answered: read only when one may follow.
     let reply = || shared.settings.protocol.reply(req.headers());
     let settled = {
@@ -211,15 +203,10 @@ fn settled_now<St: Store>(
         poll_now(std::pin::pin!(settling))
     };
     plan.recycle();
-    match settled {
-        ControlFlow::Break(Verdict::Forward {
-            info: None,
-            permits: None,
-            charge: None,
-        }) => Checked::Forward,
-        ControlFlow::Break(verdict) => Checked::Decided(verdict),
-        ControlFlow::Continue(_) => unreachable!("only delay mode waits, never in process"),
-    }
+    let ControlFlow::Break(verdict) = settled else {
+        unreachable!("only delay mode waits, never in process")
+    };
+    ControlFlow::Break(verdict)
 }
 
 /// Polls a [`Reach::Now`] stage, which never waits, to its end (pinned

@@ -10,7 +10,7 @@ use http::Response;
 
 use super::choose::{apply, choose, resolve};
 use super::planned::{PlannedRule, PlannedRules};
-use super::{count, Checked, LayerState, Verdict};
+use super::{count, LayerState, Verdict};
 use crate::decision::Receipt;
 use crate::grpc::{respond, Reply};
 use crate::info::RateLimitInfo;
@@ -177,11 +177,11 @@ impl Plan {
 pub(super) fn plan<St: Store>(
     shared: &LayerState<St>,
     req: &RequestHead<'_>,
-) -> ControlFlow<Checked<St>, Plan> {
+) -> ControlFlow<Verdict<St>, Plan> {
     if let Some(skip) = &shared.settings.skip {
         if skip(req) {
             count(shared, "bypassed", None);
-            return ControlFlow::Break(Checked::Forward);
+            return ControlFlow::Break(Verdict::forward());
         }
     }
     let n = shared.rules.len();
@@ -198,9 +198,9 @@ pub(super) fn plan<St: Store>(
         if let Err(missing) = rule.key.extract(req, &mut KeyWriter::new(&mut keys)) {
             keys.truncate(start);
             match missing_key(shared, req, i, &missing) {
-                Some(checked) => {
+                Some(verdict) => {
                     recycle_keys(keys);
-                    return ControlFlow::Break(checked);
+                    return ControlFlow::Break(verdict);
                 }
                 None => continue,
             }
@@ -228,7 +228,7 @@ pub(super) fn plan<St: Store>(
         (Some(a), _) => PlannedRules::One(a),
         (None, 0) => {
             recycle_keys(keys);
-            return ControlFlow::Break(Checked::Forward);
+            return ControlFlow::Break(Verdict::forward());
         }
         (None, 1) => PlannedRules::One(actives[0]),
         (None, _) => PlannedRules::Many(actives),
@@ -250,13 +250,13 @@ pub(super) fn missing_key<St: Store>(
     req: &RequestHead<'_>,
     i: usize,
     missing: &MissingKey,
-) -> Option<Checked<St>> {
+) -> Option<Verdict<St>> {
     let name = &*shared.meta.rules[i].name;
     tracing::debug!(target: "tower_throttle", rule = name, reason = missing.reason(), "no rate-limit key");
     let reply = || shared.settings.protocol.reply(req.headers());
     if missing.is_misconfiguration() {
         let response = misconfigured(shared, reply(), i, name, missing.reason());
-        return Some(Checked::Decided(Verdict::Reject(response)));
+        return Some(Verdict::Reject(response));
     }
     match shared.settings.on_missing {
         OnMissingKey::Skip => {
@@ -271,7 +271,7 @@ pub(super) fn missing_key<St: Store>(
                 status,
             };
             let response = respond(&shared.settings.body, reply(), &rejection, false);
-            Some(Checked::Decided(Verdict::Reject(response)))
+            Some(Verdict::Reject(response))
         }
     }
 }

@@ -29,6 +29,17 @@ pub(crate) enum Verdict<St: Store> {
     Reject(Box<Response<Bytes>>),
 }
 
+impl<St: Store> Verdict<St> {
+    /// Forward with nothing to carry: admitted, or not limited.
+    pub(crate) fn forward() -> Self {
+        Verdict::Forward {
+            info: None,
+            permits: None,
+            charge: None,
+        }
+    }
+}
+
 /// Delay mode's next step: wait this long (or, with `on_release`, until
 /// this layer releases a permit, if sooner), then decide again.
 pub(super) struct Retry {
@@ -53,11 +64,7 @@ pub(super) async fn settle<St: Store>(
     let mut info = match answer {
         Answer::Admitted => {
             count(shared, "allowed", None);
-            return ControlFlow::Break(Verdict::Forward {
-                info: None,
-                permits: None,
-                charge: None,
-            });
+            return ControlFlow::Break(Verdict::forward());
         }
         Answer::Decided(info, _) => info,
         Answer::Locked(info) => {
@@ -150,11 +157,7 @@ fn store_failed<St: Store>(
     let fail = shared.settings.fail;
     tracing::warn!(target: "tower_throttle", %error, fail_mode = ?fail, "rate-limit store failed");
     match fail {
-        FailMode::Open => Verdict::Forward {
-            info: None,
-            permits: None,
-            charge: None,
-        },
+        FailMode::Open => Verdict::forward(),
         FailMode::Closed => Verdict::Reject(respond(
             &shared.settings.body,
             reply,

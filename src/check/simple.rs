@@ -4,25 +4,30 @@
 //! an admission's figures, with no [`Plan`] until an answer needs one;
 //! that answer is settled like any other.
 
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use super::decide::one;
 use super::plan::{missing_key, recycle_keys, take_key_buffer};
-use super::{count, settled_now, Answer, Checked, LayerState, Plan};
+use super::{count, settled_now, Answer, LayerState, Plan, Verdict};
 use crate::decision::Decision;
 use crate::key::{bound_key_part, KeyWriter, RequestHead, MAX_KEY_PART};
 use crate::store::{Charge, Store, StoreError};
 
 /// [`now`](super::now) for a simple layer.
 #[inline]
-pub(super) fn check<St: Store>(shared: &LayerState<St>, req: &RequestHead<'_>) -> Checked<St> {
+pub(super) fn check<St: Store>(
+    shared: &LayerState<St>,
+    req: &RequestHead<'_>,
+) -> ControlFlow<Verdict<St>, Plan> {
     let rule = &shared.rules[0];
     let mut keys = take_key_buffer();
     keys.extend_from_slice(&rule.key_head);
     let part = keys.len();
     if let Err(missing) = rule.key.extract(req, &mut KeyWriter::new(&mut keys)) {
         recycle_keys(keys);
-        return missing_key(shared, req, 0, &missing).unwrap_or(Checked::Forward);
+        let verdict = missing_key(shared, req, 0, &missing).unwrap_or_else(Verdict::forward);
+        return ControlFlow::Break(verdict);
     }
     bound_key_part(&mut keys, part, MAX_KEY_PART);
     let cost = rule.cost.of(req);
@@ -36,7 +41,7 @@ pub(super) fn check<St: Store>(shared: &LayerState<St>, req: &RequestHead<'_>) -
             Some(Ok(_)) => {
                 recycle_keys(keys);
                 count(shared, "allowed", None);
-                return Checked::Forward;
+                return ControlFlow::Break(Verdict::forward());
             }
             Some(Err(e)) => Some(Err(e)),
             None => None,
@@ -54,9 +59,9 @@ fn settled<St: Store>(
     plan: Plan,
     req: &RequestHead<'_>,
     answer: Option<Result<Decision, StoreError>>,
-) -> Checked<St> {
+) -> ControlFlow<Verdict<St>, Plan> {
     let answer = match answer {
-        None => return Checked::Later(plan),
+        None => return ControlFlow::Continue(plan),
         Some(Ok(d)) => one(shared, &plan, &plan.actives()[0], d, Duration::ZERO),
         Some(Err(error)) => Answer::Failed(error),
     };
