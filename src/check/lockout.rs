@@ -70,11 +70,13 @@ pub(super) async fn locked<St: Store>(
 /// the rule's own wait.
 pub(super) async fn strike<St: Store>(
     shared: &LayerState<St>,
-    penalty: &Arc<Penalty>,
     plan: &Plan,
     info: &mut RateLimitInfo,
     reach: Reach,
 ) {
+    let Some(penalty) = &shared.settings.lockout else {
+        return;
+    };
     let keys = strikes(shared, plan, info);
     // Boxed: it may finish in the background.
     let recording = Box::pin(record(shared.store.clone(), penalty.clone(), keys));

@@ -1,18 +1,18 @@
 //! One request's check, one pipeline in three stages, each in the file of
-//! its name:
+//! its name, in an in-process form (`_now`) and a form through the store's
+//! futures that share their logic:
 //!
 //! - [`plan`] builds every rule's key, cost and policy (a [`Plan`]);
-//! - [`decide`] (through the store's futures) or [`decide_now`] (in
-//!   process) asks the store for its decisions (an [`Answer`]);
-//! - [`settle`] applies the layer's mode to the answer (a [`Verdict`], or a
-//!   wait in delay mode), recording a lock-out's strikes.
+//! - [`decide_now`] / [`decide`] asks the store for its decisions (an
+//!   [`Answer`]);
+//! - [`settle_now`] / [`settle`] applies the layer's mode to the answer (a
+//!   [`Verdict`], or a wait in delay mode), recording a lock-out's strikes.
 //!
 //! [`now`] runs them in process, where most requests end; a plan that needs
 //! a future (a remote store, a resolver, delay mode) goes on in [`later`].
-//! Both run the same stages; where a stage calls the store, a [`Reach`]
-//! says how (at once, or through its futures). A layer of one plain rule
-//! takes the fast lane of `simple`, which settles any answer but a bare
-//! admission like every other.
+//! The lock-out's store calls take a [`Reach`]: at once, or through the
+//! store's futures. A layer of one plain rule takes the fast lane of
+//! `simple`, which settles any answer but a bare admission like every other.
 
 use std::future::Future;
 use std::ops::ControlFlow;
@@ -47,8 +47,8 @@ pub(crate) use hold::Holds;
 pub(crate) use permits::HeldPermits;
 use plan::plan;
 pub(crate) use plan::Plan;
-use settle::settle;
 pub(crate) use settle::Verdict;
+use settle::{settle, settle_now};
 
 /// Everything a layer's services share.
 pub(crate) struct LayerState<St> {
@@ -135,7 +135,7 @@ impl Reach {
 }
 
 /// Checks a request in process: the fast lane, or [`plan`], the lock-out's
-/// check, [`decide_now`] and [`settle`] with [`Reach::Now`]. `Break` is
+/// check, [`decide_now`] and [`settle_now`]. `Break` is
 /// the request's verdict ([`Verdict::forward`] when nothing is carried:
 /// admitted, or not limited); `Continue` a plan only the store's futures
 /// can decide, for [`later`].
@@ -188,7 +188,8 @@ fn locked_now<St: Store>(shared: &LayerState<St>, plan: &Plan) -> Option<Answer>
     }
 }
 
-/// [`settle`]s an answer the store gave in process, off the admitted path.
+/// [`settle_now`]s an answer the store gave in process, off the admitted
+/// path.
 #[inline(never)]
 fn settled_now<St: Store>(
     shared: &LayerState<St>,
@@ -198,18 +199,12 @@ fn settled_now<St: Store>(
 ) -> ControlFlow<Verdict<St>, Plan> {
     // In which protocol a rejection is answered: read only when one may follow.
     let reply = || shared.settings.protocol.reply(req.headers());
-    let settled = {
-        let settling = settle(shared, &plan, answer, Reach::Now, Duration::ZERO, 0, &reply);
-        poll_now(std::pin::pin!(settling))
-    };
+    let verdict = settle_now(shared, &plan, answer, &reply);
     plan.recycle();
-    let ControlFlow::Break(verdict) = settled else {
-        unreachable!("only delay mode waits, never in process")
-    };
     ControlFlow::Break(verdict)
 }
 
-/// Polls a [`Reach::Now`] stage, which never waits, to its end (pinned
+/// Polls a [`Reach::Now`] future, which never waits, to its end (pinned
 /// where it was made: moving a future copies every state of it).
 #[inline]
 fn poll_now<F: Future>(stage: Pin<&mut F>) -> F::Output {
@@ -263,7 +258,7 @@ pub(crate) async fn later<St: Store>(
             Answer::Decided(_, wait) => *wait,
             _ => Duration::ZERO,
         };
-        let retry = match settle(shared, plan, answer, reach, waited, attempts, reply).await {
+        let retry = match settle(shared, plan, answer, waited, attempts, reply).await {
             ControlFlow::Break(verdict) => {
                 if let (false, Verdict::Forward { info, .. }) = (slot_wait.is_zero(), &verdict) {
                     // Admitted into a reserved slot: wait for it, then go. A

@@ -7,7 +7,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Response;
 
-use super::{count, lockout, Answer, HeldCharge, HeldPermits, LayerState, Plan, Reach};
+use super::{count, lockout, poll_now, Answer, HeldCharge, HeldPermits, LayerState, Plan, Reach};
 use crate::grpc::{respond, Reply};
 use crate::info::RateLimitInfo;
 use crate::mode::{FailMode, Mode, MAX_DELAY_ATTEMPTS};
@@ -47,31 +47,74 @@ pub(super) struct Retry {
     pub(super) on_release: bool,
 }
 
-/// Applies the mode to one answer of the store: the request's [`Verdict`],
-/// or in delay mode a [`Retry`]. A rejection under a lock-out first records
-/// its strikes (see [`super::lockout`]), which may lock the key. `waited`
-/// and `attempts` count the delays so far; `reply` gives the protocol a
-/// rejection is answered in.
+/// Applies the mode to one answer of the store, through the store's
+/// futures: the request's [`Verdict`], or in delay mode a [`Retry`]. A
+/// rejection under a lock-out first records its strikes (see
+/// [`super::lockout`]), which may lock the key. `waited` and `attempts`
+/// count the delays so far; `reply` gives the protocol a rejection is
+/// answered in.
 pub(super) async fn settle<St: Store>(
     shared: &LayerState<St>,
     plan: &Plan,
     answer: Answer,
-    reach: Reach,
     waited: Duration,
     attempts: u32,
     reply: &impl Fn() -> Reply,
 ) -> ControlFlow<Verdict<St>, Retry> {
+    match judge(shared, plan, answer, waited, attempts, reply) {
+        Ok(settled) => settled,
+        Err(mut info) => {
+            // Boxed: a rare path, kept out of the future of every check.
+            Box::pin(lockout::strike(shared, plan, &mut info, Reach::Later)).await;
+            ControlFlow::Break(limited(shared, reply(), &info))
+        }
+    }
+}
+
+/// [`settle`] in process, where nothing waits: the same judgement, and a
+/// lock-out's strikes recorded at once (or in the background, should the
+/// store need a future).
+pub(super) fn settle_now<St: Store>(
+    shared: &LayerState<St>,
+    plan: &Plan,
+    answer: Answer,
+    reply: &impl Fn() -> Reply,
+) -> Verdict<St> {
+    match judge(shared, plan, answer, Duration::ZERO, 0, reply) {
+        Ok(ControlFlow::Break(verdict)) => verdict,
+        Ok(ControlFlow::Continue(_)) => unreachable!("only delay mode waits, never in process"),
+        Err(mut info) => {
+            let striking = lockout::strike(shared, plan, &mut info, Reach::Now);
+            poll_now(std::pin::pin!(striking));
+            limited(shared, reply(), &info)
+        }
+    }
+}
+
+/// The mode applied to one answer; `Err` is a denial under a lock-out,
+/// rejected once its strikes are recorded.
+#[allow(clippy::result_large_err)] // on the stack for one call
+fn judge<St: Store>(
+    shared: &LayerState<St>,
+    plan: &Plan,
+    answer: Answer,
+    waited: Duration,
+    attempts: u32,
+    reply: &impl Fn() -> Reply,
+) -> Result<ControlFlow<Verdict<St>, Retry>, RateLimitInfo> {
     let mut info = match answer {
         Answer::Admitted => {
             count(shared, "allowed", None);
-            return ControlFlow::Break(Verdict::forward());
+            return Ok(ControlFlow::Break(Verdict::forward()));
         }
         Answer::Decided(info, _) => info,
         Answer::Locked(info) => {
             count(shared, "locked", Some(info.binding().rule));
-            return ControlFlow::Break(reject(shared, reply(), &info));
+            return Ok(ControlFlow::Break(reject(shared, reply(), &info)));
         }
-        Answer::Failed(error) => return ControlFlow::Break(store_failed(shared, reply(), error)),
+        Answer::Failed(error) => {
+            return Ok(ControlFlow::Break(store_failed(shared, reply(), error)))
+        }
     };
     if !info.allowed() {
         // The store's retry for a concurrency denial is the lease ceiling.
@@ -82,21 +125,21 @@ pub(super) async fn settle<St: Store>(
         count(shared, "allowed", None);
         let permits = HeldPermits::collect(shared, plan, &info);
         let charge = HeldCharge::collect(shared, plan, &info);
-        return ControlFlow::Break(Verdict::Forward {
+        return Ok(ControlFlow::Break(Verdict::Forward {
             info: Some(info),
             permits,
             charge,
-        });
+        }));
     }
     match shared.settings.mode {
         Mode::DryRun => {
             count(shared, "dry_run_limited", Some(info.binding().rule));
             tracing::info!(target: "tower_throttle", retry_after = ?info.retry_after(), "dry run: request would be rate-limited");
-            return ControlFlow::Break(Verdict::Forward {
+            return Ok(ControlFlow::Break(Verdict::Forward {
                 info: Some(info),
                 permits: None,
                 charge: None,
-            });
+            }));
         }
         Mode::Delay { max_wait } => {
             let left = max_wait.saturating_sub(waited);
@@ -105,28 +148,32 @@ pub(super) async fn settle<St: Store>(
                 // estimate, so wait for it within whatever budget is left.
                 if only_concurrency_denies(&info) && !left.is_zero() {
                     count(shared, "delayed", Some(info.binding().rule));
-                    return ControlFlow::Continue(Retry {
+                    return Ok(ControlFlow::Continue(Retry {
                         wait: wait.min(left),
                         on_release: true,
-                    });
+                    }));
                 }
                 if wait <= left {
                     count(shared, "delayed", Some(info.binding().rule));
-                    return ControlFlow::Continue(Retry {
+                    return Ok(ControlFlow::Continue(Retry {
                         wait,
                         on_release: false,
-                    });
+                    }));
                 }
             }
         }
         Mode::Reject => {}
     }
-    if let Some(penalty) = &shared.settings.lockout {
-        // Boxed: a rare path, kept out of the future of every check.
-        Box::pin(lockout::strike(shared, penalty, plan, &mut info, reach)).await;
+    if shared.settings.lockout.is_some() {
+        return Err(info);
     }
+    Ok(ControlFlow::Break(limited(shared, reply(), &info)))
+}
+
+/// The rejection of a denied request, counted.
+fn limited<St: Store>(shared: &LayerState<St>, reply: Reply, info: &RateLimitInfo) -> Verdict<St> {
     count(shared, "limited", Some(info.binding().rule));
-    ControlFlow::Break(reject(shared, reply(), &info))
+    reject(shared, reply, info)
 }
 
 /// The rejection of a request denied (or locked out) by `info`.
