@@ -45,6 +45,53 @@ async fn memory_store() {
     run(&manual_subject("MemoryStore", store, &clock, Caps::FULL)).await;
 }
 
+/// A store that writes only what `Store` requires (`check_all`, `refund`,
+/// `reset`), over the memory store's: the trait's defaults for `check` and
+/// `release` (and no in-process fast path) must pass the whole suite.
+struct ThreeMethodStore(MemoryStore<ManualClock>);
+
+impl tower_throttle::Store for ThreeMethodStore {
+    async fn check_all(
+        &self,
+        rules: &[tower_throttle::store::Charge<'_>],
+    ) -> Result<Vec<tower_throttle::Decision>, tower_throttle::StoreError> {
+        self.0.check_all(rules).await
+    }
+
+    async fn refund(
+        &self,
+        key: &[u8],
+        policy: &tower_throttle::Policy,
+        receipt: &tower_throttle::Receipt,
+    ) -> Result<(), tower_throttle::StoreError> {
+        self.0.refund(key, policy, receipt).await
+    }
+
+    async fn reset(
+        &self,
+        key: &[u8],
+        policy: &tower_throttle::Policy,
+    ) -> Result<(), tower_throttle::StoreError> {
+        self.0.reset(key, policy).await
+    }
+}
+
+#[tokio::test]
+async fn a_store_of_three_methods_passes_on_the_defaults() {
+    let clock = ManualClock::starting_at(START_NS);
+    let store = MemoryStore::builder()
+        .clock(clock.clone())
+        .sweep_interval(None)
+        .build();
+    let subject = manual_subject(
+        "ThreeMethodStore",
+        ThreeMethodStore(store),
+        &clock,
+        Caps::FULL,
+    );
+    run(&subject).await;
+}
+
 #[cfg(feature = "governor")]
 #[tokio::test]
 async fn governor_store() {
