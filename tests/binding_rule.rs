@@ -11,7 +11,7 @@ use http_body_util::Full;
 use tower::{Layer, ServiceExt};
 use tower_throttle::clock::ManualClock;
 use tower_throttle::key::Global;
-use tower_throttle::{MemoryStore, MultiLimiter, Policy, Rule, ThrottleLayer};
+use tower_throttle::{Limiter, MemoryStore, Policy, Rule, ThrottleLayer};
 
 fn every(secs: u64) -> Policy {
     Policy::cell(0, 1, Duration::from_secs(secs)).unwrap()
@@ -43,13 +43,15 @@ async fn a_layer_answers_the_longest_wait_of_the_rules_that_deny() {
     }
 }
 
-/// The same through `MultiLimiter`: its binding decision is the longest
+/// The same through a `Limiter` of two rules: its binding decision is the longest
 /// denial, and `retry_after` says so.
 #[tokio::test]
 async fn a_multi_limiter_reports_the_longest_wait() {
     let clock = ManualClock::new();
     let store = MemoryStore::builder().clock(clock.clone()).build();
-    let limiter = MultiLimiter::new(store, "short", every(10)).and("long", every(60));
+    let limiter = Limiter::new(store, every(10))
+        .named("short")
+        .and("long", every(60));
     assert!(limiter.check("k").await.unwrap().allowed());
     clock.advance(Duration::from_secs(1));
     let d = limiter.check("k").await.unwrap();

@@ -138,7 +138,7 @@ fn rules_that_cannot_share_a_cluster_slot_are_refused_at_build() {
 fn validation_is_forwarded_through_arc() {
     let big = Policy::sliding_log(20_000, Duration::from_secs(60)).unwrap();
     let store = std::sync::Arc::new(redis(false, HashTag::PerKey));
-    let spec = tower_throttle::RuleSpec::new(&big, b"");
+    let spec = tower_throttle::store::RuleSpec::new(&big, b"");
     assert!(Store::validate(&store, &[spec]).is_err());
     assert!(Limiter::try_from_shared(store, big).is_err());
 }

@@ -62,7 +62,7 @@ impl tower_throttle::Store for ThreeMethodStore {
         &self,
         key: &[u8],
         policy: &tower_throttle::Policy,
-        receipt: &tower_throttle::Receipt,
+        receipt: &tower_throttle::decision::Receipt,
     ) -> Result<(), tower_throttle::StoreError> {
         self.0.refund(key, policy, receipt).await
     }
@@ -131,7 +131,7 @@ mod redis_stores {
     use super::*;
     use crate::redis_support::{runtime, RedisCluster, RedisServer};
     use tower_throttle::store::redis::{HashTag, RedisStore, RedisStoreBuilder, TimeSource};
-    use tower_throttle::CellStore;
+    use tower_throttle::store::CellStore;
 
     /// Redis decides on the client clock in whole microseconds; TTLs are
     /// padded so real time passing never expires what the test clock holds.
@@ -250,7 +250,8 @@ mod redis_stores {
     /// again within a second of the server.
     async fn no_offline_queue(server: &RedisServer, store: &CellStore) {
         use std::time::Instant;
-        use tower_throttle::{Charge, Policy, Store};
+        use tower_throttle::store::Charge;
+        use tower_throttle::{Policy, Store};
         let policy = Policy::cell(1_000, 1_000, Duration::from_secs(1)).unwrap();
         let cells = |s: &RedisServer| {
             let calls = tokio::task::block_in_place(|| faults::command_calls(s));

@@ -28,7 +28,8 @@ use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 use tower::{Layer, ServiceExt};
 use tower_throttle::grpc::GrpcCode;
 use tower_throttle::key::Global;
-use tower_throttle::{MemoryStore, Outcome, Policy, ThrottleLayer};
+use tower_throttle::outcome::Outcome;
+use tower_throttle::{MemoryStore, Policy, ThrottleLayer};
 
 fn minute(n: u64) -> Policy {
     Policy::fixed_window(n, Duration::from_secs(60)).unwrap()

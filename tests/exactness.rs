@@ -28,7 +28,9 @@ use std::time::Duration;
 
 use models::Model;
 use tower_throttle::clock::{Clock, ManualClock};
-use tower_throttle::{Charge, Limiter, MemoryStore, Policy, Receipt};
+use tower_throttle::decision::Receipt;
+use tower_throttle::store::Charge;
+use tower_throttle::{Limiter, MemoryStore, Policy};
 
 const THREADS: usize = 8;
 const PER_THREAD: usize = 10_000;

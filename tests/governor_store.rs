@@ -7,8 +7,10 @@ use std::time::Duration;
 use governor::clock::FakeRelativeClock;
 use proptest::prelude::*;
 use tower_throttle::clock::ManualClock;
+use tower_throttle::decision::Receipt;
+use tower_throttle::store::Charge;
 use tower_throttle::store::GovernorStore;
-use tower_throttle::{Charge, MemoryStore, Policy, Receipt, Store, StoreError};
+use tower_throttle::{MemoryStore, Policy, Store, StoreError};
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(500))]

@@ -17,13 +17,15 @@ use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::Empty;
 use tower::{ServiceBuilder, ServiceExt};
 use tower_throttle::clock::ManualClock;
+use tower_throttle::decision::PermitId;
+use tower_throttle::decision::Receipt;
 use tower_throttle::key::{
     BearerToken, ClientIp, ForwardedHeader, HeaderKey, KeyExtractor, KeyWriter, PeerIp,
     RequestHead, MAX_KEY_PART,
 };
+use tower_throttle::store::Charge;
 use tower_throttle::{
-    Charge, Decision, Limiter, MemoryStore, PermitId, Policy, PolicyError, Receipt, Store,
-    StoreError, ThrottleLayer,
+    Decision, Limiter, MemoryStore, Policy, PolicyError, Store, StoreError, ThrottleLayer,
 };
 
 // -------------------------------------------------------------- policies ---
@@ -834,8 +836,10 @@ mod on_redis {
             // Known limit: a sliding-log check on Redis adds one ZSET member
             // per unit, so a cost of a million blocks the server for seconds
             // (see SECURITY.md); costs that large are left out here.
-            if matches!(p.algorithm(), tower_throttle::Algorithm::SlidingLog(_))
-                && p.limit() > 100_000
+            if matches!(
+                p.algorithm(),
+                tower_throttle::policy::Algorithm::SlidingLog(_)
+            ) && p.limit() > 100_000
             {
                 continue;
             }

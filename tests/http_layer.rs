@@ -17,9 +17,10 @@ use hyper_util::rt::TokioExecutor;
 use tokio::io::AsyncWriteExt;
 use tower_throttle::clock::ManualClock;
 use tower_throttle::key::{ClientIp, FromExtension, KeyExtractor, PeerIp};
+use tower_throttle::mode::OnMissingKey;
+use tower_throttle::store::Charge;
 use tower_throttle::{
-    Charge, Decision, MemoryStore, OnMissingKey, Policy, RateLimitInfo, Rule, Store, StoreError,
-    ThrottleLayer,
+    Decision, MemoryStore, Policy, RateLimitInfo, Rule, Store, StoreError, ThrottleLayer,
 };
 
 #[derive(Clone, Debug)]
@@ -422,7 +423,7 @@ impl Store for Broken {
         &self,
         _: &[u8],
         _: &Policy,
-        _: &tower_throttle::Receipt,
+        _: &tower_throttle::decision::Receipt,
     ) -> Result<(), StoreError> {
         self.fail().await
     }
@@ -433,7 +434,7 @@ impl Store for Broken {
         &self,
         _: &[u8],
         _: &Policy,
-        _: tower_throttle::PermitId,
+        _: tower_throttle::decision::PermitId,
     ) -> Result<(), StoreError> {
         self.fail().await
     }

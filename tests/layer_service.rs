@@ -200,7 +200,7 @@ async fn delay_mode_waits_for_the_slot_within_the_bound() {
 async fn body_of(
     svc: impl Service<
         Request<()>,
-        Response = Response<tower_throttle::ThrottleBody<Full<Bytes>>>,
+        Response = Response<tower_throttle::body::ThrottleBody<Full<Bytes>>>,
         Error = Infallible,
     >,
 ) -> String {

@@ -35,7 +35,7 @@ struct Answer {
 
 type Svc = tower::util::BoxCloneService<
     Request<()>,
-    Response<tower_throttle::ThrottleBody<Full<Bytes>>>,
+    Response<tower_throttle::body::ThrottleBody<Full<Bytes>>>,
     Infallible,
 >;
 
@@ -69,7 +69,10 @@ async fn call_as(
     svc: &Svc,
     user: &str,
     content_type: Option<&str>,
-) -> (Answer, Response<tower_throttle::ThrottleBody<Full<Bytes>>>) {
+) -> (
+    Answer,
+    Response<tower_throttle::body::ThrottleBody<Full<Bytes>>>,
+) {
     let mut req = Request::builder().header("x-user", user);
     if let Some(ct) = content_type {
         req = req.header("content-type", ct);

@@ -16,11 +16,13 @@ use http_body_util::Empty;
 use redis_support::{current_thread_runtime, RedisServer};
 use tower::{Layer, Service, ServiceExt};
 use tower_throttle::clock::ManualClock;
+use tower_throttle::decision::DecidedBy;
 use tower_throttle::key::{Global, HeaderKey};
-use tower_throttle::lockout::{LockoutLimiter, Penalty};
+use tower_throttle::lockout::Penalty;
 use tower_throttle::store::redis::{RedisStore, TimeSource};
+use tower_throttle::store::Charge;
 use tower_throttle::store::FallbackStore;
-use tower_throttle::{Charge, DecidedBy, MemoryStore, Policy, Rule, Store, ThrottleLayer};
+use tower_throttle::{Limiter, MemoryStore, Policy, Rule, Store, ThrottleLayer};
 
 const WINDOW: Duration = Duration::from_secs(10);
 const LOCK: Duration = Duration::from_secs(600);
@@ -56,7 +58,7 @@ fn full_store(clock: &ManualClock) -> MemoryStore<ManualClock> {
 }
 
 /// Checks `key` until it is locked; returns the lock's `retry_after`.
-async fn lock_out<S: Store>(limiter: &LockoutLimiter<S>, key: &str) -> Duration {
+async fn lock_out<S: Store>(limiter: &Limiter<S>, key: &str) -> Duration {
     for _ in 0..10 {
         let d = limiter.check(key).await.unwrap();
         if d.retry_after > Some(WINDOW) {
@@ -73,7 +75,7 @@ async fn lock_out<S: Store>(limiter: &LockoutLimiter<S>, key: &str) -> Duration 
 async fn a_lock_announced_in_a_full_memory_store_holds_for_its_whole_duration() {
     let clock = ManualClock::new();
     let store = full_store(&clock);
-    let limiter = LockoutLimiter::new(store.clone(), login_policy(), penalty());
+    let limiter = Limiter::new(store.clone(), login_policy()).lockout(penalty());
     assert_eq!(lock_out(&limiter, "mallory").await, LOCK);
     assert!(
         store.is_full() && store.overflowed_checks() > 0,
@@ -106,7 +108,7 @@ async fn lockout_state_beyond_its_room_is_a_typed_error() {
         .sweep_interval(None)
         .max_penalty_keys(2)
         .build();
-    let limiter = LockoutLimiter::new(store, login_policy(), penalty());
+    let limiter = Limiter::new(store, login_policy()).lockout(penalty());
     // a's lock holds one place (its strikes went with the lock); b's
     // strikes the other; b's lock finds no room.
     lock_out(&limiter, "a").await;
@@ -127,7 +129,7 @@ type Answer = (StatusCode, Option<String>);
 
 async fn call<S>(svc: &mut S, user: &str) -> Answer
 where
-    S: Service<Request<()>, Response = Response<tower_throttle::ThrottleBody<Empty<Bytes>>>>,
+    S: Service<Request<()>, Response = Response<tower_throttle::body::ThrottleBody<Empty<Bytes>>>>,
     S::Error: std::fmt::Debug,
 {
     let req = Request::builder().header("x-user", user).body(()).unwrap();
@@ -276,7 +278,7 @@ fn a_lock_holds_across_fallback_switches_both_ways() {
             .build();
         let store =
             FallbackStore::new(redis_on(&server, &clock).await, memory).clock(clock.clone());
-        let limiter = LockoutLimiter::new(store.clone(), login_policy(), penalty());
+        let limiter = Limiter::new(store.clone(), login_policy()).lockout(penalty());
         let locked_for = |d: tower_throttle::Decision| {
             assert!(!d.allowed, "{d:?}");
             d.retry_after.unwrap()

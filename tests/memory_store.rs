@@ -6,7 +6,9 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use tower_throttle::clock::{Clock, ManualClock};
-use tower_throttle::{Charge, Limiter, MemoryStore, Policy, Receipt, StoreError};
+use tower_throttle::decision::Receipt;
+use tower_throttle::store::Charge;
+use tower_throttle::{Limiter, MemoryStore, Policy, StoreError};
 
 #[path = "memory_store/full.rs"]
 mod full;

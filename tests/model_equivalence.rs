@@ -9,7 +9,10 @@ use std::time::Duration;
 use models::Model;
 use proptest::prelude::*;
 use tower_throttle::clock::{Clock, ManualClock};
-use tower_throttle::{Charge, MemoryStore, PermitId, Policy, Receipt};
+use tower_throttle::decision::PermitId;
+use tower_throttle::decision::Receipt;
+use tower_throttle::store::Charge;
+use tower_throttle::{MemoryStore, Policy};
 
 #[derive(Clone, Debug)]
 enum Op {

@@ -12,9 +12,7 @@ use http_body_util::Full;
 use tower::{service_fn, Layer, ServiceExt};
 use tower_throttle::key::FromExtension;
 use tower_throttle::resolve::{resolver_fn, CachedResolver};
-use tower_throttle::{
-    Limiter, MemoryStore, MultiLimiter, Policy, RateLimitInfo, Rule, ThrottleLayer,
-};
+use tower_throttle::{Limiter, MemoryStore, Policy, RateLimitInfo, Rule, ThrottleLayer};
 
 const MIN: Duration = Duration::from_secs(60);
 
@@ -72,7 +70,7 @@ async fn statuses<S>(svc: &S, user: &'static str, tier: Option<Tier>, n: usize) 
 where
     S: tower::Service<
             Request<()>,
-            Response = Response<tower_throttle::ThrottleBody<Full<Bytes>>>,
+            Response = Response<tower_throttle::body::ThrottleBody<Full<Bytes>>>,
             Error = Infallible,
         > + Clone,
 {
@@ -365,16 +363,17 @@ async fn wait_rechecks_other_algorithms_within_the_budget() {
 
 #[tokio::test]
 async fn a_multi_limiter_is_all_or_nothing() {
-    let limiter = MultiLimiter::new(
-        MemoryStore::new(),
-        "minute",
-        Policy::fixed_window(2, MIN).unwrap(),
-    )
-    .and(
-        "day",
-        Policy::fixed_window(3, Duration::from_secs(86_400)).unwrap(),
-    )
-    .with_prefix("reply");
+    // A manual clock: a window boundary inside the test would refill.
+    let store = MemoryStore::builder()
+        .clock(tower_throttle::clock::ManualClock::new())
+        .build();
+    let limiter = Limiter::new(store, Policy::fixed_window(2, MIN).unwrap())
+        .named("minute")
+        .and(
+            "day",
+            Policy::fixed_window(3, Duration::from_secs(86_400)).unwrap(),
+        )
+        .with_prefix("reply");
     assert!(limiter.check("ann").await.unwrap().allowed());
     assert!(limiter.check("ann").await.unwrap().allowed());
     let third = limiter.check("ann").await.unwrap();

@@ -13,9 +13,12 @@ use std::time::Duration;
 use proptest::prelude::*;
 use redis_support::{current_thread_runtime, RedisCluster, RedisServer};
 use tower_throttle::clock::{Clock, ManualClock};
+use tower_throttle::decision::Receipt;
+use tower_throttle::policy::Algorithm;
 use tower_throttle::store::redis::{RedisStore, TimeSource};
+use tower_throttle::store::Charge;
 use tower_throttle::store::{BoxStore, FallbackStore};
-use tower_throttle::{Algorithm, Charge, MemoryStore, Policy, Receipt, Store};
+use tower_throttle::{MemoryStore, Policy, Store};
 
 #[derive(Clone, Debug)]
 enum Op {

@@ -15,7 +15,8 @@ use std::time::Duration;
 use redis_support::{current_thread_runtime as runtime, RedisServer};
 use tower_throttle::clock::ManualClock;
 use tower_throttle::store::redis::{RedisStore, TimeSource};
-use tower_throttle::{Charge, Policy, Store};
+use tower_throttle::store::Charge;
+use tower_throttle::{Policy, Store};
 
 /// A store on `clock` with no TTL padding: the TTLs are the real ones.
 async fn store_on(server: &RedisServer, clock: &ManualClock) -> RedisStore {

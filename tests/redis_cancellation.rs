@@ -24,8 +24,11 @@ use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Full;
 use tower::{Layer, Service, ServiceExt};
+use tower_throttle::decision::PermitId;
+use tower_throttle::decision::Receipt;
 use tower_throttle::store::redis::RedisStore;
-use tower_throttle::{Charge, Limiter, PermitId, Policy, Receipt, Store, ThrottleLayer};
+use tower_throttle::store::Charge;
+use tower_throttle::{Limiter, Policy, Store, ThrottleLayer};
 
 use faults::Paused;
 use redis_support::{runtime, RedisServer};

@@ -9,8 +9,11 @@ use std::time::Duration;
 
 use redis_support::{runtime, RedisCluster};
 use tower_throttle::clock::ManualClock;
+use tower_throttle::decision::PermitId;
+use tower_throttle::decision::Receipt;
 use tower_throttle::store::redis::{HashTag, RedisClusterStore, RedisStore, TimeSource};
-use tower_throttle::{Charge, Decision, MemoryStore, PermitId, Policy, Receipt, Store, StoreError};
+use tower_throttle::store::Charge;
+use tower_throttle::{Decision, MemoryStore, Policy, Store, StoreError};
 
 async fn store(cluster: &RedisCluster, tag: HashTag) -> RedisClusterStore {
     RedisStore::builder()

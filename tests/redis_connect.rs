@@ -12,7 +12,9 @@ use std::time::Duration;
 use redis_support::{current_thread_runtime as runtime, RedisCluster, RedisServer};
 use tower_throttle::clock::ManualClock;
 use tower_throttle::store::redis::{RedisStore, RedisStoreBuilder, TimeSource};
-use tower_throttle::{CellStore, Charge, Policy, Store, StoreError};
+use tower_throttle::store::CellStore;
+use tower_throttle::store::Charge;
+use tower_throttle::{Policy, Store, StoreError};
 
 const PASSWORD: &str = "s3cret-Pa55";
 

@@ -32,11 +32,12 @@ use http::Request;
 use redis_support::{current_thread_runtime, runtime, RedisServer};
 use tower::{ServiceBuilder, ServiceExt};
 use tower_throttle::clock::ManualClock;
+use tower_throttle::decision::DecidedBy;
 use tower_throttle::key::HeaderKey;
-use tower_throttle::lockout::{LockoutLimiter, Penalty};
+use tower_throttle::lockout::Penalty;
 use tower_throttle::store::redis::{RedisStore, TimeSource};
 use tower_throttle::store::{BoxStore, FallbackStore, DEFAULT_PROBE_INTERVAL};
-use tower_throttle::{DecidedBy, FailMode, MemoryStore, Policy, ThrottleLayer};
+use tower_throttle::{FailMode, Limiter, MemoryStore, Policy, ThrottleLayer};
 
 const TIMEOUT: Duration = Duration::from_millis(200);
 const MARGIN: Duration = Duration::from_millis(300);
@@ -283,12 +284,9 @@ fn lockouts_hold_on_redis_with_the_remaining_lock_as_retry_after() {
             .await
             .unwrap();
         let min = Duration::from_secs(60);
-        let l = LockoutLimiter::new(
-            store,
-            Policy::sliding_log(2, min).unwrap(),
-            Penalty::new(3, 10 * min, 5 * min).unwrap(),
-        )
-        .with_prefix("login");
+        let l = Limiter::new(store, Policy::sliding_log(2, min).unwrap())
+            .lockout(Penalty::new(3, 10 * min, 5 * min).unwrap())
+            .with_prefix("login");
         assert!(l.check("u").await.unwrap().allowed);
         assert!(l.check("u").await.unwrap().allowed);
         assert_eq!(l.check("u").await.unwrap().retry_after, Some(min));

@@ -33,7 +33,8 @@ use redis_support::{runtime, RedisCluster, RedisServer};
 use tower::{ServiceBuilder, ServiceExt};
 use tower_throttle::key::HeaderKey;
 use tower_throttle::store::redis::RedisStore;
-use tower_throttle::{Charge, FailMode, Policy, Store, StoreError, ThrottleLayer};
+use tower_throttle::store::Charge;
+use tower_throttle::{FailMode, Policy, Store, StoreError, ThrottleLayer};
 
 /// The store's bound on every call.
 const TIMEOUT: Duration = Duration::from_millis(200);

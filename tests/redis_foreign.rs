@@ -12,8 +12,11 @@ use std::time::Duration;
 use redis::ConnectionLike;
 use redis_support::{current_thread_runtime as runtime, RedisCluster, RedisServer};
 use tower_throttle::clock::ManualClock;
+use tower_throttle::decision::Receipt;
+use tower_throttle::policy::Algorithm;
 use tower_throttle::store::redis::{HashTag, RedisStore, TimeSource};
-use tower_throttle::{Algorithm, Charge, Policy, Receipt, Store, StoreError};
+use tower_throttle::store::Charge;
+use tower_throttle::{Policy, Store, StoreError};
 
 #[test]
 fn foreign_values_at_gcra_keys_are_typed_errors_then_fresh() {

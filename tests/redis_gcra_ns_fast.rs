@@ -13,7 +13,8 @@ use std::time::Duration;
 use redis_support::{current_thread_runtime as runtime, RedisServer};
 use tower_throttle::clock::ManualClock;
 use tower_throttle::store::redis::{RedisStore, TimeSource};
-use tower_throttle::{Charge, MemoryStore, Policy, Store};
+use tower_throttle::store::Charge;
+use tower_throttle::{MemoryStore, Policy, Store};
 
 /// A whole second, in ns.
 const START: u64 = 1_700_000_000_000_000_000;

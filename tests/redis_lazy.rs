@@ -25,11 +25,13 @@ use http::{Request, Response, StatusCode};
 use http_body_util::Empty;
 use redis_support::{free_port, runtime, RedisServer};
 use tower::{Service, ServiceBuilder, ServiceExt};
+use tower_throttle::body::ThrottleBody;
+use tower_throttle::decision::DecidedBy;
 use tower_throttle::key::HeaderKey;
+use tower_throttle::store::Charge;
 use tower_throttle::store::{FallbackStore, LazyRedisStore, RedisStore};
 use tower_throttle::{
-    Charge, DecidedBy, FailMode, MemoryStore, Policy, RateLimitInfo, Store, StoreError,
-    ThrottleBody, ThrottleLayer,
+    FailMode, MemoryStore, Policy, RateLimitInfo, Store, StoreError, ThrottleLayer,
 };
 use tracing::Level;
 

@@ -16,7 +16,8 @@ use proptest::prelude::*;
 use redis_support::RedisServer;
 use tower_throttle::clock::ManualClock;
 use tower_throttle::store::redis::{RedisStore, TimeSource};
-use tower_throttle::{Charge, MemoryStore, Policy, PolicyError, Store};
+use tower_throttle::store::Charge;
+use tower_throttle::{MemoryStore, Policy, PolicyError, Store};
 
 /// Durations in ns that are not whole µs, from `min` ns to 3 s, and
 /// the thirds and sevenths of common periods.

@@ -30,12 +30,13 @@ use outages::*;
 use redis::aio::ConnectionLike;
 use redis_support::{current_thread_runtime, RedisServer};
 use tower::{ServiceBuilder, ServiceExt};
+use tower_throttle::decision::DecidedBy;
 use tower_throttle::key::HeaderKey;
 use tower_throttle::store::redis::RedisStore;
+use tower_throttle::store::Charge;
 use tower_throttle::store::FallbackStore;
-use tower_throttle::{
-    Charge, DecidedBy, FailMode, MemoryStore, Outage, Policy, Store, StoreError, ThrottleLayer,
-};
+use tower_throttle::store::Outage;
+use tower_throttle::{FailMode, MemoryStore, Policy, Store, StoreError, ThrottleLayer};
 use tracing::Level;
 
 /// Generous: an outage is answered at once, and a slow machine must not

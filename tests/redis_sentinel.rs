@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use redis_support::{free_port, runtime, RedisServer};
 use tower_throttle::store::redis::{RedisSentinelStore, RedisStore};
-use tower_throttle::{Charge, Policy, Store, StoreError};
+use tower_throttle::store::Charge;
+use tower_throttle::{Policy, Store, StoreError};
 
 const MASTER: &str = "themaster";
 

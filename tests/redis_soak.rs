@@ -32,7 +32,8 @@ use http_body_util::Full;
 use tower::{Layer, ServiceExt};
 use tower_throttle::key::{Global, HeaderKey};
 use tower_throttle::store::redis::RedisStore;
-use tower_throttle::{Charge, Limiter, Policy, Store, ThrottleLayer};
+use tower_throttle::store::Charge;
+use tower_throttle::{Limiter, Policy, Store, ThrottleLayer};
 
 use faults::Paused;
 use redis_support::{runtime, RedisServer};

@@ -15,10 +15,12 @@ use model_bench::{with_ops, Bench, Op};
 use proptest::prelude::*;
 use redis_support::{current_thread_runtime as runtime, RedisServer};
 use tower_throttle::clock::{Clock, ManualClock};
+use tower_throttle::decision::PermitId;
+use tower_throttle::decision::Receipt;
 use tower_throttle::store::redis::{RedisStore, TimeSource};
-use tower_throttle::{
-    CellStore, Charge, Decision, MemoryStore, PermitId, Policy, Receipt, Store, StoreError,
-};
+use tower_throttle::store::CellStore;
+use tower_throttle::store::Charge;
+use tower_throttle::{Decision, MemoryStore, Policy, Store, StoreError};
 
 /// A store on `clock`; TTLs padded so that real time passing faster than
 /// the frozen test clock never expires state the model still holds.

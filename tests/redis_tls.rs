@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use redis_support::{current_thread_runtime as runtime, free_port, RedisServer};
 use tower_throttle::store::redis::{RedisStore, RedisStoreBuilder};
-use tower_throttle::{CellStore, Limiter, Policy, Store, StoreError};
+use tower_throttle::store::CellStore;
+use tower_throttle::{Limiter, Policy, Store, StoreError};
 
 /// `redis-server` arguments for a TLS port beside the plain one (the
 /// harness waits on the plain port; the stores use only the TLS one).
@@ -228,13 +229,13 @@ fn rediss_cluster() {
             let key = format!("user-{k}");
             for _ in 0..5 {
                 let d = store
-                    .check(tower_throttle::Charge::new(key.as_bytes(), &p, 1))
+                    .check(tower_throttle::store::Charge::new(key.as_bytes(), &p, 1))
                     .await
                     .unwrap();
                 assert!(d.allowed, "{key}");
             }
             let d = store
-                .check(tower_throttle::Charge::new(key.as_bytes(), &p, 1))
+                .check(tower_throttle::store::Charge::new(key.as_bytes(), &p, 1))
                 .await
                 .unwrap();
             assert!(!d.allowed, "{key}");

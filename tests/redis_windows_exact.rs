@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use model_bench::{with_ops, Bench, Op};
 use proptest::prelude::*;
-use tower_throttle::{Charge, Policy, Store};
+use tower_throttle::store::Charge;
+use tower_throttle::{Policy, Store};
 
 /// Windows from a second to a year and a day, whole µs or not, with counts
 /// up to 10^6 (large ones often): (3·max + 2)·w mostly passes 2^52.

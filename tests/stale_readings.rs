@@ -17,7 +17,8 @@ use std::time::Duration;
 
 use models::Model;
 use tower_throttle::clock::{Clock, ManualClock};
-use tower_throttle::{Charge, MemoryStore, Policy};
+use tower_throttle::store::Charge;
+use tower_throttle::{MemoryStore, Policy};
 
 const LIMIT: u64 = 20;
 const START: u64 = 1_700_000_000_000_000_000;

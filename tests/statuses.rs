@@ -13,11 +13,11 @@ use http::{HeaderValue, Request, Response, StatusCode};
 use http_body_util::Empty;
 use tower::{Layer, ServiceExt};
 use tower_throttle::clock::ManualClock;
+use tower_throttle::decision::PermitId;
 use tower_throttle::key::{BearerToken, Global};
 use tower_throttle::response::{RATELIMIT, X_RATELIMIT_RESET};
-use tower_throttle::{
-    Charge, Decision, MemoryStore, PermitId, Policy, Store, StoreError, ThrottleLayer,
-};
+use tower_throttle::store::Charge;
+use tower_throttle::{Decision, MemoryStore, Policy, Store, StoreError, ThrottleLayer};
 
 const PREFIX: &str = "secretpfx";
 const STORE_ERROR: &str = "WRONGTYPE secretpfx:default:198.51.100.7 internal detail";
@@ -60,7 +60,7 @@ impl Store for Failing {
         &self,
         _: &[u8],
         _: &Policy,
-        _: &tower_throttle::Receipt,
+        _: &tower_throttle::decision::Receipt,
     ) -> Result<(), StoreError> {
         Ok(())
     }

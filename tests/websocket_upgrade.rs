@@ -12,7 +12,8 @@ use futures_util::{SinkExt, StreamExt};
 use tokio::sync::mpsc;
 use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest};
 use tower_throttle::key::Global;
-use tower_throttle::{MemoryStore, Policy, ThrottleLayer, UpgradePermit};
+use tower_throttle::upgrade::UpgradePermit;
+use tower_throttle::{MemoryStore, Policy, ThrottleLayer};
 
 /// Echoes until the client closes; reports on `closed` once its permit is
 /// dropped.

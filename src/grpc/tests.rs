@@ -8,11 +8,13 @@ use prost::Message;
 use tower::{service_fn, ServiceExt};
 
 use super::*;
+use crate::decision::PermitId;
 use crate::key::{Global, HeaderKey};
+use crate::mode::OnMissingKey;
 use crate::store::{Charge, Store, StoreError};
-use crate::{Decision, MemoryStore, OnMissingKey, PermitId, Policy, ThrottleLayer};
+use crate::{Decision, MemoryStore, Policy, ThrottleLayer};
 
-type ThrottledResponse = http::Response<crate::ThrottleBody<http_body_util::Full<Bytes>>>;
+type ThrottledResponse = http::Response<crate::body::ThrottleBody<http_body_util::Full<Bytes>>>;
 
 async fn call<St: Store>(layer: &ThrottleLayer<St>, content_type: &str) -> ThrottledResponse {
     let inner = service_fn(|_: Request<()>| async {
@@ -174,7 +176,12 @@ impl Store for Broken {
     async fn check_all(&self, _: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
         Err(StoreError::Connection("refused".into()))
     }
-    async fn refund(&self, _: &[u8], _: &Policy, _: &crate::Receipt) -> Result<(), StoreError> {
+    async fn refund(
+        &self,
+        _: &[u8],
+        _: &Policy,
+        _: &crate::decision::Receipt,
+    ) -> Result<(), StoreError> {
         Ok(())
     }
     async fn reset(&self, _: &[u8], _: &Policy) -> Result<(), StoreError> {

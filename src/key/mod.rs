@@ -113,7 +113,7 @@ impl<'a> RequestHead<'a> {
 }
 
 /// No key could be extracted from a request; the layer's
-/// [`OnMissingKey`](crate::OnMissingKey) decides what happens.
+/// [`OnMissingKey`](crate::mode::OnMissingKey) decides what happens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MissingKey {
     reason: &'static str,
@@ -133,7 +133,7 @@ impl MissingKey {
     /// A key the server cannot build because of its own configuration (no
     /// peer address: the server was not set up to record it). The client
     /// gets a `500` with a generic body, whatever the layer's
-    /// [`OnMissingKey`](crate::OnMissingKey); `reason`, the fix, is logged
+    /// [`OnMissingKey`](crate::mode::OnMissingKey); `reason`, the fix, is logged
     /// once at error level, never sent.
     pub const fn misconfigured(reason: &'static str) -> Self {
         MissingKey {

@@ -35,7 +35,8 @@ use crate::store::Store;
 /// use std::time::Duration;
 /// use axum::{routing::post, Router};
 /// use http::StatusCode;
-/// use tower_throttle::{key::FromExtension, MemoryStore, OnMissingKey, Policy, Rule, ThrottleLayer};
+/// use tower_throttle::mode::OnMissingKey;
+/// use tower_throttle::{key::FromExtension, MemoryStore, Policy, Rule, ThrottleLayer};
 ///
 /// #[derive(Clone)]
 /// struct UserId(u64);

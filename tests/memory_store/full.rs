@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use tower_throttle::clock::ManualClock;
-use tower_throttle::{Charge, MemoryStore, Policy, StoreError};
+use tower_throttle::store::Charge;
+use tower_throttle::{MemoryStore, Policy, StoreError};
 
 const HOUR: Duration = Duration::from_secs(3600);
 

@@ -60,7 +60,7 @@ impl Store for Flaky {
         &self,
         key: &[u8],
         policy: &Policy,
-        receipt: &crate::Receipt,
+        receipt: &crate::decision::Receipt,
     ) -> Result<(), StoreError> {
         self.gate().await?;
         self.inner.refund(key, policy, receipt).await

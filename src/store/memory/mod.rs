@@ -173,7 +173,8 @@ impl<C> Drop for MemoryShared<C> {
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_throttle::{MemoryStore, Policy, Charge};
+/// use tower_throttle::store::Charge;
+/// use tower_throttle::{MemoryStore, Policy};
 ///
 /// let store = MemoryStore::new();
 /// let reply = Policy::sliding_log(5, Duration::from_secs(60))?;
