@@ -164,6 +164,7 @@ mod builder;
 mod cell;
 mod cell_builder;
 mod config;
+mod connect;
 mod deny;
 mod error;
 mod keys;

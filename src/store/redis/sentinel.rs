@@ -226,7 +226,7 @@ impl RedisStoreBuilder {
             SentinelServerType::Master,
         )
         .map_err(|e| error::map(e, t))?;
-        let config = super::builder::manager_config(t);
+        let config = super::connect::manager_config(t);
         let master = master_client(&mut client, t).await.map_err(|e| {
             if e.to_string().contains("MasterNameNotFound") {
                 return StoreError::Config(format!(
