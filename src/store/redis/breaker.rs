@@ -357,6 +357,31 @@ mod tests {
         }
     }
 
+    /// A call timing out while the breaker waits out a refusal keeps that
+    /// wait (no PING before it ends), and calls now fail with the timeout.
+    #[tokio::test(start_paused = true)]
+    async fn a_timeout_while_waiting_keeps_the_wait() {
+        let breaker = Breaker::default();
+        let refusing = Conn::refusing("BUSY Redis is busy running a script.");
+        let busy = Err(StoreError::Unavailable(Outage::Busy));
+        let (sent, r) = call(&breaker, &refusing, busy).await;
+        assert!(sent && r.is_err(), "tripped");
+        let (sent, r) = call(&breaker, &refusing, Ok(())).await;
+        assert!(
+            !sent && r.is_err() && refusing.sent() == 1,
+            "a refused PING"
+        );
+        breaker.record::<()>(&Err(StoreError::Timeout(TIMEOUT)));
+        tokio::time::advance(TIMEOUT / 2).await;
+        let (sent, r) = call(&breaker, &refusing, Ok(())).await;
+        assert!(!sent && matches!(r, Err(StoreError::Timeout(_))), "{r:?}");
+        assert_eq!(refusing.sent(), 1, "no PING within the wait");
+        tokio::time::advance(TIMEOUT / 2).await;
+        let served = Conn::answering();
+        let (sent, r) = call(&breaker, &served, Ok(())).await;
+        assert!(sent && r.is_ok() && served.sent() == 1, "then one PING");
+    }
+
     /// An outage in which the server still answers PING (out of memory, a
     /// replica) does not trip it: every call gets the server's answer.
     #[tokio::test]
