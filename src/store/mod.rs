@@ -15,6 +15,7 @@ pub mod fallback;
 pub mod governor;
 pub mod memory;
 mod namespaces;
+pub(crate) mod probe;
 #[cfg(feature = "redis")]
 pub mod redis;
 

@@ -88,10 +88,10 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use super::probe::{nanos, Probe, ProbeGate, ProbeGuard};
 use super::{budget, Charge, MemoryStore, Namespaces, RuleSpec, Store, StoreError};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::{DecidedBy, Decision, PermitId, Receipt};
@@ -149,12 +149,11 @@ impl<P, F> std::fmt::Debug for FallbackStore<P, F> {
 
 struct FallbackShared {
     clock: Box<dyn Clock>,
-    probe_ns: u64,
-    /// 0 while the primary answers; else the clock reading until which the
-    /// fallback decides without asking the primary.
-    open_until: AtomicU64,
-    /// One probe of the primary at a time once `open_until` has passed.
-    probing: AtomicBool,
+    probe_interval: Duration,
+    /// Open while the fallback decides: opened for the probe interval by each
+    /// failure of the primary, closed by its first answer, one probe of the
+    /// primary at a time once the interval has passed.
+    gate: ProbeGate,
     permits: Mutex<FallbackPermits>,
 }
 
@@ -180,9 +179,8 @@ impl<P: Store, F: Store> FallbackStore<P, F> {
             fallback,
             shared: Arc::new(FallbackShared {
                 clock: Box::new(SystemClock::new()),
-                probe_ns: nanos(DEFAULT_PROBE_INTERVAL),
-                open_until: AtomicU64::new(0),
-                probing: AtomicBool::new(false),
+                probe_interval: DEFAULT_PROBE_INTERVAL,
+                gate: ProbeGate::new(),
                 permits: Mutex::new(FallbackPermits {
                     map: HashMap::new(),
                     base: h.finish(),
@@ -198,7 +196,7 @@ impl<P: Store, F: Store> FallbackStore<P, F> {
     /// tries the primary on every call.
     #[must_use]
     pub fn probe_interval(mut self, interval: Duration) -> Self {
-        self.shared_mut().probe_ns = nanos(interval);
+        self.shared_mut().probe_interval = interval;
         self
     }
 
@@ -229,55 +227,36 @@ impl<P, F> FallbackStore<P, F> {
     /// True while the fallback decides (the primary failed and has not
     /// answered since).
     pub fn is_on_fallback(&self) -> bool {
-        self.shared.open_until.load(Ordering::Acquire) != 0
+        self.shared.gate.is_open()
     }
 }
 
 /// Where a call goes.
 enum Route<'a> {
-    Primary(Option<PrimaryProbeClaim<'a>>),
+    /// To the primary; as the probe, with its turn, which the call holds to
+    /// its end (dropped included).
+    Primary(Option<ProbeGuard<'a>>),
     Fallback,
-}
-
-/// The probe claim, given back however the probing call ends (dropped included).
-struct PrimaryProbeClaim<'a>(&'a AtomicBool);
-
-impl Drop for PrimaryProbeClaim<'_> {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
-    }
 }
 
 impl FallbackShared {
     fn route(&self) -> Route<'_> {
-        let until = self.open_until.load(Ordering::Acquire);
-        if until == 0 {
-            return Route::Primary(None);
-        }
-        if self.clock.now_ns() < until {
-            return Route::Fallback;
-        }
-        match self
-            .probing
-            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
-        {
-            Ok(_) => Route::Primary(Some(PrimaryProbeClaim(&self.probing))),
-            Err(_) => Route::Fallback,
+        match self.gate.try_probe(&*self.clock) {
+            Probe::Closed => Route::Primary(None),
+            Probe::Wait => Route::Fallback,
+            Probe::Mine(turn) => Route::Primary(Some(turn)),
         }
     }
 
     fn primary_failed(&self, e: &StoreError) {
-        let until = self.clock.now_ns().saturating_add(self.probe_ns).max(1);
-        if self.open_until.swap(until, Ordering::AcqRel) == 0 {
+        if self.gate.open_for(&*self.clock, self.probe_interval) {
             tracing::warn!(target: "tower_throttle", error = %e,
                 "rate-limit store unavailable: the fallback store decides until it answers again");
         }
     }
 
     fn primary_answered(&self) {
-        if self.open_until.load(Ordering::Acquire) != 0
-            && self.open_until.swap(0, Ordering::AcqRel) != 0
-        {
+        if self.gate.close() {
             tracing::warn!(target: "tower_throttle",
                 "rate-limit store answers again: back from the fallback store");
         }
@@ -337,10 +316,6 @@ async fn within_share<T>(
 fn count_fallback() {
     #[cfg(feature = "metrics")]
     metrics::counter!("tower_throttle_fallback_total").increment(1);
-}
-
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl<P: Store, F: Store> FallbackStore<P, F> {
