@@ -26,6 +26,7 @@ use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::health_server::{Health, HealthServer};
 use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 use tower::{Layer, ServiceExt};
+use tower_throttle::clock::ManualClock;
 use tower_throttle::grpc::GrpcCode;
 use tower_throttle::key::Global;
 use tower_throttle::outcome::Outcome;
@@ -33,6 +34,12 @@ use tower_throttle::{MemoryStore, Policy, ThrottleLayer};
 
 fn minute(n: u64) -> Policy {
     Policy::fixed_window(n, Duration::from_secs(60)).unwrap()
+}
+
+/// A store on a clock that stands still: a minute boundary mid-test would
+/// open a new window and change every count below.
+fn store() -> MemoryStore<ManualClock> {
+    MemoryStore::builder().clock(ManualClock::new()).build()
 }
 
 /// 401 at once, or never an answer for a request asking to `hang`.
@@ -54,7 +61,7 @@ fn get(path: &str) -> Request<()> {
 /// Were the abandoned attempt refunded, that one would pass.
 #[tokio::test]
 async fn an_abandoned_request_keeps_its_charge() {
-    let svc = ThrottleLayer::new(MemoryStore::new(), minute(2))
+    let svc = ThrottleLayer::new(store(), minute(2))
         .key(Global)
         .count_if(|s| s == StatusCode::UNAUTHORIZED)
         .layer(tower::service_fn(login));
@@ -86,7 +93,7 @@ impl std::error::Error for Broken {}
 /// A request answered 200 in between is refunded and leaves no trace.
 #[tokio::test]
 async fn an_inner_service_error_counts_as_a_server_error() {
-    let svc = ThrottleLayer::new(MemoryStore::new(), minute(1))
+    let svc = ThrottleLayer::new(store(), minute(1))
         .key(Global)
         .count_if(|s| s.is_server_error())
         .layer(tower::service_fn(|req: Request<()>| async move {
@@ -104,7 +111,7 @@ async fn an_inner_service_error_counts_as_a_server_error() {
 
 #[tokio::test]
 async fn count_if_outcome_sees_an_http_response_s_status() {
-    let svc = ThrottleLayer::new(MemoryStore::new(), minute(2))
+    let svc = ThrottleLayer::new(store(), minute(2))
         .key(Global)
         .count_if_outcome(|o| o == Outcome::Http(StatusCode::UNAUTHORIZED))
         .layer(tower::service_fn(login));
@@ -160,7 +167,7 @@ impl Health for Login {
 }
 
 /// Serves `Login` behind `layer` on a free loopback port, and connects.
-async fn login_server(layer: ThrottleLayer<MemoryStore>) -> HealthClient<Channel> {
+async fn login_server(layer: ThrottleLayer<MemoryStore<ManualClock>>) -> HealthClient<Channel> {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr: SocketAddr = listener.local_addr().unwrap();
     tokio::spawn(
@@ -211,8 +218,8 @@ async fn streamed(client: &mut HealthClient<Channel>, pw: &str) -> Code {
 }
 
 /// Five failed logins a minute, for everyone.
-fn five_failed_logins() -> ThrottleLayer<MemoryStore> {
-    ThrottleLayer::new(MemoryStore::new(), minute(5)).key(Global)
+fn five_failed_logins() -> ThrottleLayer<MemoryStore<ManualClock>> {
+    ThrottleLayer::new(store(), minute(5)).key(Global)
 }
 
 fn unauthenticated(o: Outcome) -> bool {
@@ -334,8 +341,8 @@ async fn grpc(req: Request<()>) -> Result<Response<GrpcBody>, Infallible> {
 }
 
 /// One failed login a minute; only UNAUTHENTICATED counts.
-fn one_failure() -> ThrottleLayer<MemoryStore> {
-    ThrottleLayer::new(MemoryStore::new(), minute(1))
+fn one_failure() -> ThrottleLayer<MemoryStore<ManualClock>> {
+    ThrottleLayer::new(store(), minute(1))
         .key(Global)
         .count_if_outcome(unauthenticated)
 }

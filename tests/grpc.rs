@@ -15,8 +15,15 @@ use tonic_health::pb::HealthCheckRequest;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 use tonic_types::StatusExt;
+use tower_throttle::clock::ManualClock;
 use tower_throttle::key::{BearerToken, GrpcMethod, HeaderKey};
 use tower_throttle::{key::Global, MemoryStore, Policy, Store, ThrottleLayer};
+
+/// A store on a clock that stands still: a minute boundary mid-test would
+/// open a new fixed window and admit the calls asserted limited.
+fn frozen_store() -> MemoryStore<ManualClock> {
+    MemoryStore::builder().clock(ManualClock::new()).build()
+}
 
 /// Serves the health service behind `layer` on a free loopback port.
 async fn serve<St: Store>(layer: ThrottleLayer<St>) -> (SocketAddr, HealthReporter) {
@@ -98,7 +105,7 @@ where
 async fn a_limited_unary_call_is_resource_exhausted_with_retry_info() {
     // The default key, PeerIp, reads tonic's TcpConnectInfo: no call is refused for want of it.
     let layer = ThrottleLayer::new(
-        MemoryStore::new(),
+        frozen_store(),
         Policy::fixed_window(2, Duration::from_secs(60)).unwrap(),
     );
     let (addr, _reporter) = serve(layer).await;
@@ -118,7 +125,7 @@ async fn a_limited_unary_call_is_resource_exhausted_with_retry_info() {
 #[tokio::test]
 async fn peer_ip_keys_each_tonic_client_by_its_address() {
     let layer = ThrottleLayer::new(
-        MemoryStore::new(),
+        frozen_store(),
         Policy::fixed_window(1, Duration::from_secs(60)).unwrap(),
     );
     let (addr, _reporter) = serve(layer).await;
@@ -134,7 +141,7 @@ async fn peer_ip_keys_each_tonic_client_by_its_address() {
 #[tokio::test]
 async fn metadata_and_method_keys() {
     let policy = Policy::fixed_window(1, Duration::from_secs(60)).unwrap();
-    let layer = ThrottleLayer::new(MemoryStore::new(), policy).key((
+    let layer = ThrottleLayer::new(frozen_store(), policy).key((
         GrpcMethod::full(),
         HeaderKey::new(HeaderName::from_static("x-user-id")),
     ));
@@ -153,7 +160,7 @@ async fn metadata_and_method_keys() {
     let status = client.check(check("")).await.unwrap_err();
     assert_eq!(status.code(), Code::Unauthenticated, "{status:?}");
 
-    let layer = ThrottleLayer::new(MemoryStore::new(), policy).key(BearerToken);
+    let layer = ThrottleLayer::new(frozen_store(), policy).key(BearerToken);
     let (addr, _reporter) = serve(layer).await;
     let mut client = connect(addr, None).await;
     let with_token = |token: &str| {
@@ -237,7 +244,7 @@ async fn one_layer_answers_http_and_grpc_each_in_its_own_protocol() {
 
     let (_reporter, health) = tonic_health::server::health_reporter();
     let layer = ThrottleLayer::new(
-        MemoryStore::new(),
+        frozen_store(),
         Policy::fixed_window(1, Duration::from_secs(60)).unwrap(),
     );
     let app = tonic::service::Routes::new(health)

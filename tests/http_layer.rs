@@ -344,8 +344,11 @@ async fn several_rules_are_all_or_nothing() {
 
 #[tokio::test]
 async fn delay_mode_admits_after_waiting() {
-    // Real time here: the layer sleeps on tokio's clock.
-    let store = MemoryStore::new();
+    // The layer sleeps on tokio's clock, in real time; the store decides on
+    // a clock that stands still, so each wait is exactly the 300 ms slot
+    // however long the requests take (on the system clock, a request
+    // stalled past the slot was admitted at once, or not refused).
+    let (store, _clock) = manual_store();
     let one_per_300ms = Policy::cell(0, 1, Duration::from_millis(300)).unwrap();
     let patient = ThrottleLayer::new(store.clone(), one_per_300ms)
         .key(tower_throttle::key::Global)

@@ -12,6 +12,7 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use tower::{Layer, Service, ServiceExt};
+use tower_throttle::clock::ManualClock;
 use tower_throttle::key::Global;
 use tower_throttle::{MemoryStore, Policy, RateLimitInfo, ThrottleLayer};
 
@@ -69,6 +70,12 @@ fn counting(hold: Option<Duration>) -> (Counting, Arc<AtomicUsize>) {
     )
 }
 
+/// A store on a clock that stands still: a minute boundary mid-test would
+/// open a new fixed window and admit requests asserted limited.
+fn frozen_store() -> MemoryStore<ManualClock> {
+    MemoryStore::builder().clock(ManualClock::new()).build()
+}
+
 fn request() -> Request<()> {
     let mut req = Request::new(());
     req.extensions_mut()
@@ -80,7 +87,7 @@ fn request() -> Request<()> {
 async fn rejected_requests_never_reach_the_inner_service() {
     let (inner, calls) = counting(None);
     let layer = ThrottleLayer::new(
-        MemoryStore::new(),
+        frozen_store(),
         Policy::fixed_window(2, Duration::from_secs(60)).unwrap(),
     );
     let svc = layer.layer(inner);
@@ -214,12 +221,12 @@ async fn body_of(
 async fn request_info_reaches_handlers_only_when_turned_on() {
     let policy = Policy::fixed_window(3, Duration::from_secs(60)).unwrap();
     let (inner, _) = counting(None);
-    let with_info = ThrottleLayer::new(MemoryStore::new(), policy)
+    let with_info = ThrottleLayer::new(frozen_store(), policy)
         .request_info(true)
         .layer(inner.clone());
     assert_eq!(body_of(with_info).await, "Some(2)");
     // Off by default.
-    let without = ThrottleLayer::new(MemoryStore::new(), policy).layer(inner);
+    let without = ThrottleLayer::new(frozen_store(), policy).layer(inner);
     assert_eq!(body_of(without.clone()).await, "None");
     // Limiting itself is unaffected.
     for _ in 0..2 {

@@ -16,6 +16,7 @@ use metrics::{
     SharedString, Unit,
 };
 use tower::{Layer, ServiceExt};
+use tower_throttle::clock::ManualClock;
 use tower_throttle::key::{Global, HeaderKey};
 use tower_throttle::{MemoryStore, Policy, Rule, ThrottleLayer};
 
@@ -108,7 +109,11 @@ async fn outcomes_are_counted_with_configuration_labels_only() {
     let recorded = Recorded::default();
     metrics::set_global_recorder(recorded.clone()).unwrap();
     let minute = Duration::from_secs(60);
-    let svc = ThrottleLayer::new(MemoryStore::new(), Policy::fixed_window(1, minute).unwrap())
+    // Stores on a clock that stands still: a minute boundary (or, below,
+    // 10 ms of a stalled machine) between two requests would change which
+    // are limited or delayed.
+    let store = || MemoryStore::builder().clock(ManualClock::new()).build();
+    let svc = ThrottleLayer::new(store(), Policy::fixed_window(1, minute).unwrap())
         .name("burst")
         .key(HeaderKey::new(USER))
         .and(Rule::new("day", Policy::fixed_window(100, minute).unwrap()))
@@ -155,7 +160,7 @@ async fn outcomes_are_counted_with_configuration_labels_only() {
     let latency = "tower_throttle_store_latency_seconds{}";
     assert_eq!(recorded.get(latency), 0);
     let delayed = ThrottleLayer::new(
-        MemoryStore::new(),
+        store(),
         Policy::cell(0, 1, Duration::from_millis(10)).unwrap(),
     )
     .key(Global)

@@ -10,11 +10,19 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Full;
 use tower::{service_fn, Layer, ServiceExt};
+use tower_throttle::clock::ManualClock;
 use tower_throttle::key::FromExtension;
 use tower_throttle::resolve::{resolver_fn, CachedResolver};
 use tower_throttle::{Limiter, MemoryStore, Policy, RateLimitInfo, Rule, ThrottleLayer};
 
 const MIN: Duration = Duration::from_secs(60);
+
+/// A store on a clock that stands still: a window boundary mid-test would
+/// change the counts asserted below (a fixed window reopens; a sliding
+/// window's previous count starts to fade).
+fn frozen_store() -> MemoryStore<ManualClock> {
+    MemoryStore::builder().clock(ManualClock::new()).build()
+}
 
 #[derive(Clone)]
 struct User(&'static str);
@@ -55,9 +63,9 @@ fn echo_limit(
     })
 }
 
-fn tiers_layer() -> ThrottleLayer<MemoryStore> {
+fn tiers_layer() -> ThrottleLayer<MemoryStore<ManualClock>> {
     let premium = Policy::sliding_window(50, MIN).unwrap();
-    ThrottleLayer::new(MemoryStore::new(), Policy::sliding_window(5, MIN).unwrap())
+    ThrottleLayer::new(frozen_store(), Policy::sliding_window(5, MIN).unwrap())
         .name("reply")
         .key(FromExtension::<User>::new())
         .policy_from_extension(move |t: &Tier| match t {
@@ -167,7 +175,7 @@ async fn a_cached_resolver_asks_the_database_once_per_key() {
         100,
         MIN,
     );
-    let layer = ThrottleLayer::new(MemoryStore::new(), Policy::fixed_window(1, MIN).unwrap())
+    let layer = ThrottleLayer::new(frozen_store(), Policy::fixed_window(1, MIN).unwrap())
         .and(Rule::new("quota", Policy::fixed_window(2, MIN).unwrap()).resolver(quotas.clone()))
         .name("burst")
         .key(FromExtension::<User>::new());
@@ -189,7 +197,7 @@ async fn a_cached_resolver_asks_the_database_once_per_key() {
 
 #[tokio::test]
 async fn skipped_requests_bypass_the_layer() {
-    let layer = ThrottleLayer::new(MemoryStore::new(), Policy::fixed_window(1, MIN).unwrap())
+    let layer = ThrottleLayer::new(frozen_store(), Policy::fixed_window(1, MIN).unwrap())
         .key(FromExtension::<User>::new())
         .skip_if(|r| r.uri().path() == "/healthz");
     let svc = layer.layer(echo_limit());
@@ -261,7 +269,7 @@ async fn only_failed_logins_count_and_the_sixth_in_a_row_is_refused() {
 
 #[tokio::test]
 async fn server_errors_are_refunded() {
-    let layer = ThrottleLayer::new(MemoryStore::new(), Policy::fixed_window(2, MIN).unwrap())
+    let layer = ThrottleLayer::new(frozen_store(), Policy::fixed_window(2, MIN).unwrap())
         .key(FromExtension::<User>::new())
         .count_if(|s| !s.is_server_error());
     let failing = service_fn(|_: Request<()>| async {
@@ -364,9 +372,7 @@ async fn wait_rechecks_other_algorithms_within_the_budget() {
 #[tokio::test]
 async fn a_multi_limiter_is_all_or_nothing() {
     // A manual clock: a window boundary inside the test would refill.
-    let store = MemoryStore::builder()
-        .clock(tower_throttle::clock::ManualClock::new())
-        .build();
+    let store = frozen_store();
     let limiter = Limiter::new(store, Policy::fixed_window(2, MIN).unwrap())
         .named("minute")
         .and(

@@ -120,10 +120,14 @@ fn policy_changes_on_redis() {
     let server = RedisServer::start();
     let clock = ManualClock::new();
     runtime().block_on(async {
+        // The clock stands still while real time runs down the keys' TTLs
+        // (a premium GCRA key holding one unit lives 2 s): padded, so a
+        // stalled machine never sees state the clock still holds expire.
         let store = RedisStore::builder()
             .prefix("pc")
             .timeout(Duration::from_secs(5))
             .time_source(TimeSource::client(clock.clone()))
+            .ttl_padding(Duration::from_secs(600))
             .connect(server.url().as_str())
             .await
             .unwrap();

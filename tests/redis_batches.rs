@@ -10,13 +10,13 @@ mod redis_support;
 
 use std::future::Future;
 use std::task::Poll;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis_support::{current_thread_runtime as runtime, RedisServer};
-use tower_throttle::clock::ManualClock;
+use tower_throttle::clock::{Clock, ManualClock};
 use tower_throttle::store::redis::{RedisStore, TimeSource};
 use tower_throttle::store::Charge;
-use tower_throttle::{Policy, Store};
+use tower_throttle::{Decision, Policy, Store};
 
 /// A store on `clock` with no TTL padding: the TTLs are the real ones.
 async fn store_on(server: &RedisServer, clock: &ManualClock) -> RedisStore {
@@ -83,22 +83,77 @@ fn pttl(server: &RedisServer, key: &[u8]) -> i64 {
         .unwrap()
 }
 
-/// Real time between a check and its PTTL read (the frozen test clock does
-/// not move, the key's TTL does).
+/// Real time between the write that set a key's expiry and its PTTL read
+/// (the frozen test clock does not move, the key's TTL does): at most this,
+/// or what a stalled machine took, measured (see [`LastSet`]).
 const READ_SLACK_MS: i64 = 50;
 
 /// A key's PTTL against the state it must keep: at least until its tat
 /// (`reset_after` from now), at most a second (the expiry step) after. A
 /// TTL counts down in real time while the test clock jumps: a key whose
 /// expiry was last set before jumps totalling `jumped` may outlive its tat
-/// by that much more in test time, never less.
-fn assert_expiry_covers(step: &str, ttl: i64, reset_after: Duration, jumped: Duration) {
+/// by that much more in test time, never less; and it has counted down for
+/// the real time since that expiry was set, `since_set_ms` (up to
+/// [`READ_SLACK_MS`] on a machine that does not stall).
+fn assert_expiry_covers(
+    step: &str,
+    ttl: i64,
+    reset_after: Duration,
+    jumped: Duration,
+    since_set_ms: i64,
+) {
     let need = i64::try_from(reset_after.as_millis()).unwrap();
     let most = need + 1000 + 1 + i64::try_from(jumped.as_millis()).unwrap();
+    let slack = since_set_ms.max(READ_SLACK_MS);
     assert!(
-        ttl >= need - READ_SLACK_MS && ttl <= most,
-        "{step}: PTTL {ttl} ms for state that must live {need} ms (at most {most})"
+        ttl >= need - slack && ttl <= most,
+        "{step}: PTTL {ttl} ms for state that must live {need} ms (at most {most}, \
+         slack {slack} ms)"
     );
+}
+
+/// Real time since `at`, in ms rounded up.
+fn ms_since(at: Instant) -> i64 {
+    i64::try_from(at.elapsed().as_millis()).unwrap() + 1
+}
+
+/// The tat a decision of `store`'s clock reports (µs of the test clock).
+fn tat_us(clock: &ManualClock, d: &Decision) -> u64 {
+    clock.now_ns() / 1000 + u64::try_from(d.reset_after.as_micros()).unwrap()
+}
+
+/// When a GCRA key's expiry was last set: a write moves it only to a later
+/// second than the one its stored tat expires at (`gcra_write` in
+/// gcra.lua), so the test knows which writes set it, and from when to
+/// measure the real time its TTL has counted down.
+struct LastSet {
+    /// The expiry the scripts gave the key (µs of the test clock).
+    expiry_us: Option<u64>,
+    /// Before the write that set it was sent.
+    at: Instant,
+}
+
+impl LastSet {
+    fn new() -> LastSet {
+        LastSet {
+            expiry_us: None,
+            at: Instant::now(),
+        }
+    }
+
+    /// Writes sent from `sent` on left the key at `tat` (µs).
+    fn wrote(&mut self, sent: Instant, tat: u64) {
+        // gcra_expiry: the tat rounded up to a whole second.
+        let expiry = tat.div_ceil(1_000_000) * 1_000_000;
+        if self.expiry_us.is_none_or(|set| expiry > set) {
+            self.expiry_us = Some(expiry);
+            self.at = sent;
+        }
+    }
+
+    fn since_ms(&self) -> i64 {
+        ms_since(self.at)
+    }
 }
 
 #[test]
@@ -115,12 +170,21 @@ fn a_busy_key_never_expires_before_its_tat() {
         let key = store.redis_key(b"busy", &policy);
         let mut jumped = Duration::ZERO;
         let mut receipts = Vec::new();
+        let mut last_set = LastSet::new();
         for i in 0..36 {
+            let sent = Instant::now();
             let d = store.check(Charge::new(b"busy", &policy, 1)).await.unwrap();
             assert!(d.allowed, "admission {i}");
             receipts.extend(d.receipt());
+            last_set.wrote(sent, tat_us(&clock, &d));
             let ttl = pttl(&server, &key);
-            assert_expiry_covers(&format!("admission {i}"), ttl, d.reset_after, jumped);
+            assert_expiry_covers(
+                &format!("admission {i}"),
+                ttl,
+                d.reset_after,
+                jumped,
+                last_set.since_ms(),
+            );
             // Time catches up now and then: the tat restarts from now.
             if i % 8 == 7 {
                 clock.advance(Duration::from_millis(2_700));
@@ -134,6 +198,7 @@ fn a_busy_key_never_expires_before_its_tat() {
             .unwrap()
             .reset_after;
         // The last three charges, whose debt is all still ahead.
+        let refunded = Instant::now();
         for receipt in &receipts[receipts.len() - 3..] {
             store.refund(b"busy", &policy, receipt).await.unwrap();
         }
@@ -144,7 +209,13 @@ fn a_busy_key_never_expires_before_its_tat() {
             .reset_after;
         assert_eq!(before - after, Duration::from_millis(900));
         // Written whole: no earlier expiry carries over.
-        assert_expiry_covers("after a refund", pttl(&server, &key), after, Duration::ZERO);
+        assert_expiry_covers(
+            "after a refund",
+            pttl(&server, &key),
+            after,
+            Duration::ZERO,
+            ms_since(refunded),
+        );
     });
 }
 
@@ -158,7 +229,9 @@ fn batched_and_multi_rule_checks_keep_the_invariant() {
         let fast = Policy::cell(50, 10, Duration::from_secs(1)).unwrap(); // T = 100 ms
         let slow = Policy::cell(50, 2, Duration::from_secs(1)).unwrap(); // T = 500 ms
         let users: Vec<String> = (0..16).map(|u| format!("u{u}")).collect();
+        let mut last_set: Vec<LastSet> = users.iter().map(|_| LastSet::new()).collect();
         for round in 0..12 {
+            let sent = Instant::now();
             // Concurrent single-rule checks: they gather into batches,
             // several of them on the same key.
             let tasks: Vec<_> = (0..48)
@@ -185,11 +258,13 @@ fn batched_and_multi_rule_checks_keep_the_invariant() {
                 .await
                 .unwrap();
             assert!(both.iter().all(|d| d.allowed), "round {round}: {both:?}");
-            for user in &users {
+            for (user, last_set) in users.iter().zip(&mut last_set) {
                 let d = store
                     .check(Charge::new(user.as_bytes(), &fast, 0))
                     .await
                     .unwrap();
+                // This round's checks (all admitted) wrote the key.
+                last_set.wrote(sent, tat_us(&clock, &d));
                 let ttl = pttl(&server, &store.redis_key(user.as_bytes(), &fast));
                 let jumped = Duration::from_millis(130 * round as u64);
                 assert_expiry_covers(
@@ -197,6 +272,7 @@ fn batched_and_multi_rule_checks_keep_the_invariant() {
                     ttl,
                     d.reset_after,
                     jumped,
+                    last_set.since_ms(),
                 );
             }
             let s = format!("s:{user}");
@@ -206,7 +282,14 @@ fn batched_and_multi_rule_checks_keep_the_invariant() {
                 .unwrap();
             let ttl = pttl(&server, &store.redis_key(s.as_bytes(), &slow));
             let jumped = Duration::from_millis(130 * round as u64);
-            assert_expiry_covers(&format!("round {round}, {s}"), ttl, d.reset_after, jumped);
+            // Each user's slow key is written once, by this round's check.
+            assert_expiry_covers(
+                &format!("round {round}, {s}"),
+                ttl,
+                d.reset_after,
+                jumped,
+                ms_since(sent),
+            );
             clock.advance(Duration::from_millis(130));
         }
     });
@@ -228,6 +311,7 @@ fn a_value_incrby_cannot_parse_is_replaced_whole() {
             .arg(10_000)
             .query(&mut server.conn())
             .unwrap();
+        let sent = Instant::now();
         let d = store.check(Charge::new(b"odd", &policy, 1)).await.unwrap();
         assert!(d.allowed);
         assert_eq!(d.reset_after, Duration::from_millis(1_300));
@@ -241,6 +325,7 @@ fn a_value_incrby_cannot_parse_is_replaced_whole() {
             pttl(&server, &key),
             d.reset_after,
             Duration::ZERO,
+            ms_since(sent),
         );
     });
 }

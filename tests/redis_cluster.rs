@@ -144,9 +144,21 @@ async fn multi_rule_checks_share_a_slot(cluster: &RedisCluster) {
 
 async fn bound_holds_across_masters(cluster: &RedisCluster) {
     let bound = 10;
+    // Four instances on one frozen clock: on the server's, a day boundary
+    // mid-test would open a new fixed window and admit twice the bound.
+    let clock = ManualClock::new();
     let mut stores = Vec::new();
     for _ in 0..4 {
-        stores.push(Arc::new(store(cluster, HashTag::PerKey).await));
+        let store = RedisStore::builder()
+            .prefix("c")
+            .hash_tag(HashTag::PerKey)
+            .timeout(Duration::from_secs(5))
+            .time_source(TimeSource::client(clock.clone()))
+            .ttl_padding(Duration::from_secs(600))
+            .connect_cluster(cluster.urls())
+            .await
+            .unwrap();
+        stores.push(Arc::new(store));
     }
     for (i, policy) in five(bound).into_iter().enumerate() {
         let mut tasks = Vec::new();

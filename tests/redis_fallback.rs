@@ -66,10 +66,15 @@ fn killing_redis_under_load_falls_back_without_503s_and_within_bounds() {
         let origin = Instant::now();
         let stop = Arc::new(AtomicBool::new(false));
         let mut tasks = Vec::new();
+        // Decisions on a frozen clock, in Redis and in the fallbacks: on
+        // real clocks a day boundary mid-test would open a new fixed window
+        // and admit twice the bound. The outage itself is real time.
+        let clock = ManualClock::new();
         for instance in 0..INSTANCES {
             let redis = RedisStore::builder()
                 .prefix("fb")
                 .timeout(TIMEOUT)
+                .time_source(TimeSource::client(clock.clone()))
                 // Denied keys would otherwise be answered by the local
                 // denial cache, whatever Redis's state: this test wants
                 // every check to reach the store.
@@ -77,8 +82,9 @@ fn killing_redis_under_load_falls_back_without_503s_and_within_bounds() {
                 .connect(server.url())
                 .await
                 .unwrap();
-            let store = FallbackStore::new(redis, MemoryStore::new())
-                .probe_interval(Duration::from_millis(200));
+            let memory = MemoryStore::builder().clock(clock.clone()).build();
+            let store =
+                FallbackStore::new(redis, memory).probe_interval(Duration::from_millis(200));
             let layer = ThrottleLayer::new(
                 BoxStore::new(store),
                 Policy::fixed_window(BOUND, Duration::from_secs(86_400)).unwrap(),

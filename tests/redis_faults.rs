@@ -31,8 +31,9 @@ use http_body_util::Full;
 use redis::aio::ConnectionLike;
 use redis_support::{runtime, RedisCluster, RedisServer};
 use tower::{ServiceBuilder, ServiceExt};
+use tower_throttle::clock::ManualClock;
 use tower_throttle::key::HeaderKey;
-use tower_throttle::store::redis::RedisStore;
+use tower_throttle::store::redis::{RedisStore, TimeSource};
 use tower_throttle::store::Charge;
 use tower_throttle::{FailMode, Policy, Store, StoreError, ThrottleLayer};
 
@@ -47,8 +48,16 @@ const BOUND: u64 = 40;
 const FAULT: Duration = Duration::from_millis(1500);
 
 fn policy() -> Policy {
-    // A day: an hour boundary passing mid-test would reset the count.
+    // A day, on a manual clock (`manual_time`): a window boundary passing
+    // mid-test would reset the count.
     Policy::fixed_window(BOUND, Duration::from_secs(86_400)).unwrap()
+}
+
+/// Where the stores take `now`: a clock that stands still (on the server's
+/// own, even a day's window ends mid-test at midnight). The faults and the
+/// bounds on answers are real time.
+fn manual_time() -> TimeSource {
+    TimeSource::client(ManualClock::new())
 }
 
 /// Which path a request took.
@@ -255,6 +264,7 @@ async fn store_on(url: String) -> RedisStore {
     RedisStore::builder()
         .prefix("f")
         .timeout(TIMEOUT)
+        .time_source(manual_time())
         .connect(url)
         .await
         .unwrap()
@@ -612,6 +622,7 @@ fn cluster_master_killed_then_restarted() {
         let store = RedisStore::builder()
             .prefix("f")
             .timeout(TIMEOUT)
+            .time_source(manual_time())
             .connect_cluster(cluster.urls())
             .await
             .unwrap();

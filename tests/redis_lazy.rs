@@ -26,8 +26,10 @@ use http_body_util::Empty;
 use redis_support::{free_port, runtime, RedisServer};
 use tower::{Service, ServiceBuilder, ServiceExt};
 use tower_throttle::body::ThrottleBody;
+use tower_throttle::clock::ManualClock;
 use tower_throttle::decision::DecidedBy;
 use tower_throttle::key::HeaderKey;
+use tower_throttle::store::redis::TimeSource;
 use tower_throttle::store::Charge;
 use tower_throttle::store::{FallbackStore, LazyRedisStore, RedisStore};
 use tower_throttle::{
@@ -49,9 +51,14 @@ fn policy() -> Policy {
 }
 
 fn lazy(url: &str) -> LazyRedisStore {
+    lazy_on(url, TimeSource::Server)
+}
+
+fn lazy_on(url: &str, time: TimeSource) -> LazyRedisStore {
     RedisStore::builder()
         .prefix("lazy")
         .timeout(Duration::from_millis(200))
+        .time_source(time)
         .connect_lazy(url)
         .unwrap()
 }
@@ -135,8 +142,11 @@ fn starts_without_redis_and_moves_to_it_once_it_answers_without_503s() {
     let port = free_port(false);
     let url = format!("redis://127.0.0.1:{port}/");
     let addr = format!("addr=127.0.0.1:{port} ");
+    // Redis decides on a frozen clock: on the server's, a day boundary
+    // mid-test would split its count over two fixed windows.
+    let frozen = || TimeSource::client(ManualClock::new());
     runtime().block_on(async {
-        let primary = lazy(&url);
+        let primary = lazy_on(&url, frozen());
         let store = FallbackStore::new(primary.clone(), MemoryStore::new());
         let svc = service(Arc::new(store.clone()));
         // Until a connect attempt has failed (and said so), the fallback decides.
@@ -189,6 +199,7 @@ fn starts_without_redis_and_moves_to_it_once_it_answers_without_503s() {
             + 1;
         let other = RedisStore::builder()
             .prefix("lazy")
+            .time_source(frozen())
             .connect(server.url())
             .await
             .unwrap();

@@ -30,6 +30,7 @@ use outages::*;
 use redis::aio::ConnectionLike;
 use redis_support::{current_thread_runtime, RedisServer};
 use tower::{ServiceBuilder, ServiceExt};
+use tower_throttle::clock::ManualClock;
 use tower_throttle::decision::DecidedBy;
 use tower_throttle::key::HeaderKey;
 use tower_throttle::store::redis::RedisStore;
@@ -54,6 +55,12 @@ fn policies() -> Vec<(&'static str, Policy)> {
         ("log", Policy::sliding_log(LIMIT, DAY).unwrap()),
         ("concurrency", Policy::concurrency(LIMIT).unwrap()),
     ]
+}
+
+/// The fallbacks' store, on a clock that stands still: on the system clock
+/// a day boundary mid-test would open a new fixed window and admit more.
+fn fallback_memory() -> MemoryStore<ManualClock> {
+    MemoryStore::builder().clock(ManualClock::new()).build()
 }
 
 /// A batched and an unbatched store on `url` (no denial cache: every check
@@ -123,7 +130,7 @@ async fn assert_fallback_decides<C>(redis: RedisStore<C>, ps: &[(&'static str, P
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
-    let store = FallbackStore::new(redis, MemoryStore::new()).probe_interval(Duration::ZERO);
+    let store = FallbackStore::new(redis, fallback_memory()).probe_interval(Duration::ZERO);
     for (name, p) in ps {
         let key = format!("{tag}:fb:{name}");
         let mut allowed = Vec::new();
@@ -140,7 +147,7 @@ where
 /// A fail-closed layer over a `FallbackStore`: no 503, each user gets the
 /// limit and then 429s, every admission decided by the fallback.
 async fn assert_layer_answers(redis: RedisStore, tag: &str) {
-    let store = FallbackStore::new(redis, MemoryStore::new()).probe_interval(Duration::ZERO);
+    let store = FallbackStore::new(redis, fallback_memory()).probe_interval(Duration::ZERO);
     let layer = ThrottleLayer::new(store, Policy::fixed_window(LIMIT, DAY).unwrap())
         .key(HeaderKey::new(http::HeaderName::from_static("x-user")))
         .fail_mode(FailMode::Closed)

@@ -10,7 +10,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use redis_support::{free_port, runtime, RedisServer};
-use tower_throttle::store::redis::{RedisSentinelStore, RedisStore};
+use tower_throttle::clock::ManualClock;
+use tower_throttle::store::redis::{RedisSentinelStore, RedisStore, TimeSource};
 use tower_throttle::store::Charge;
 use tower_throttle::{Policy, Store, StoreError};
 
@@ -182,10 +183,11 @@ fn window_count(server: &RedisServer, key: &[u8]) -> u64 {
         .unwrap_or(0)
 }
 
-async fn connect(group: &Group) -> RedisSentinelStore {
+async fn connect(group: &Group, time: TimeSource) -> RedisSentinelStore {
     RedisStore::builder()
         .timeout(Duration::from_millis(500))
         .sentinel_poll_interval(Duration::from_millis(100))
+        .time_source(time)
         .connect_sentinel(group.urls(), MASTER)
         .await
         .unwrap()
@@ -198,9 +200,12 @@ async fn connect(group: &Group) -> RedisSentinelStore {
 fn a_master_with_a_password_is_reached_with_sentinel_master_auth() {
     let group = Group::start_with(Some("s3cret-pw"));
     runtime().block_on(async {
+        // A frozen clock: on the server's a minute boundary mid-test would
+        // admit the check asserted denied.
         let store = RedisStore::builder()
             .timeout(Duration::from_millis(500))
             .sentinel_master_auth(None, "s3cret-pw")
+            .time_source(TimeSource::client(ManualClock::new()))
             .connect_sentinel(group.urls(), MASTER)
             .await
             .unwrap();
@@ -224,7 +229,9 @@ fn a_master_with_a_password_is_reached_with_sentinel_master_auth() {
 fn finds_the_master_by_name() {
     let group = Group::start();
     runtime().block_on(async {
-        let store = connect(&group).await;
+        // A frozen clock: on the server's a minute boundary mid-test would
+        // admit the check asserted denied.
+        let store = connect(&group, TimeSource::client(ManualClock::new())).await;
         let p = Policy::fixed_window(3, Duration::from_secs(60)).unwrap();
         for _ in 0..3 {
             assert!(store.check(Charge::new(b"k", &p, 1)).await.unwrap().allowed);
@@ -269,7 +276,7 @@ fn follows_a_failover_under_load() {
     let group = Group::start();
     let rt = runtime();
     rt.block_on(async {
-        let store = connect(&group).await;
+        let store = connect(&group, TimeSource::Server).await;
         let count = Policy::fixed_window(1 << 30, Duration::from_secs(3600)).unwrap();
         let cap_limit = 2_000;
         let cap = Policy::fixed_window(cap_limit, Duration::from_secs(3600)).unwrap();

@@ -121,15 +121,16 @@ fn assert_no_leak(what: &str, text: &str) {
 async fn every_response_kind_has_its_status_and_leaks_nothing() {
     let policy = Policy::fixed_window(1, Duration::from_secs(60)).unwrap();
     for problem_json in [false, true] {
-        let body = |l: ThrottleLayer<MemoryStore>| {
+        let body = |l: ThrottleLayer<MemoryStore<ManualClock>>| {
             if problem_json {
                 l.problem_json_body()
             } else {
                 l
             }
         };
-        // 429, with the IETF and legacy fields.
-        let store = MemoryStore::new();
+        // 429, with the IETF and legacy fields. A clock that stands still:
+        // a minute boundary between two requests would admit the second.
+        let store = MemoryStore::builder().clock(ManualClock::new()).build();
         let limited = body(
             ThrottleLayer::new(store.clone(), policy)
                 .prefix(PREFIX)
@@ -257,7 +258,8 @@ async fn t_is_the_time_until_more_quota() {
 async fn header_switches_choose_the_fields_of_a_429() {
     let policy = Policy::fixed_window(1, Duration::from_secs(60)).unwrap();
     for (ietf, legacy) in [(true, false), (false, true), (true, true), (false, false)] {
-        let layer = ThrottleLayer::new(MemoryStore::new(), policy)
+        let store = MemoryStore::builder().clock(ManualClock::new()).build();
+        let layer = ThrottleLayer::new(store, policy)
             .key(Global)
             .ietf_headers(ietf)
             .legacy_headers(legacy);

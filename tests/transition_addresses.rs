@@ -10,16 +10,24 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::Empty;
 use tower::{Service, ServiceBuilder, ServiceExt};
+use tower_throttle::clock::ManualClock;
 use tower_throttle::key::{ClientIp, ForwardedHeader, KeyExtractor, PeerIp};
 use tower_throttle::{MemoryStore, Policy, ThrottleLayer};
 
-/// One request a minute per key.
+/// One request a minute per key, on a clock that stands still (a minute
+/// boundary mid-test would admit the requests asserted limited).
 fn limited(
     key: impl KeyExtractor,
 ) -> impl Service<Request<()>, Response = Response<impl Sized>, Error = Infallible> + Clone {
     let policy = Policy::fixed_window(1, Duration::from_secs(60)).unwrap();
     ServiceBuilder::new()
-        .layer(ThrottleLayer::new(MemoryStore::new(), policy).key(key))
+        .layer(
+            ThrottleLayer::new(
+                MemoryStore::builder().clock(ManualClock::new()).build(),
+                policy,
+            )
+            .key(key),
+        )
         .service(tower::service_fn(|_: Request<()>| async {
             Ok::<_, Infallible>(Response::new(Empty::<Bytes>::new()))
         }))
