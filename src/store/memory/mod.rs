@@ -98,6 +98,7 @@ use crate::policy::{Algorithm, Policy};
 mod admit;
 mod builder;
 mod hot;
+mod locked;
 mod multi;
 mod overflow;
 mod shard;
