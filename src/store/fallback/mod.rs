@@ -85,6 +85,14 @@
 //! both and reports the primary's error, if any; while the primary is
 //! unavailable it goes to the fallback alone (the primary's state of the
 //! key then lapses with its expiry).
+//!
+//! [`StoreError::is_unavailable`]: crate::store::StoreError::is_unavailable
+//! [`StoreError::Unavailable`]: crate::store::StoreError::Unavailable
+//! [`StoreError::Timeout`]: crate::store::StoreError::Timeout
+//! [`Decision::decided_by`]: crate::Decision::decided_by
+//! [`DecidedBy::Fallback`]: crate::decision::DecidedBy::Fallback
+//! [`Charge::penalty`]: crate::store::Charge::penalty
+//! [`Receipt`]: crate::decision::Receipt
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
