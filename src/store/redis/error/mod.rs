@@ -1,25 +1,19 @@
 //! redis-rs errors as typed [`StoreError`]s, for the layer's fail mode.
 
-use std::collections::HashSet;
-use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use redis::{ErrorKind, RedisError, ServerErrorKind};
 
-use crate::store::{Outage, StoreError};
+use crate::store::StoreError;
 
-/// A server wanting credentials the URL does not carry.
-pub(crate) const AUTH_REQUIRED: &str = "this Redis server requires a password or an ACL user: \
-    put them in the URL (redis://user:password@host/)";
+// What a server's reply means (`classify`), and the defects logged once
+// (`defect`); this file maps an error to a `StoreError`.
+mod classify;
+mod defect;
 
-/// A server refusing the credentials of the URL.
-pub(crate) const AUTH_REFUSED: &str = "the Redis server refused the credentials in the URL \
-    (wrong password, or an unknown or disabled ACL user): check the user and password in \
-    redis://user:password@host/";
-
-/// Where the minimal ACL rule is documented, appended to ACL errors.
-pub(crate) const ACL_DOCS: &str =
-    "the minimal rule is in the docs of RedisStoreBuilder::connect (\"Access control\")";
+pub(crate) use classify::{acl_commands, ACL_DOCS};
+use classify::{outage, outage_in, setup};
+pub(crate) use defect::surfaced;
 
 /// Maps a redis-rs error; `timeout` is the store's configured timeout.
 ///
@@ -55,189 +49,6 @@ pub(crate) fn map(e: RedisError, timeout: Duration) -> StoreError {
         ErrorKind::Parse | ErrorKind::UnexpectedReturnType => StoreError::Protocol(e.to_string()),
         _ => StoreError::Script(Box::new(e)),
     }
-}
-
-/// The outage a server's error reply reports, if it is one: its code
-/// (`OOM`, `BUSY`, `LOADING`, `READONLY`, `MASTERDOWN`, `CLUSTERDOWN`,
-/// `TRYAGAIN`), whether the server refused the command itself or a command
-/// a script ran and did not catch (Redis 7 passes the code on; Redis 6 wraps
-/// it in `ERR Error running script`). `NOSCRIPT` is one too: every call
-/// site loads the script again and retries once before giving up, so a
-/// `NOSCRIPT` that reaches here survived a reload.
-pub(crate) fn outage(e: &RedisError) -> Option<Outage> {
-    if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) {
-        return Some(Outage::ScriptsLost);
-    }
-    let code = e.code()?;
-    outage_of_code(code).or_else(|| {
-        let detail = e.detail()?;
-        (code == "ERR").then(|| wrapped(detail)).flatten()
-    })
-}
-
-/// The outage an error message from a script reports, if it is one: the
-/// error of a `redis.call` the script caught and returned as a check's own
-/// failure ("OOM command not allowed when used memory > 'maxmemory'.",
-/// "READONLY You can't write against a read only replica.").
-pub(crate) fn outage_in(message: &str) -> Option<Outage> {
-    let code = message.split_ascii_whitespace().next()?;
-    outage_of_code(code.trim_start_matches('-')).or_else(|| wrapped(message))
-}
-
-fn outage_of_code(code: &str) -> Option<Outage> {
-    Some(match code {
-        "OOM" => Outage::OutOfMemory,
-        "BUSY" => Outage::Busy,
-        "LOADING" => Outage::Loading,
-        "READONLY" => Outage::ReadOnly,
-        "MASTERDOWN" => Outage::MasterDown,
-        "CLUSTERDOWN" => Outage::ClusterDown,
-        "TRYAGAIN" => Outage::TryAgain,
-        _ => return None,
-    })
-}
-
-/// Redis 6 and older end a script whose `redis.call` failed with
-/// "ERR Error running script (call to f_<sha>): @user_script:1:
-/// @user_script: 1: OOM command not allowed ...": the code is a word of
-/// the message.
-fn wrapped(message: &str) -> Option<Outage> {
-    if !message.contains("Error running script") {
-        return None;
-    }
-    message
-        .split(|c: char| c.is_ascii_whitespace() || c == ':')
-        .find_map(|w| outage_of_code(w.trim_start_matches('-')))
-}
-
-/// The most distinct defects logged; past it one more line says so and
-/// the rest are not logged (the fail mode or the caller still sees each).
-const MAX_DEFECTS_LOGGED: usize = 64;
-
-/// The causes of the defects logged so far.
-static DEFECTS_LOGGED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
-
-/// Logs `r`'s error at error level if it is a defect (a reply this crate
-/// does not understand: [`StoreError::Script`], [`StoreError::Protocol`]),
-/// once per distinct cause, not per call; returns `r`. Outages and
-/// misconfigurations are not logged here: the fallback store or the
-/// layer's fail mode answers them (and the layer logs each failed check).
-pub(crate) fn surfaced<T>(r: Result<T, StoreError>) -> Result<T, StoreError> {
-    if let Err(e @ (StoreError::Script(_) | StoreError::Protocol(_))) = &r {
-        let text = e.to_string();
-        if let Some(last) = first_report(cause(&text)) {
-            tracing::error!(target: "tower_throttle", error = %text,
-                "rate-limit store replied something this crate does not understand (a defect, \
-                 not an outage, so no fallback store answers it: please report it); such calls \
-                 fail (a layer answers them by its fail mode), and this cause is logged once");
-            if last {
-                tracing::error!(target: "tower_throttle", limit = MAX_DEFECTS_LOGGED,
-                    "distinct rate-limit store defects reached the logging limit: further \
-                     causes are not logged");
-            }
-        }
-    }
-    r
-}
-
-/// Whether a defect of `cause` is to be logged: `Some` the first time (and
-/// `Some(true)` for the last cause the limit lets through), `None` after.
-fn first_report(cause: String) -> Option<bool> {
-    let mut seen = DEFECTS_LOGGED
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
-    let seen = seen.get_or_insert_with(HashSet::new);
-    if seen.len() >= MAX_DEFECTS_LOGGED || !seen.insert(cause) {
-        return None;
-    }
-    Some(seen.len() == MAX_DEFECTS_LOGGED)
-}
-
-/// What tells two defects apart: the message with each run of digits made
-/// one `#` (a count, a time or a line number does not make a new cause),
-/// at most 200 bytes of it.
-fn cause(text: &str) -> String {
-    let mut out = String::with_capacity(text.len().min(200));
-    let mut in_number = false;
-    for c in text.chars() {
-        if out.len() >= 200 {
-            break;
-        }
-        if c.is_ascii_digit() {
-            if !in_number {
-                out.push('#');
-            }
-            in_number = true;
-        } else {
-            in_number = false;
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// The fix for an error caused by the server's setup (credentials, ACL),
-/// if `e` is one. Built from the error's code and the command named by the
-/// server, never from the URL, so it holds no password.
-pub(crate) fn setup(e: &RedisError) -> Option<String> {
-    let code = e.code().unwrap_or("");
-    let text = e.to_string();
-    // A server with `requirepass` answers NOAUTH, or, to a large argument
-    // sent before authenticating (a script), a protocol error.
-    if code == "NOAUTH"
-        || text.contains("NOAUTH")
-        || text.contains("unauthenticated bulk length")
-        || text.contains("unauthenticated multibulk length")
-    {
-        return Some(AUTH_REQUIRED.to_owned());
-    }
-    if code == "WRONGPASS"
-        || text.contains("WRONGPASS")
-        || e.kind() == ErrorKind::AuthenticationFailed
-    {
-        return Some(AUTH_REFUSED.to_owned());
-    }
-    // A script refused a command or key after connect (the ACL changed):
-    // Redis 6 and 7.0 say "The user executing the script can't ...", 7.2
-    // and later "ACL failure in script".
-    if text.contains("user executing the script") || text.contains("ACL failure in script") {
-        return Some(format!(
-            "the Redis ACL user may not run a command or access a key this store's scripts \
-             need (the server said: {}); {ACL_DOCS}",
-            e.detail().unwrap_or("permission denied")
-        ));
-    }
-    if e.kind() == ErrorKind::Server(ServerErrorKind::NoPerm) {
-        let detail = e.detail().unwrap_or("");
-        return Some(match quoted(detail) {
-            Some(cmd) if detail.contains("command") => acl_commands(&[cmd.to_owned()]),
-            _ => format!(
-                "the Redis ACL user may not access a key of this store: give it the store's \
-                 key pattern (`~<prefix>:*`); {ACL_DOCS}"
-            ),
-        });
-    }
-    None
-}
-
-/// The fix for an ACL user missing `commands`.
-pub(crate) fn acl_commands(commands: &[String]) -> String {
-    let names: Vec<String> = commands.iter().map(|c| format!("`{c}`")).collect();
-    let rules: Vec<String> = commands.iter().map(|c| format!("+{c}")).collect();
-    format!(
-        "the Redis ACL user may not run {}: add `{}` to its rule (ACL SETUSER <user> {}); {ACL_DOCS}",
-        names.join(", "),
-        rules.join(" "),
-        rules.join(" "),
-    )
-}
-
-/// The first `'...'`-quoted word of a server message (Redis names the
-/// refused command that way: "no permissions to run the 'time' command").
-fn quoted(detail: &str) -> Option<&str> {
-    let start = detail.find('\'')? + 1;
-    let len = detail[start..].find('\'')?;
-    Some(&detail[start..start + len]).filter(|c| !c.is_empty() && !c.contains(' '))
 }
 
 /// Runs `fut` under the store timeout, mapping its error.
@@ -292,6 +103,7 @@ pub(crate) fn failed(msg: String) -> StoreError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Outage;
 
     /// The error redis-rs makes of the server's reply `line` (without `-`).
     fn reply(line: &str) -> RedisError {
@@ -432,22 +244,5 @@ mod tests {
             mapped("MOVED 3999 127.0.0.1:6381"),
             StoreError::Cluster(_)
         ));
-    }
-
-    /// One log line per cause (the integration tests read the lines: see
-    /// `tests/redis_outages.rs`).
-    #[test]
-    fn defects_are_reported_once_per_cause() {
-        let causes: Vec<String> = [1, 22, 333, 1]
-            .iter()
-            .map(|n| cause(&format!("unit-test defect: {n} items left")))
-            .collect();
-        assert!(causes.iter().all(|c| c == "unit-test defect: # items left"));
-        let reported: Vec<_> = causes.into_iter().map(first_report).collect();
-        assert_eq!(reported, [Some(false), None, None, None]);
-        assert_eq!(
-            first_report(cause("unit-test defect: another")),
-            Some(false)
-        );
     }
 }
