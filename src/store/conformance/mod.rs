@@ -6,7 +6,7 @@
 //! as a [`Subject`] (how to move its clock, what it supports) and calling
 //! [`run`]: one call, which panics with the store's name and the first
 //! difference from the model. Every store of this crate passes it
-//! (`tests/conformance.rs`). The suite covers:
+//! (`tests/conformance/conformance.rs`). The suite covers:
 //!
 //! * **exact decisions** — a seeded walk of checks (peeks included where
 //!   supported), refunds, resets and releases over time, each decision equal

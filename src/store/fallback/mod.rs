@@ -9,7 +9,7 @@
 //! reload does not bring back), answers from its fallback store instead (an
 //! in-process [`MemoryStore`]), so requests are neither waved through nor
 //! refused with a 503 while the primary cannot decide
-//! (`tests/redis_outages.rs` puts a real Redis in each of these states:
+//! (`tests/redis_outages/redis_outages.rs` puts a real Redis in each of these states:
 //! every check is decided by the fallback, within its limit, and a
 //! fail-closed layer answers no 503). Other errors (a malformed request, a
 //! policy the store does not support, a misconfigured server, a reply the

@@ -77,7 +77,7 @@ mod tests {
     use super::*;
 
     /// One log line per cause (the integration tests read the lines: see
-    /// `tests/redis_outages.rs`).
+    /// `tests/redis_outages/redis_outages.rs`).
     #[test]
     fn defects_are_reported_once_per_cause() {
         let causes: Vec<String> = [1, 22, 333, 1]
