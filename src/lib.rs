@@ -90,6 +90,9 @@ pub mod store;
 
 pub mod body;
 mod check;
+#[cfg(feature = "config")]
+#[cfg_attr(docsrs, doc(cfg(feature = "config")))]
+pub mod config;
 mod fields;
 pub mod future;
 pub mod grpc;

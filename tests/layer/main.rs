@@ -15,6 +15,8 @@ mod binding_rule;
 mod concurrency_hold;
 #[cfg(feature = "redis")]
 mod config_errors;
+#[cfg(feature = "config")]
+mod config_file;
 mod count_if;
 mod delay_rules;
 mod hostile_input;
