@@ -167,6 +167,7 @@ mod config;
 mod connect;
 mod deny;
 mod error;
+mod eval;
 mod keys;
 mod lazy;
 mod ops;
