@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{assert_valid_name, Limiter, MAX_DELAY_ATTEMPTS};
+use super::{assert_valid_name, retry_within, Attempt, Limiter};
 use crate::decision::Decision;
 use crate::policy::Policy;
 use crate::store::{all_allowed, Charge, RuleSpec, Store, StoreError};
@@ -260,22 +260,17 @@ impl<S: Store> Limiter<S, AllRules> {
         if let Some(left) = self.locked(&caller).await? {
             return Ok(self.locked_out(left, None));
         }
-        let mut waited = Duration::ZERO;
-        let mut attempts = 0;
-        let denied = loop {
+        let (denied, was_denied) = retry_within(max_wait, |_| async {
             let d = self.check_rules(key, cost).await?;
-            let left = max_wait.saturating_sub(waited);
-            match d.retry_after() {
-                Some(retry) if retry <= left && attempts < MAX_DELAY_ATTEMPTS => {
-                    attempts += 1;
-                    let retry = retry.max(Duration::from_millis(1));
-                    tokio::time::sleep(retry).await;
-                    waited += retry;
-                }
-                _ if d.allowed() || cost == 0 => return Ok(d),
-                _ => break d,
-            }
-        };
+            Ok(match d.retry_after() {
+                _ if d.allowed() => Attempt::Done(d),
+                retry => Attempt::Denied(d, retry),
+            })
+        })
+        .await?;
+        if !was_denied || cost == 0 {
+            return Ok(denied);
+        }
         Ok(match self.strike(&caller).await? {
             Some(left) => self.locked_out(left, Some(&denied)),
             None => denied,

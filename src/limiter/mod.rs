@@ -173,6 +173,43 @@ impl<S: Store, R> Limiter<S, R> {
     }
 }
 
+/// One attempt of a wait: done (admitted), or denied with the wait after
+/// which the quota may be there.
+enum Attempt<T> {
+    Done(T),
+    Denied(T, Option<Duration>),
+}
+
+/// Runs `attempt` (given the budget left) until it admits, or until its
+/// denial's wait no longer fits in `max_wait` or [`MAX_DELAY_ATTEMPTS`] ran
+/// out. Returns the last answer and whether it was a denial.
+async fn retry_within<T, Fut>(
+    max_wait: Duration,
+    mut attempt: impl FnMut(Duration) -> Fut,
+) -> Result<(T, bool), StoreError>
+where
+    Fut: Future<Output = Result<Attempt<T>, StoreError>>,
+{
+    let mut waited = Duration::ZERO;
+    let mut attempts = 0;
+    loop {
+        let left = max_wait.saturating_sub(waited);
+        let (answer, retry) = match attempt(left).await? {
+            Attempt::Done(answer) => return Ok((answer, false)),
+            Attempt::Denied(answer, retry) => (answer, retry),
+        };
+        match retry {
+            Some(retry) if retry <= left && attempts < MAX_DELAY_ATTEMPTS => {
+                attempts += 1;
+                let retry = retry.max(Duration::from_millis(1));
+                tokio::time::sleep(retry).await;
+                waited += retry;
+            }
+            _ => return Ok((answer, true)),
+        }
+    }
+}
+
 /// A rule name: 1 to 64 of `[A-Za-z0-9_.-]` (it is part of store keys and
 /// of the `RateLimit` fields, so nothing in it needs escaping).
 pub(crate) fn valid_name(name: &str) -> bool {

@@ -4,7 +4,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{assert_valid_name, AllRules, KeyPrefix, Limiter, Permit, MAX_DELAY_ATTEMPTS};
+use super::{assert_valid_name, retry_within, AllRules, Attempt, KeyPrefix, Limiter, Permit};
 use crate::decision::{Decision, PermitId, Receipt};
 use crate::policy::Policy;
 use crate::policy::{effective_policy, rebase};
@@ -249,38 +249,29 @@ impl<S: Store> Limiter<S, OneRule> {
             let penalty = self.penalty.as_deref().expect("only a penalty locks");
             return Ok(penalty.locked(&real, left));
         }
-        let key = self.rule_key(caller).into_owned();
-        let mut waited = Duration::ZERO;
-        let mut attempts = 0;
-        let denied = loop {
-            let left = max_wait.saturating_sub(waited);
+        let key = &*self.rule_key(caller);
+        let (decision, denied) = retry_within(max_wait, |left| async move {
             // A store that cannot reserve is asked the real policy, and the
-            // loop checks again after each denial's wait.
+            // wait checks again after each denial's `retry_after`.
             let reserve = self.store.reserves_slots().then_some(left);
             let used = effective_policy(&real, cost, reserve);
-            let mut decision = self.store.check(Charge::new(&key, &used, cost)).await?;
+            let mut decision = self.store.check(Charge::new(key, &used, cost)).await?;
             let slot = rebase(&real, &used, &mut decision);
-            if decision.allowed {
-                if let Some(receipt) = decision.receipt().filter(|_| !slot.is_zero()) {
-                    let reserved = Reservation::new(self.store.clone(), &key, real, receipt);
-                    tokio::time::sleep(slot).await;
-                    reserved.keep();
-                }
-                return Ok(decision);
+            if !decision.allowed {
+                return Ok(Attempt::Denied(decision, decision.retry_after));
             }
-            match decision.retry_after {
-                Some(retry) if retry <= left && attempts < MAX_DELAY_ATTEMPTS => {
-                    attempts += 1;
-                    let retry = retry.max(Duration::from_millis(1));
-                    tokio::time::sleep(retry).await;
-                    waited += retry;
-                }
-                _ => break decision,
+            if let Some(receipt) = decision.receipt().filter(|_| !slot.is_zero()) {
+                let reserved = Reservation::new(self.store.clone(), key, real, receipt);
+                tokio::time::sleep(slot).await;
+                reserved.keep();
             }
-        };
-        if cost == 0 {
-            return Ok(denied);
+            Ok(Attempt::Done(decision))
+        })
+        .await?;
+        if !denied || cost == 0 {
+            return Ok(decision);
         }
+        let denied = decision;
         Ok(match self.strike(&caller_key).await? {
             Some(left) => Decision {
                 decided_by: denied.decided_by,
