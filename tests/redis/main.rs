@@ -14,6 +14,7 @@ mod model_bench;
 #[path = "../support/redis.rs"]
 mod redis_support;
 
+mod composed;
 mod redis_batches;
 mod redis_cancellation;
 mod redis_connect;
