@@ -12,7 +12,8 @@ use http::{HeaderValue, Request, Response};
 use tower::{Layer, Service};
 use tower_throttle::key::HeaderKey;
 use tower_throttle::store::BoxStore;
-use tower_throttle::{Charge, MemoryStore, Policy, Store, ThrottleLayer};
+use tower_throttle::store::Charge;
+use tower_throttle::{MemoryStore, Policy, Store, ThrottleLayer};
 
 // The shared module also holds a key extractor this bench does not use.
 #[allow(dead_code)]

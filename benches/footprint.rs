@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use governor::{Quota, RateLimiter};
 use tower_throttle::clock::ManualClock;
-use tower_throttle::{Charge, MemoryStore, Policy};
+use tower_throttle::store::Charge;
+use tower_throttle::{MemoryStore, Policy};
 
 struct Counting;
 

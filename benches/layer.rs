@@ -17,8 +17,9 @@ use http::{HeaderValue, Request, Response};
 use tower::{Layer, Service, ServiceExt};
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::GovernorLayer;
+use tower_throttle::body::ThrottleBody;
 use tower_throttle::key::HeaderKey;
-use tower_throttle::{MemoryStore, Policy, ThrottleBody, ThrottleLayer};
+use tower_throttle::{MemoryStore, Policy, ThrottleLayer};
 
 #[path = "common/user_header.rs"]
 mod user_header;

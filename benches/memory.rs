@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
-use tower_throttle::{Charge, MemoryStore, Policy};
+use tower_throttle::store::Charge;
+use tower_throttle::{MemoryStore, Policy};
 
 /// Generous enough that every check in the benchmark is admitted.
 fn policy() -> Policy {

@@ -29,7 +29,8 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionManager;
 use redis_support::RedisServer;
 use tower_throttle::store::redis::{RedisStore, DEFAULT_BATCHES_IN_FLIGHT};
-use tower_throttle::{Charge, Policy, Store};
+use tower_throttle::store::Charge;
+use tower_throttle::{Policy, Store};
 
 #[derive(Clone)]
 enum Op {

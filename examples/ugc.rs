@@ -27,10 +27,9 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use axum::Router;
 use tower_throttle::key::{FromExtension, PeerIp};
+use tower_throttle::mode::OnMissingKey;
 use tower_throttle::store::BoxStore;
-use tower_throttle::{
-    MemoryStore, OnMissingKey, Policy, RateLimitInfo, Rule, Store, ThrottleLayer,
-};
+use tower_throttle::{MemoryStore, Policy, RateLimitInfo, Rule, Store, ThrottleLayer};
 
 /// The signed-in user, as an auth layer would record it.
 #[derive(Clone, Debug)]

@@ -8,7 +8,7 @@
 # cargo-fuzz needs nightly flags (-Zsanitizer, coverage instrumentation). On a
 # stable toolchain RUSTC_BOOTSTRAP=1 unlocks them; set FUZZ_TOOLCHAIN=nightly
 # to use a nightly toolchain instead. Not part of CI: the property tests
-# (tests/model_equivalence.rs and friends) run there; fuzzing runs from here.
+# (tests/conformance/model_equivalence.rs and friends) run there; fuzzing runs from here.
 # Crashes land in fuzz/artifacts/<target>/, the corpus in fuzz/corpus/<target>/
 # (both git-ignored); reproduce with `cargo fuzz run <target> <artifact>`.
 set -euo pipefail

@@ -82,54 +82,48 @@
 // the file or folder of its name.
 pub mod algorithm;
 pub mod clock;
-mod decision;
-mod limiter;
+pub mod decision;
+pub mod limiter;
 pub mod lockout;
-mod multi;
-mod policy;
+pub mod policy;
 pub mod store;
 
-mod body;
+pub mod body;
 mod check;
+#[cfg(feature = "config")]
+#[cfg_attr(docsrs, doc(cfg(feature = "config")))]
+pub mod config;
 mod fields;
 pub mod future;
 pub mod grpc;
 mod info;
 pub mod key;
 mod layer;
-mod mode;
-mod outcome;
+pub mod mode;
+pub mod outcome;
 pub mod resolve;
 pub mod response;
 mod rule;
 mod service;
 mod settings;
-mod upgrade;
+pub mod upgrade;
 
 #[cfg(test)]
 mod floors;
 
-pub use body::ThrottleBody;
-pub use decision::{DecidedBy, Decision, PermitId, Receipt};
-pub use grpc::ResponseProtocol;
+// The front door: what a middleware or direct-API user writes. Everything
+// else lives in its module.
+pub use decision::Decision;
 pub use info::RateLimitInfo;
 pub use layer::ThrottleLayer;
-pub use limiter::{Limiter, Permit};
-pub use mode::{FailMode, Mode, OnMissingKey, MAX_DELAY_ATTEMPTS};
-pub use multi::{MultiDecision, MultiLimiter};
-pub use outcome::Outcome;
-pub use policy::{
-    Algorithm, CellArgs, ConcurrencyParams, GcraParams, Policy, PolicyError, WindowParams,
-    DEFAULT_LEASE,
-};
-pub use resolve::{CachedResolver, PolicyResolver};
-pub use response::ResetFormat;
+pub use limiter::Limiter;
+pub use mode::{FailMode, Mode};
+pub use policy::{Policy, PolicyError};
 pub use rule::{Rule, RuleError};
 pub use service::Throttle;
 #[cfg(feature = "redis")]
-pub use store::{CellStore, RedisClusterStore, RedisStore};
-pub use store::{Charge, MemoryStore, Outage, RuleSpec, Store, StoreError};
-pub use upgrade::{HeldPermit, UpgradePermit};
+pub use store::RedisStore;
+pub use store::{MemoryStore, Store, StoreError};
 
 /// The README's examples, compiled as doctests (they use every feature).
 #[cfg(all(doctest, feature = "redis", feature = "axum"))]

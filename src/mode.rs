@@ -83,7 +83,8 @@ pub enum FailMode {
 ///
 /// ```
 /// use http::StatusCode;
-/// use tower_throttle::{key::BearerToken, MemoryStore, OnMissingKey, Policy, ThrottleLayer};
+/// use tower_throttle::mode::OnMissingKey;
+/// use tower_throttle::{key::BearerToken, MemoryStore, Policy, ThrottleLayer};
 ///
 /// let layer = ThrottleLayer::new(MemoryStore::new(), Policy::concurrency(2)?)
 ///     .key(BearerToken)

@@ -30,7 +30,7 @@ use crate::body::Guard;
 /// use axum::extract::ws::{WebSocket, WebSocketUpgrade};
 /// use axum::response::Response;
 /// use axum::Extension;
-/// use tower_throttle::UpgradePermit;
+/// use tower_throttle::upgrade::UpgradePermit;
 ///
 /// async fn ws(ws: WebSocketUpgrade, permit: Option<Extension<UpgradePermit>>) -> Response {
 ///     let held = permit.and_then(|Extension(p)| p.claim());

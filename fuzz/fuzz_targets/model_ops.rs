@@ -11,7 +11,8 @@ use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use models::Model;
 use tower_throttle::clock::{Clock, ManualClock};
-use tower_throttle::{MemoryStore, PermitId, Policy, Rule};
+use tower_throttle::decision::PermitId;
+use tower_throttle::{MemoryStore, Policy, Rule};
 
 #[derive(Arbitrary, Debug)]
 enum Kind {

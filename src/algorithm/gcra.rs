@@ -14,7 +14,8 @@ use crate::decision::{Decision, Receipt};
 ///
 /// ```
 /// use std::time::Duration;
-/// use tower_throttle::{algorithm::gcra, Algorithm, Policy};
+/// use tower_throttle::policy::Algorithm;
+/// use tower_throttle::{algorithm::gcra, Policy};
 ///
 /// let Algorithm::Gcra(p) = *Policy::cell(15, 30, Duration::from_secs(60))?.algorithm() else { unreachable!() };
 /// let now = 1_000_000_000_000;

@@ -15,7 +15,7 @@ pub struct GcraParams {
     /// The arguments given to [`Policy::cell`](crate::Policy::cell), `None` for the other GCRA
     /// constructors. When set, `remaining` is computed as redis-cell 0.5.0
     /// computes it (in whole microseconds, through `f64`), and
-    /// [`CellStore`](crate::CellStore) sends these arguments as they are.
+    /// [`CellStore`](crate::store::CellStore) sends these arguments as they are.
     pub cell: Option<CellArgs>,
 }
 

@@ -6,7 +6,7 @@ use http::StatusCode;
 
 /// A gRPC status code, as carried by `grpc-status`: what
 /// [`count_if_outcome`](crate::ThrottleLayer::count_if_outcome) sees of a
-/// gRPC call (in an [`Outcome::Grpc`](crate::Outcome::Grpc)).
+/// gRPC call (in an [`Outcome::Grpc`](crate::outcome::Outcome::Grpc)).
 ///
 /// The constants are the codes of the gRPC specification; a code outside
 /// them (a server may send any number) keeps its value. With the `grpc`

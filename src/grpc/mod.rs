@@ -10,7 +10,7 @@
 //! |---|---|---|
 //! | a rule denied the call | `RESOURCE_EXHAUSTED` (8) | `grpc-status-details-bin`: a `google.rpc.Status` holding `google.rpc.RetryInfo { retry_delay }`; `retry-after` and the `ratelimit` fields as metadata |
 //! | the store failed and the layer fails closed | `UNAVAILABLE` (14) | `grpc-retry-pushback-ms` |
-//! | no key: the client sent no identity (default) | `UNAUTHENTICATED` (16) | `PERMISSION_DENIED` (7) if [`OnMissingKey::Reject`](crate::OnMissingKey) was given `403` |
+//! | no key: the client sent no identity (default) | `UNAUTHENTICATED` (16) | `PERMISSION_DENIED` (7) if [`OnMissingKey::Reject`](crate::mode::OnMissingKey) was given `403` |
 //! | no key: the server did not provide it (no peer address) | `INTERNAL` (13) | also for a `5xx` given to `OnMissingKey::Reject` |
 //!
 //! This is what Google APIs and Envoy's `rate_limited_as_resource_exhausted`

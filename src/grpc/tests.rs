@@ -8,11 +8,20 @@ use prost::Message;
 use tower::{service_fn, ServiceExt};
 
 use super::*;
+use crate::clock::ManualClock;
+use crate::decision::PermitId;
 use crate::key::{Global, HeaderKey};
+use crate::mode::OnMissingKey;
 use crate::store::{Charge, Store, StoreError};
-use crate::{Decision, MemoryStore, OnMissingKey, PermitId, Policy, ThrottleLayer};
+use crate::{Decision, MemoryStore, Policy, ThrottleLayer};
 
-type ThrottledResponse = http::Response<crate::ThrottleBody<http_body_util::Full<Bytes>>>;
+/// A store on a clock that stands still: a minute boundary between two
+/// calls would open a new fixed window and admit the call asserted limited.
+fn frozen_store() -> MemoryStore<ManualClock> {
+    MemoryStore::builder().clock(ManualClock::new()).build()
+}
+
+type ThrottledResponse = http::Response<crate::body::ThrottleBody<http_body_util::Full<Bytes>>>;
 
 async fn call<St: Store>(layer: &ThrottleLayer<St>, content_type: &str) -> ThrottledResponse {
     let inner = service_fn(|_: Request<()>| async {
@@ -63,7 +72,7 @@ fn decode_base64(s: &str) -> Vec<u8> {
 #[tokio::test]
 async fn a_limited_grpc_call_is_resource_exhausted_with_retry_info() {
     let policy = Policy::fixed_window(1, Duration::from_secs(60)).unwrap();
-    let layer = ThrottleLayer::new(MemoryStore::new(), policy).key(Global);
+    let layer = ThrottleLayer::new(frozen_store(), policy).key(Global);
     let first = call(&layer, "application/grpc").await;
     assert!(first.headers().get("grpc-status").is_none());
 
@@ -101,7 +110,7 @@ async fn a_limited_grpc_call_is_resource_exhausted_with_retry_info() {
 #[tokio::test]
 async fn auto_answers_http_requests_as_before() {
     let policy = Policy::fixed_window(1, Duration::from_secs(60)).unwrap();
-    let layer = ThrottleLayer::new(MemoryStore::new(), policy).key(Global);
+    let layer = ThrottleLayer::new(frozen_store(), policy).key(Global);
     call(&layer, "text/plain").await;
     let http = call(&layer, "application/json").await;
     assert_eq!(http.status(), StatusCode::TOO_MANY_REQUESTS);
@@ -120,7 +129,7 @@ async fn auto_answers_http_requests_as_before() {
 #[tokio::test]
 async fn explicit_protocols_override_the_content_type() {
     let policy = Policy::fixed_window(1, Duration::from_secs(60)).unwrap();
-    let grpc = ThrottleLayer::new(MemoryStore::new(), policy)
+    let grpc = ThrottleLayer::new(frozen_store(), policy)
         .key(Global)
         .grpc_responses();
     call(&grpc, "").await;
@@ -128,7 +137,7 @@ async fn explicit_protocols_override_the_content_type() {
     assert_eq!(r.status(), StatusCode::OK);
     assert_eq!(header(&r, "grpc-status"), Some("8"));
 
-    let http = ThrottleLayer::new(MemoryStore::new(), policy)
+    let http = ThrottleLayer::new(frozen_store(), policy)
         .key(Global)
         .http_responses();
     call(&http, "application/grpc").await;
@@ -174,7 +183,12 @@ impl Store for Broken {
     async fn check_all(&self, _: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
         Err(StoreError::Connection("refused".into()))
     }
-    async fn refund(&self, _: &[u8], _: &Policy, _: &crate::Receipt) -> Result<(), StoreError> {
+    async fn refund(
+        &self,
+        _: &[u8],
+        _: &Policy,
+        _: &crate::decision::Receipt,
+    ) -> Result<(), StoreError> {
         Ok(())
     }
     async fn reset(&self, _: &[u8], _: &Policy) -> Result<(), StoreError> {
@@ -200,7 +214,7 @@ async fn a_failed_store_is_unavailable_with_pushback() {
 async fn delay_mode_rejects_in_the_request_protocol_too() {
     // The asynchronous path: the wait (a minute) exceeds the budget.
     let policy = Policy::fixed_window(1, Duration::from_secs(60)).unwrap();
-    let layer = ThrottleLayer::new(MemoryStore::new(), policy)
+    let layer = ThrottleLayer::new(frozen_store(), policy)
         .key(Global)
         .delay_up_to(Duration::from_millis(1));
     call(&layer, "application/grpc").await;

@@ -10,7 +10,7 @@ use super::{KeyExtractor, KeyWriter, MissingKey, RequestHead};
 /// than one line: an auth layer or the app may read another line than the
 /// limiter would, so a client could be authenticated as one identity and
 /// charged as another; the layer answers its
-/// [`OnMissingKey`](crate::OnMissingKey) response instead. Use
+/// [`OnMissingKey`](crate::mode::OnMissingKey) response instead. Use
 /// [`HeaderKey::hashed`] for values that are secrets.
 ///
 /// ```

@@ -114,7 +114,8 @@ impl<St: Store> ThrottleLayer<St> {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use tower_throttle::{grpc::GrpcCode, key::Global, MemoryStore, Outcome, Policy, ThrottleLayer};
+    /// use tower_throttle::outcome::Outcome;
+    /// use tower_throttle::{grpc::GrpcCode, key::Global, MemoryStore, Policy, ThrottleLayer};
     ///
     /// // 5 failed gRPC logins a minute for everyone: calls answered
     /// // UNAUTHENTICATED or PERMISSION_DENIED; successful ones leave no trace.

@@ -35,7 +35,8 @@ use crate::store::Store;
 /// use std::time::Duration;
 /// use axum::{routing::post, Router};
 /// use http::StatusCode;
-/// use tower_throttle::{key::FromExtension, MemoryStore, OnMissingKey, Policy, Rule, ThrottleLayer};
+/// use tower_throttle::mode::OnMissingKey;
+/// use tower_throttle::{key::FromExtension, MemoryStore, Policy, Rule, ThrottleLayer};
 ///
 /// #[derive(Clone)]
 /// struct UserId(u64);
@@ -105,9 +106,20 @@ impl<St: Store> ThrottleLayer<St> {
     /// One rule, named `default`, applying `policy` per client address
     /// ([`PeerIp`]) at a cost of 1. Change the key with [`Self::key`].
     pub fn new(store: St, policy: Policy) -> Self {
+        Self::from_first_rule(Arc::new(store), Rule::new("default", policy))
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<St> {
+        &self.store
+    }
+
+    /// A layer of `rule` alone over a store already shared, keyed per
+    /// client address until told otherwise.
+    pub(crate) fn from_first_rule(store: Arc<St>, rule: Rule) -> Self {
         ThrottleLayer {
-            store: Arc::new(store),
-            limits: vec![Rule::new("default", policy)],
+            store,
+            limits: vec![rule],
             key: Arc::new(PeerIp::new()),
             cost: Cost::Fixed(1),
             prefix: None,
@@ -117,9 +129,12 @@ impl<St: Store> ThrottleLayer<St> {
         }
     }
 
-    /// The store.
-    pub fn store(&self) -> &Arc<St> {
-        &self.store
+    /// The same layer, claiming its key namespaces as `owner` (the layers
+    /// of one reloadable table take over each other's names).
+    #[cfg(feature = "config")]
+    pub(crate) fn owned_by(mut self, owner: Arc<()>) -> Self {
+        self.owner = owner;
+        self
     }
 }
 

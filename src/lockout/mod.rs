@@ -24,20 +24,17 @@
 //! on Redis: one more round trip, batched with the others); a denial costs
 //! one charge of the strikes key, and the denial that locks two more calls.
 //!
-//! [`LockoutLimiter`] is the direct API, and
+//! [`Limiter::lockout`](crate::Limiter::lockout) is the direct API, and
 //! [`ThrottleLayer::lockout`](crate::ThrottleLayer::lockout) applies a
 //! penalty to every rule key of a layer. Any other caller uses the hooks
 //! [`Penalty::check_locked`] (before the check) and
 //! [`Penalty::record_denial`] (after a denial) the same way.
 
-use std::borrow::Cow;
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::decision::Decision;
-use crate::limiter::KeyPrefix;
 use crate::policy::{Policy, PolicyError};
-use crate::store::{Charge, MemoryStore, RuleSpec, Store, StoreError};
+use crate::store::{Charge, RuleSpec, Store, StoreError};
 
 /// Locks a key out for `lock` after `strikes` denials within `within`.
 /// See the [module docs](self).
@@ -194,162 +191,6 @@ impl Penalty {
 /// state (`reset_after`) when the lock ends.
 fn left(peek: &Decision) -> Option<Duration> {
     (peek.remaining == 0 && !peek.reset_after.is_zero()).then_some(peek.reset_after)
-}
-
-/// A [`Limiter`](crate::Limiter) whose keys are locked out by a [`Penalty`].
-///
-/// ```
-/// use std::time::Duration;
-/// use tower_throttle::lockout::{LockoutLimiter, Penalty};
-/// use tower_throttle::{MemoryStore, Policy};
-///
-/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
-/// // 3 attempts a minute; 2 refusals within 15 minutes lock the key for an hour.
-/// let logins = LockoutLimiter::new(
-///     MemoryStore::new(),
-///     Policy::sliding_log(3, Duration::from_secs(60))?,
-///     Penalty::new(2, Duration::from_secs(900), Duration::from_secs(3600))?,
-/// )
-/// .with_prefix("login");
-/// for _ in 0..3 {
-///     assert!(logins.check("laoqian").await?.allowed);
-/// }
-/// assert!(!logins.check("laoqian").await?.allowed); // strike 1
-/// let locked = logins.check("laoqian").await?; // strike 2: locked
-/// assert_eq!(locked.retry_after, Some(Duration::from_secs(3600)));
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// # }).unwrap();
-/// ```
-///
-/// Clones share the store.
-#[derive(Debug)]
-pub struct LockoutLimiter<S = MemoryStore> {
-    store: Arc<S>,
-    policy: Policy,
-    penalty: Penalty,
-    prefix: KeyPrefix,
-}
-
-impl<S> Clone for LockoutLimiter<S> {
-    fn clone(&self) -> Self {
-        LockoutLimiter {
-            store: self.store.clone(),
-            policy: self.policy,
-            penalty: self.penalty.clone(),
-            prefix: self.prefix.clone(),
-        }
-    }
-}
-
-impl<S: Store> LockoutLimiter<S> {
-    /// Applies `policy` to keys in `store`, locking them out per `penalty`.
-    pub fn new(store: S, policy: Policy, penalty: Penalty) -> Self {
-        Self::from_shared(Arc::new(store), policy, penalty)
-    }
-
-    /// [`LockoutLimiter::new`] over a store shared with other limiters.
-    pub fn from_shared(store: Arc<S>, policy: Policy, penalty: Penalty) -> Self {
-        LockoutLimiter {
-            store,
-            policy,
-            penalty,
-            prefix: KeyPrefix::default(),
-        }
-    }
-
-    /// Prepends `prefix:` to every key (the penalty's keys include it too).
-    #[must_use]
-    pub fn with_prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
-        self.prefix = KeyPrefix::new(prefix.as_ref());
-        self
-    }
-
-    /// The policy applied.
-    pub fn policy(&self) -> &Policy {
-        &self.policy
-    }
-
-    /// The penalty applied.
-    pub fn penalty(&self) -> &Penalty {
-        &self.penalty
-    }
-
-    /// The store.
-    pub fn store(&self) -> &Arc<S> {
-        &self.store
-    }
-
-    fn full_key<'k>(&self, key: &'k [u8]) -> Cow<'k, [u8]> {
-        self.prefix.apply(key)
-    }
-
-    /// Charges one unit to `key`, unless it is locked.
-    pub async fn check(&self, key: impl AsRef<[u8]>) -> Result<Decision, StoreError> {
-        self.check_n(key, 1).await
-    }
-
-    /// Charges `cost` units to `key`. Refused without charging while the
-    /// key is locked; a denial counts a strike, and the strike that locks
-    /// the key answers with the lock's `retry_after`.
-    pub async fn check_n(&self, key: impl AsRef<[u8]>, cost: u64) -> Result<Decision, StoreError> {
-        let key = self.full_key(key.as_ref());
-        let store = &*self.store;
-        if let Some(left) = self.penalty.check_locked(store, &key).await? {
-            return Ok(self.penalty.locked(&self.policy, left));
-        }
-        let d = store.check(Charge::new(&key, &self.policy, cost)).await?;
-        if d.allowed {
-            return Ok(d);
-        }
-        Ok(match self.penalty.record_denial(store, &key).await? {
-            Some(left) => Decision {
-                decided_by: d.decided_by,
-                ..self.penalty.locked(&self.policy, left)
-            },
-            None => d,
-        })
-    }
-
-    /// The time left on `key`'s lock; `None` when it is not locked.
-    pub async fn locked_for(&self, key: impl AsRef<[u8]>) -> Result<Option<Duration>, StoreError> {
-        let key = self.full_key(key.as_ref());
-        self.penalty.check_locked(&*self.store, &key).await
-    }
-
-    /// Lifts `key`'s lock and forgets its strikes (its quota is untouched).
-    pub async fn unlock(&self, key: impl AsRef<[u8]>) -> Result<(), StoreError> {
-        let key = self.full_key(key.as_ref());
-        self.penalty.unlock(&*self.store, &key).await
-    }
-
-    /// Forgets everything about `key`: quota, strikes and lock.
-    pub async fn reset(&self, key: impl AsRef<[u8]>) -> Result<(), StoreError> {
-        let key = self.full_key(key.as_ref());
-        self.store.reset(&key, &self.policy).await?;
-        self.penalty.unlock(&*self.store, &key).await
-    }
-
-    /// Releases a concurrency permit returned in [`Decision::permit`].
-    pub async fn release(
-        &self,
-        key: impl AsRef<[u8]>,
-        permit: crate::PermitId,
-    ) -> Result<(), StoreError> {
-        let key = self.full_key(key.as_ref());
-        self.store.release(&key, &self.policy, permit).await
-    }
-
-    /// Gives an admitted check's units back to `key`, where they were
-    /// taken (see [`Limiter::refund`](crate::Limiter::refund)); strikes
-    /// already counted stay.
-    pub async fn refund(
-        &self,
-        key: impl AsRef<[u8]>,
-        receipt: &crate::Receipt,
-    ) -> Result<(), StoreError> {
-        let key = self.full_key(key.as_ref());
-        self.store.refund(&key, &self.policy, receipt).await
-    }
 }
 
 #[cfg(test)]

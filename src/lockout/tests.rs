@@ -3,6 +3,8 @@ use std::time::Duration;
 
 use super::*;
 use crate::clock::ManualClock;
+use crate::store::MemoryStore;
+use crate::Limiter;
 
 fn block_on<F: Future>(f: F) -> F::Output {
     tokio::runtime::Builder::new_current_thread()
@@ -14,15 +16,12 @@ fn block_on<F: Future>(f: F) -> F::Output {
 const MIN: Duration = Duration::from_secs(60);
 
 /// 2 a minute (sliding log); 3 denials within 10 minutes lock for 5 minutes.
-fn limiter() -> (ManualClock, LockoutLimiter<MemoryStore<ManualClock>>) {
+fn limiter() -> (ManualClock, Limiter<MemoryStore<ManualClock>>) {
     let clock = ManualClock::new();
     let store = MemoryStore::builder().clock(clock.clone()).build();
-    let limiter = LockoutLimiter::new(
-        store,
-        Policy::sliding_log(2, MIN).unwrap(),
-        Penalty::new(3, 10 * MIN, 5 * MIN).unwrap(),
-    )
-    .with_prefix("login");
+    let limiter = Limiter::new(store, Policy::sliding_log(2, MIN).unwrap())
+        .lockout(Penalty::new(3, 10 * MIN, 5 * MIN).unwrap())
+        .with_prefix("login");
     (clock, limiter)
 }
 

@@ -6,7 +6,7 @@
 use std::fmt;
 use std::time::Duration;
 
-pub use crate::algorithm::{CellArgs, ConcurrencyParams, GcraParams, WindowParams};
+pub(crate) use crate::algorithm::{CellArgs, ConcurrencyParams, GcraParams, WindowParams};
 
 /// A validated rate-limit policy. Cheap to copy; compare and hash by value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -242,7 +242,7 @@ impl Policy {
     }
 
     /// The arguments given to [`Policy::cell`] (what
-    /// [`CellStore`](crate::CellStore) sends to `CL.THROTTLE`); `None` for
+    /// [`CellStore`](crate::store::CellStore) sends to `CL.THROTTLE`); `None` for
     /// every other constructor, funnels and token buckets included.
     ///
     /// ```

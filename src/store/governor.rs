@@ -225,7 +225,12 @@ where
         }
     }
 
-    async fn refund(&self, _: &[u8], _: &Policy, _: &crate::Receipt) -> Result<(), StoreError> {
+    async fn refund(
+        &self,
+        _: &[u8],
+        _: &Policy,
+        _: &crate::decision::Receipt,
+    ) -> Result<(), StoreError> {
         Err(StoreError::Unsupported("refund on governor"))
     }
 

@@ -15,6 +15,7 @@ pub mod fallback;
 pub mod governor;
 pub mod memory;
 mod namespaces;
+pub(crate) mod probe;
 #[cfg(feature = "redis")]
 pub mod redis;
 
@@ -96,20 +97,39 @@ impl<'a> RuleSpec<'a> {
 /// A place that keeps rate-limit state and decides atomically.
 ///
 /// Every implementation follows the definitions in [`crate::algorithm`]; the
-/// test suite holds each one to the same reference models.
+/// test suite holds each one to the same reference models (a store of your
+/// own runs them through `store::conformance`, feature `conformance`).
+///
+/// A store author writes three methods: [`check_all`](Store::check_all),
+/// [`refund`](Store::refund) and [`reset`](Store::reset). The others have
+/// defaults: `check` and `release` in terms of those three, and the rest
+/// (configuration checks, in-process fast paths, namespaces) as opt-ins.
 pub trait Store: Send + Sync + 'static {
-    /// Decides one charge; consumes its cost only if allowed.
-    fn check(&self, rule: Charge<'_>) -> impl Future<Output = Result<Decision, StoreError>> + Send;
-
     /// Decides several charges at once, all or nothing: the costs are
     /// consumed only if every one is allowed. When one denies, nothing
-    /// changes: denying charges report their denial, and those that would have passed report a
-    /// peek (`allowed: true`, `remaining` and `reset_after` of the unchanged
-    /// state). Keys must be distinct.
+    /// changes: denying charges report their denial, and those that would
+    /// have passed report a peek (`allowed: true`, `remaining` and
+    /// `reset_after` of the unchanged state). Keys must be distinct. One
+    /// decision per charge, in order.
     fn check_all(
         &self,
         rules: &[Charge<'_>],
     ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send;
+
+    /// Decides one charge; consumes its cost only if allowed. The default
+    /// is [`Store::check_all`] of that one charge; a store overrides it
+    /// when one charge has a cheaper path.
+    fn check(&self, rule: Charge<'_>) -> impl Future<Output = Result<Decision, StoreError>> + Send {
+        async move {
+            let mut decisions = self.check_all(std::slice::from_ref(&rule)).await?;
+            match (decisions.pop(), decisions.is_empty()) {
+                (Some(decision), true) => Ok(decision),
+                _ => Err(StoreError::Protocol(
+                    "check_all answered one charge with other than one decision".into(),
+                )),
+            }
+        }
+    }
 
     /// Gives a charge's units back to `key` (for work that turned out not
     /// to count, a waiter that left): into the slot its [`Receipt`] names
@@ -131,13 +151,18 @@ pub trait Store: Send + Sync + 'static {
         policy: &Policy,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
-    /// Releases a concurrency permit before its lease runs out.
+    /// Releases a concurrency permit before its lease runs out. The
+    /// default refunds every unit the permit holds ([`Store::refund`] of a
+    /// receipt naming only the permit), which ends its lease.
     fn release(
         &self,
         key: &[u8],
         policy: &Policy,
         permit: PermitId,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        let whole_lease = Receipt::new(u64::MAX, 0, Some(permit));
+        async move { self.refund(key, policy, &whole_lease).await }
+    }
 
     /// Whether this store can run `rules`, checked together in one
     /// all-or-nothing call, before any traffic: [`ThrottleLayer`] calls it

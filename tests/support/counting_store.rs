@@ -6,7 +6,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use tower_throttle::{Charge, Decision, PermitId, Policy, Store, StoreError};
+use tower_throttle::decision::PermitId;
+use tower_throttle::store::Charge;
+use tower_throttle::{Decision, Policy, Store, StoreError};
 
 pub struct CountingStore<S> {
     pub inner: S,
@@ -59,7 +61,7 @@ impl<S: Store> Store for CountingStore<S> {
         &self,
         key: &[u8],
         policy: &Policy,
-        receipt: &tower_throttle::Receipt,
+        receipt: &tower_throttle::decision::Receipt,
     ) -> Result<(), StoreError> {
         self.inner.refund(key, policy, receipt).await
     }

@@ -8,7 +8,8 @@ use std::convert::Infallible;
 use bytes::Bytes;
 use http::{Request, Response};
 use http_body_util::Full;
-use tower_throttle::{DecidedBy, RateLimitInfo};
+use tower_throttle::decision::DecidedBy;
+use tower_throttle::RateLimitInfo;
 
 pub fn handler() -> impl tower::Service<
     Request<()>,

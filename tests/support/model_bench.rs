@@ -8,8 +8,11 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use tower_throttle::clock::ManualClock;
+use tower_throttle::decision::PermitId;
+use tower_throttle::decision::Receipt;
 use tower_throttle::store::redis::{RedisStore, TimeSource};
-use tower_throttle::{Charge, Decision, MemoryStore, PermitId, Policy, Receipt, Store};
+use tower_throttle::store::Charge;
+use tower_throttle::{Decision, MemoryStore, Policy, Store};
 
 use crate::redis_support::{current_thread_runtime as runtime, RedisServer};
 

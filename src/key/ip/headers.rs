@@ -16,6 +16,11 @@ use super::Cidr;
 /// when the TCP peer is a trusted proxy, so a client that connects directly
 /// cannot choose its key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[cfg_attr(
+    feature = "config",
+    derive(serde::Deserialize),
+    serde(rename_all = "snake_case")
+)]
 #[non_exhaustive]
 pub enum ForwardedHeader {
     /// `X-Forwarded-For: client, proxy1, proxy2` (default).

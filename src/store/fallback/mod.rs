@@ -9,7 +9,7 @@
 //! reload does not bring back), answers from its fallback store instead (an
 //! in-process [`MemoryStore`]), so requests are neither waved through nor
 //! refused with a 503 while the primary cannot decide
-//! (`tests/redis_outages.rs` puts a real Redis in each of these states:
+//! (`tests/redis_outages/redis_outages.rs` puts a real Redis in each of these states:
 //! every check is decided by the fallback, within its limit, and a
 //! fail-closed layer answers no 503). Other errors (a malformed request, a
 //! policy the store does not support, a misconfigured server, a reply the
@@ -85,17 +85,29 @@
 //! both and reports the primary's error, if any; while the primary is
 //! unavailable it goes to the fallback alone (the primary's state of the
 //! key then lapses with its expiry).
+//!
+//! [`StoreError::is_unavailable`]: crate::store::StoreError::is_unavailable
+//! [`StoreError::Unavailable`]: crate::store::StoreError::Unavailable
+//! [`StoreError::Timeout`]: crate::store::StoreError::Timeout
+//! [`Decision::decided_by`]: crate::Decision::decided_by
+//! [`DecidedBy::Fallback`]: crate::decision::DecidedBy::Fallback
+//! [`Charge::penalty`]: crate::store::Charge::penalty
+//! [`Receipt`]: crate::decision::Receipt
 
-use std::collections::HashMap;
-use std::hash::{BuildHasher, Hasher};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::{budget, Charge, MemoryStore, Namespaces, RuleSpec, Store, StoreError};
+use super::probe::ProbeGate;
+use super::{MemoryStore, Store};
 use crate::clock::{Clock, SystemClock};
-use crate::decision::{DecidedBy, Decision, PermitId, Receipt};
-use crate::policy::Policy;
+
+// Which store decides (`route`), the ids of permits the fallback granted
+// (`permits`), and the `Store` impl that puts both together (`store_impl`).
+mod permits;
+mod route;
+mod store_impl;
+
+use permits::FallbackPermits;
 
 /// Default time the fallback decides alone after the primary failed.
 pub const DEFAULT_PROBE_INTERVAL: Duration = Duration::from_secs(1);
@@ -147,48 +159,29 @@ impl<P, F> std::fmt::Debug for FallbackStore<P, F> {
     }
 }
 
+/// What clones share: the switch between the stores (see `route.rs`) and
+/// the ids of the fallback's permits (see `permits.rs`).
 struct FallbackShared {
     clock: Box<dyn Clock>,
-    probe_ns: u64,
-    /// 0 while the primary answers; else the clock reading until which the
-    /// fallback decides without asking the primary.
-    open_until: AtomicU64,
-    /// One probe of the primary at a time once `open_until` has passed.
-    probing: AtomicBool,
+    probe_interval: Duration,
+    /// Open while the fallback decides: opened for the probe interval by each
+    /// failure of the primary, closed by its first answer, one probe of the
+    /// primary at a time once the interval has passed.
+    gate: ProbeGate,
     permits: Mutex<FallbackPermits>,
 }
-
-/// Ids handed out for permits the fallback granted: ours → the fallback's.
-struct FallbackPermits {
-    map: HashMap<PermitId, (PermitId, u64)>,
-    base: u64,
-    next: u64,
-    prune_at: usize,
-}
-
-const MIN_PRUNE_AT: usize = 1024;
 
 impl<P: Store, F: Store> FallbackStore<P, F> {
     /// Asks `primary`, and `fallback` while `primary` is unavailable.
     pub fn new(primary: P, fallback: F) -> Self {
-        // A random base, as the Redis store's: our ids must not collide with
-        // the primary's, which pass through unchanged.
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u32(std::process::id());
         FallbackStore {
             primary,
             fallback,
             shared: Arc::new(FallbackShared {
                 clock: Box::new(SystemClock::new()),
-                probe_ns: nanos(DEFAULT_PROBE_INTERVAL),
-                open_until: AtomicU64::new(0),
-                probing: AtomicBool::new(false),
-                permits: Mutex::new(FallbackPermits {
-                    map: HashMap::new(),
-                    base: h.finish(),
-                    next: 0,
-                    prune_at: MIN_PRUNE_AT,
-                }),
+                probe_interval: DEFAULT_PROBE_INTERVAL,
+                gate: ProbeGate::new(),
+                permits: Mutex::new(FallbackPermits::new()),
             }),
         }
     }
@@ -198,7 +191,7 @@ impl<P: Store, F: Store> FallbackStore<P, F> {
     /// tries the primary on every call.
     #[must_use]
     pub fn probe_interval(mut self, interval: Duration) -> Self {
-        self.shared_mut().probe_ns = nanos(interval);
+        self.shared_mut().probe_interval = interval;
         self
     }
 
@@ -229,319 +222,7 @@ impl<P, F> FallbackStore<P, F> {
     /// True while the fallback decides (the primary failed and has not
     /// answered since).
     pub fn is_on_fallback(&self) -> bool {
-        self.shared.open_until.load(Ordering::Acquire) != 0
-    }
-}
-
-/// Where a call goes.
-enum Route<'a> {
-    Primary(Option<PrimaryProbeClaim<'a>>),
-    Fallback,
-}
-
-/// The probe claim, given back however the probing call ends (dropped included).
-struct PrimaryProbeClaim<'a>(&'a AtomicBool);
-
-impl Drop for PrimaryProbeClaim<'_> {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
-    }
-}
-
-impl FallbackShared {
-    fn route(&self) -> Route<'_> {
-        let until = self.open_until.load(Ordering::Acquire);
-        if until == 0 {
-            return Route::Primary(None);
-        }
-        if self.clock.now_ns() < until {
-            return Route::Fallback;
-        }
-        match self
-            .probing
-            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
-        {
-            Ok(_) => Route::Primary(Some(PrimaryProbeClaim(&self.probing))),
-            Err(_) => Route::Fallback,
-        }
-    }
-
-    fn primary_failed(&self, e: &StoreError) {
-        let until = self.clock.now_ns().saturating_add(self.probe_ns).max(1);
-        if self.open_until.swap(until, Ordering::AcqRel) == 0 {
-            tracing::warn!(target: "tower_throttle", error = %e,
-                "rate-limit store unavailable: the fallback store decides until it answers again");
-        }
-    }
-
-    fn primary_answered(&self) {
-        if self.open_until.load(Ordering::Acquire) != 0
-            && self.open_until.swap(0, Ordering::AcqRel) != 0
-        {
-            tracing::warn!(target: "tower_throttle",
-                "rate-limit store answers again: back from the fallback store");
-        }
-    }
-
-    /// Marks `d` as the fallback's, and gives its permit an id of ours.
-    fn adopt(&self, policy: &Policy, mut d: Decision) -> Decision {
-        d.decided_by = DecidedBy::Fallback;
-        if let Some(theirs) = d.permit {
-            let now = self.clock.now_ns();
-            let expires = now.saturating_add(nanos(policy.window()));
-            let mut p = self.permits.lock().unwrap_or_else(PoisonError::into_inner);
-            if p.map.len() >= p.prune_at {
-                // Permits never released lapse with their lease: forget them.
-                p.map.retain(|_, (_, exp)| *exp > now);
-                p.prune_at = (p.map.len() * 2).max(MIN_PRUNE_AT);
-            }
-            let ours = PermitId(p.base.wrapping_add(p.next));
-            p.next += 1;
-            p.map.insert(ours, (theirs, expires));
-            d.permit = Some(ours);
-        }
-        d
-    }
-
-    /// The fallback's own id of our permit `id`, left registered.
-    fn their_permit(&self, id: PermitId) -> Option<PermitId> {
-        let p = self.permits.lock().unwrap_or_else(PoisonError::into_inner);
-        p.map.get(&id).map(|&(theirs, _)| theirs)
-    }
-
-    fn take_permit(&self, id: PermitId) -> Option<PermitId> {
-        let mut p = self.permits.lock().unwrap_or_else(PoisonError::into_inner);
-        p.map.remove(&id).map(|(theirs, _)| theirs)
-    }
-}
-
-/// The primary's part of what is left of the caller's budget, in quarters:
-/// the last quarter is the fallback's.
-const PRIMARY_QUARTERS: u32 = 3;
-
-/// Runs a primary call within [`PRIMARY_QUARTERS`] of what is left of the
-/// caller's budget (a layer's `store_timeout`), if it set one: past that the
-/// call fails with [`StoreError::Timeout`] and the fallback answers, before
-/// the caller gives up on the whole call.
-async fn within_share<T>(
-    call: impl std::future::Future<Output = Result<T, StoreError>>,
-) -> Result<T, StoreError> {
-    let Some(end) = budget::deadline() else {
-        return call.await;
-    };
-    let now = tokio::time::Instant::now();
-    let share = end.saturating_duration_since(now) * PRIMARY_QUARTERS / 4;
-    budget::until(now + share, share, call).await
-}
-
-fn count_fallback() {
-    #[cfg(feature = "metrics")]
-    metrics::counter!("tower_throttle_fallback_total").increment(1);
-}
-
-fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-impl<P: Store, F: Store> FallbackStore<P, F> {
-    async fn fallback_check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
-        count_fallback();
-        let d = self.fallback.check(rule).await?;
-        Ok(self.shared.adopt(rule.policy, d))
-    }
-
-    async fn fallback_check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
-        count_fallback();
-        let ds = self.fallback.check_all(rules).await?;
-        Ok(self.adopt_all(rules, ds))
-    }
-
-    /// Lock-out state lives in both stores, so that a lock announced by
-    /// either holds whichever decides later: an admitted charge of it on
-    /// the primary is made on the fallback too, and a peek of it reads both
-    /// and answers the stricter.
-    async fn with_penalty_mirror(&self, rule: Charge<'_>, d: Decision) -> Decision {
-        if !rule.penalty || (rule.cost > 0 && !d.allowed) {
-            return d;
-        }
-        // In-process fallbacks answer without a future.
-        let mirrored = match self.fallback.check_now(rule) {
-            Some(answer) => answer,
-            None => self.fallback.check(rule).await,
-        };
-        self.stricter(rule, d, mirrored)
-    }
-
-    /// The peek of `rule` that reports less room: `primary`'s, or the
-    /// fallback's `mirrored` one. A charge keeps the primary's answer.
-    fn stricter(
-        &self,
-        rule: Charge<'_>,
-        primary: Decision,
-        mirrored: Result<Decision, StoreError>,
-    ) -> Decision {
-        match mirrored {
-            Ok(f)
-                if rule.cost == 0
-                    && (f.remaining, std::cmp::Reverse(f.reset_after))
-                        < (primary.remaining, std::cmp::Reverse(primary.reset_after)) =>
-            {
-                self.shared.adopt(rule.policy, f)
-            }
-            Ok(_) => primary,
-            Err(error) => {
-                tracing::warn!(target: "tower_throttle", %error,
-                    "could not keep lock-out state in the fallback store too");
-                primary
-            }
-        }
-    }
-
-    fn adopt_all(&self, rules: &[Charge<'_>], ds: Vec<Decision>) -> Vec<Decision> {
-        ds.into_iter()
-            .zip(rules)
-            .map(|(d, r)| self.shared.adopt(r.policy, d))
-            .collect()
-    }
-}
-
-impl<P: Store, F: Store> Store for FallbackStore<P, F> {
-    async fn check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
-        let Route::Primary(_claim) = self.shared.route() else {
-            return self.fallback_check(rule).await;
-        };
-        match within_share(self.primary.check(rule)).await {
-            Ok(d) => {
-                self.shared.primary_answered();
-                Ok(self.with_penalty_mirror(rule, d).await)
-            }
-            Err(e) if e.is_unavailable() => {
-                self.shared.primary_failed(&e);
-                self.fallback_check(rule).await
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    async fn check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
-        let Route::Primary(_claim) = self.shared.route() else {
-            return self.fallback_check_all(rules).await;
-        };
-        match within_share(self.primary.check_all(rules)).await {
-            Ok(d) => {
-                self.shared.primary_answered();
-                Ok(d)
-            }
-            Err(e) if e.is_unavailable() => {
-                self.shared.primary_failed(&e);
-                self.fallback_check_all(rules).await
-            }
-            Err(e) => Err(e),
-        }
-    }
-
-    async fn refund(
-        &self,
-        key: &[u8],
-        policy: &Policy,
-        receipt: &Receipt,
-    ) -> Result<(), StoreError> {
-        match receipt.store() {
-            DecidedBy::Fallback => {
-                let theirs = receipt.permit().and_then(|id| self.shared.their_permit(id));
-                let r = receipt.with_permit(theirs).decided_by(DecidedBy::Primary);
-                self.fallback.refund(key, policy, &r).await
-            }
-            DecidedBy::Primary => self.primary.refund(key, policy, receipt).await,
-        }
-    }
-
-    async fn reset(&self, key: &[u8], policy: &Policy) -> Result<(), StoreError> {
-        let fallback = self.fallback.reset(key, policy).await;
-        if self.is_on_fallback() {
-            return fallback;
-        }
-        match self.primary.reset(key, policy).await {
-            // An outage is no error here either (a lock-out resets strikes).
-            Err(e) if e.is_unavailable() => {
-                self.shared.primary_failed(&e);
-                fallback
-            }
-            primary => primary.and(fallback),
-        }
-    }
-
-    async fn release(
-        &self,
-        key: &[u8],
-        policy: &Policy,
-        permit: PermitId,
-    ) -> Result<(), StoreError> {
-        match self.shared.take_permit(permit) {
-            Some(theirs) => self.fallback.release(key, policy, theirs).await,
-            None => self.primary.release(key, policy, permit).await,
-        }
-    }
-
-    fn check_now(&self, rule: Charge<'_>) -> Option<Result<Decision, StoreError>> {
-        match self.shared.route() {
-            // While the primary is down an in-process fallback decides
-            // without a future, as it would alone.
-            Route::Fallback => {
-                let d = self.fallback.check_now(rule)?;
-                count_fallback();
-                Some(d.map(|d| self.shared.adopt(rule.policy, d)))
-            }
-            // A probe needs the asynchronous path (and its claim).
-            Route::Primary(Some(_)) => None,
-            Route::Primary(None) => match self.primary.check_now(rule)? {
-                Err(e) if e.is_unavailable() => {
-                    self.shared.primary_failed(&e);
-                    None
-                }
-                Ok(d) if rule.penalty && (rule.cost == 0 || d.allowed) => {
-                    // Mirrored when the fallback answers in process (the
-                    // primary has charged already: no second try later).
-                    Some(Ok(match self.fallback.check_now(rule) {
-                        Some(mirrored) => self.stricter(rule, d, mirrored),
-                        None => d,
-                    }))
-                }
-                other => Some(other),
-            },
-        }
-    }
-
-    fn check_all_now(&self, rules: &[Charge<'_>]) -> Option<Result<Vec<Decision>, StoreError>> {
-        match self.shared.route() {
-            Route::Fallback => {
-                let ds = self.fallback.check_all_now(rules)?;
-                count_fallback();
-                Some(ds.map(|ds| self.adopt_all(rules, ds)))
-            }
-            Route::Primary(Some(_)) => None,
-            Route::Primary(None) => match self.primary.check_all_now(rules)? {
-                Err(e) if e.is_unavailable() => {
-                    self.shared.primary_failed(&e);
-                    None
-                }
-                other => Some(other),
-            },
-        }
-    }
-
-    /// Both stores must run the rules: either may decide them.
-    fn validate(&self, rules: &[RuleSpec<'_>]) -> Result<(), StoreError> {
-        self.primary.validate(rules)?;
-        self.fallback.validate(rules)
-    }
-
-    fn reserves_slots(&self) -> bool {
-        self.primary.reserves_slots() && self.fallback.reserves_slots()
-    }
-
-    fn namespaces(&self) -> Option<&Namespaces> {
-        self.primary.namespaces()
+        self.shared.gate.is_open()
     }
 }
 

@@ -4,14 +4,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::hot::{HotCell, HotSlot};
-
-use crate::algorithm::concurrency::{self, ConcurrencyState};
-use crate::algorithm::fixed_window::{self, FixedWindowState};
+use super::locked::LockedSlot;
 use crate::algorithm::gcra;
-use crate::algorithm::sliding_log::{self, SlidingLogState};
-use crate::algorithm::sliding_window::{self, SlidingWindowState};
 use crate::decision::{Decision, PermitId, Receipt};
-use crate::policy::{Algorithm, ConcurrencyParams, Policy, WindowParams};
+use crate::policy::{Algorithm, Policy};
 
 /// A key's state. GCRA is one atomic word (16 bytes with the tag); the others
 /// sit behind a per-key mutex so the shard lock is only ever read-locked.
@@ -32,31 +28,12 @@ pub(super) type Ns = u32;
 
 const _: () = assert!(std::mem::size_of::<Slot>() == 16);
 
-pub(super) struct LockedSlot {
-    state: LockedState,
-    /// When `state` is back to fresh; kept here because computing it needs the policy.
-    expires_at: u64,
-}
-
-enum LockedState {
-    Log(SlidingLogState),
-    Fixed(FixedWindowState),
-    Sliding(SlidingWindowState),
-    Concurrency(ConcurrencyState),
-}
-
 impl Slot {
     pub(super) fn fresh(policy: &Policy, ns: Ns) -> Slot {
-        let Some(state) = LockedState::fresh(policy) else {
+        let Some(locked) = LockedSlot::fresh(policy) else {
             return Slot::Gcra(AtomicU64::new(0), ns);
         };
-        Slot::Other(
-            Box::new(Mutex::new(LockedSlot {
-                state,
-                expires_at: 0,
-            })),
-            ns,
-        )
+        Slot::Other(Box::new(Mutex::new(locked)), ns)
     }
 
     /// A fresh slot for `policy` (namespace 0) and the decision on it: what
@@ -70,45 +47,18 @@ impl Slot {
         admit: bool,
     ) -> (Slot, Decision) {
         let permit = permit.unwrap_or(PermitId(0));
-        let (state, d) = match policy.algorithm() {
-            Algorithm::Gcra(p) => {
+        match LockedSlot::decide_fresh(policy, now, cost, permit, admit) {
+            Ok((other, d)) => (Slot::Other(Box::new(Mutex::new(other)), 0), d),
+            Err(p) => {
                 let d = gcra::check(p, 0, now, cost);
                 let tat = if admit && d.allowed && cost > 0 {
                     gcra::admit(p, 0, now, cost)
                 } else {
                     0
                 };
-                return (Slot::Gcra(AtomicU64::new(tat), 0), d);
+                (Slot::Gcra(AtomicU64::new(tat), 0), d)
             }
-            Algorithm::SlidingLog(p) => {
-                let mut s = SlidingLogState::default();
-                let d = run_log(p, &mut s, now, cost, admit);
-                (LockedState::Log(s), d)
-            }
-            Algorithm::FixedWindow(p) => {
-                let mut s = FixedWindowState::default();
-                let d = run_fixed(p, &mut s, now, cost, admit);
-                (LockedState::Fixed(s), d)
-            }
-            Algorithm::SlidingWindow(p) => {
-                let mut s = SlidingWindowState::default();
-                let d = run_sliding(p, &mut s, now, cost, admit);
-                (LockedState::Sliding(s), d)
-            }
-            Algorithm::Concurrency(p) => {
-                let mut s = ConcurrencyState::default();
-                let d = run_concurrency(p, &mut s, now, cost, permit, admit);
-                (LockedState::Concurrency(s), d)
-            }
-        };
-        let mut other = LockedSlot {
-            state,
-            expires_at: 0,
-        };
-        if admit && d.allowed && cost > 0 {
-            other.refresh_expiry(policy);
         }
-        (Slot::Other(Box::new(Mutex::new(other)), 0), d)
     }
 
     /// The namespace the key counts toward.
@@ -129,7 +79,7 @@ impl Slot {
     pub(super) fn matches(&mut self, policy: &Policy) -> bool {
         match self {
             Slot::Gcra(..) | Slot::Hot(..) => matches!(policy.algorithm(), Algorithm::Gcra(_)),
-            Slot::Other(m, _) => lock_mut(m).state.matches(policy),
+            Slot::Other(m, _) => lock_mut(m).matches(policy),
         }
     }
 
@@ -139,7 +89,7 @@ impl Slot {
             Slot::Gcra(tat, _) => gcra::expires_at(*tat.get_mut()),
             // A lower bound: cached admissions only ever move it later.
             Slot::Hot(hot, _) => gcra::expires_at(hot.0.load()),
-            Slot::Other(m, _) => lock_mut(m).expires_at,
+            Slot::Other(m, _) => lock_mut(m).expires_at(),
         }
     }
 
@@ -255,12 +205,7 @@ impl Slot {
                 let t = tat.get_mut();
                 *t = gcra::refund(p, *t, now, receipt);
             }
-            (Slot::Other(m, _), _) => {
-                let other = lock_mut(m);
-                if other.state.refund(policy, now, receipt) {
-                    other.refresh_expiry(policy);
-                }
-            }
+            (Slot::Other(m, _), _) => lock_mut(m).refund(policy, now, receipt),
             // Demoted above; or a key held for another algorithm.
             (Slot::Gcra(..) | Slot::Hot(..), _) => {}
         }
@@ -269,178 +214,9 @@ impl Slot {
     /// Releases one concurrency permit.
     pub(super) fn release(&mut self, policy: &Policy, permit: PermitId) {
         if let Slot::Other(m, _) = self {
-            let other = lock_mut(m);
-            if let LockedState::Concurrency(s) = &mut other.state {
-                concurrency::release(s, permit);
-                other.refresh_expiry(policy);
-            }
+            lock_mut(m).release(policy, permit);
         }
     }
-}
-
-impl LockedState {
-    /// A fresh state for `policy`'s algorithm, or `None` for GCRA (which
-    /// lives in a [`Slot::Gcra`] word, not behind a mutex).
-    fn fresh(policy: &Policy) -> Option<LockedState> {
-        Some(match policy.algorithm() {
-            Algorithm::Gcra(_) => return None,
-            Algorithm::SlidingLog(_) => LockedState::Log(Default::default()),
-            Algorithm::FixedWindow(_) => LockedState::Fixed(Default::default()),
-            Algorithm::SlidingWindow(_) => LockedState::Sliding(Default::default()),
-            Algorithm::Concurrency(_) => LockedState::Concurrency(Default::default()),
-        })
-    }
-
-    fn matches(&self, policy: &Policy) -> bool {
-        match (self, policy.algorithm()) {
-            (LockedState::Log(_), Algorithm::SlidingLog(_))
-            | (LockedState::Fixed(_), Algorithm::FixedWindow(_))
-            | (LockedState::Sliding(_), Algorithm::SlidingWindow(_))
-            | (LockedState::Concurrency(_), Algorithm::Concurrency(_)) => true,
-            (_, Algorithm::Gcra(_))
-            | (_, Algorithm::SlidingLog(_))
-            | (_, Algorithm::FixedWindow(_))
-            | (_, Algorithm::SlidingWindow(_))
-            | (_, Algorithm::Concurrency(_)) => false,
-        }
-    }
-
-    /// Gives a charge's units back; false if the state is another algorithm's.
-    fn refund(&mut self, policy: &Policy, now: u64, receipt: &Receipt) -> bool {
-        match (self, policy.algorithm()) {
-            (LockedState::Log(s), Algorithm::SlidingLog(p)) => {
-                sliding_log::refund(p, s, now, receipt)
-            }
-            (LockedState::Fixed(s), Algorithm::FixedWindow(p)) => {
-                *s = fixed_window::refund(p, s, now, receipt)
-            }
-            (LockedState::Sliding(s), Algorithm::SlidingWindow(p)) => {
-                *s = sliding_window::refund(p, s, now, receipt)
-            }
-            (LockedState::Concurrency(s), Algorithm::Concurrency(_)) => {
-                concurrency::refund(s, now, receipt)
-            }
-            (_, Algorithm::Gcra(_))
-            | (_, Algorithm::SlidingLog(_))
-            | (_, Algorithm::FixedWindow(_))
-            | (_, Algorithm::SlidingWindow(_))
-            | (_, Algorithm::Concurrency(_)) => return false,
-        }
-        true
-    }
-}
-
-impl LockedSlot {
-    /// `None` when the state belongs to another algorithm.
-    fn decide(
-        &mut self,
-        policy: &Policy,
-        now: u64,
-        cost: u64,
-        permit: PermitId,
-        admit: bool,
-    ) -> Option<Decision> {
-        let d = match (&mut self.state, policy.algorithm()) {
-            (LockedState::Log(s), Algorithm::SlidingLog(p)) => run_log(p, s, now, cost, admit),
-            (LockedState::Fixed(s), Algorithm::FixedWindow(p)) => run_fixed(p, s, now, cost, admit),
-            (LockedState::Sliding(s), Algorithm::SlidingWindow(p)) => {
-                run_sliding(p, s, now, cost, admit)
-            }
-            (LockedState::Concurrency(s), Algorithm::Concurrency(p)) => {
-                run_concurrency(p, s, now, cost, permit, admit)
-            }
-            // A key held for another algorithm.
-            (_, Algorithm::Gcra(_))
-            | (_, Algorithm::SlidingLog(_))
-            | (_, Algorithm::FixedWindow(_))
-            | (_, Algorithm::SlidingWindow(_))
-            | (_, Algorithm::Concurrency(_)) => return None,
-        };
-        if admit && d.allowed && cost > 0 {
-            self.refresh_expiry(policy);
-        }
-        Some(d)
-    }
-
-    fn refresh_expiry(&mut self, policy: &Policy) {
-        self.expires_at = match (&self.state, policy.algorithm()) {
-            (LockedState::Log(s), Algorithm::SlidingLog(p)) => sliding_log::expires_at(p, s),
-            (LockedState::Fixed(s), Algorithm::FixedWindow(p)) => fixed_window::expires_at(p, s),
-            (LockedState::Sliding(s), Algorithm::SlidingWindow(p)) => {
-                sliding_window::expires_at(p, s)
-            }
-            (LockedState::Concurrency(s), Algorithm::Concurrency(_)) => concurrency::expires_at(s),
-            // A key held for another algorithm: it keeps its expiry.
-            (_, Algorithm::Gcra(_))
-            | (_, Algorithm::SlidingLog(_))
-            | (_, Algorithm::FixedWindow(_))
-            | (_, Algorithm::SlidingWindow(_))
-            | (_, Algorithm::Concurrency(_)) => self.expires_at,
-        };
-    }
-}
-
-/// Decides (and admits when `admit`) on a sliding log.
-fn run_log(
-    p: &WindowParams,
-    s: &mut SlidingLogState,
-    now: u64,
-    cost: u64,
-    admit: bool,
-) -> Decision {
-    sliding_log::prune(p, s, now);
-    let d = sliding_log::check(p, s, now, cost);
-    if admit && d.allowed {
-        sliding_log::admit(p, s, now, cost);
-    }
-    d
-}
-
-/// Decides (and admits when `admit`) on a fixed window.
-fn run_fixed(
-    p: &WindowParams,
-    s: &mut FixedWindowState,
-    now: u64,
-    cost: u64,
-    admit: bool,
-) -> Decision {
-    let d = fixed_window::check(p, s, now, cost);
-    if admit && d.allowed {
-        *s = fixed_window::admit(p, s, now, cost);
-    }
-    d
-}
-
-/// Decides (and admits when `admit`) on a sliding window.
-fn run_sliding(
-    p: &WindowParams,
-    s: &mut SlidingWindowState,
-    now: u64,
-    cost: u64,
-    admit: bool,
-) -> Decision {
-    let d = sliding_window::check(p, s, now, cost);
-    if admit && d.allowed {
-        *s = sliding_window::admit(p, s, now, cost);
-    }
-    d
-}
-
-/// Decides (and admits when `admit`) on a concurrency limit.
-fn run_concurrency(
-    p: &ConcurrencyParams,
-    s: &mut ConcurrencyState,
-    now: u64,
-    cost: u64,
-    permit: PermitId,
-    admit: bool,
-) -> Decision {
-    concurrency::prune(s, now);
-    let d = concurrency::check(p, s, now, cost, permit);
-    if admit && d.allowed {
-        concurrency::admit(p, s, now, cost, permit);
-    }
-    d
 }
 
 fn lock_mut(m: &mut Mutex<LockedSlot>) -> &mut LockedSlot {

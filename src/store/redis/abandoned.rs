@@ -16,10 +16,9 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionLike;
 use tokio::sync::oneshot;
 
-use super::error::timed;
 use super::queued::QueuedRule;
 use super::registry::ScriptId;
-use super::Config;
+use super::{eval, Config};
 use crate::decision::PermitId;
 use crate::policy::Algorithm;
 use crate::store::StoreError;
@@ -133,16 +132,17 @@ async fn attempt<C>(conn: &C, cfg: &Config, p: &Abandoned) -> Result<(), StoreEr
 where
     C: ConnectionLike + Clone + Send + Sync,
 {
-    let mut inv = ScriptId::Release.script().prepare_invoke();
-    inv.key(&p.key[..])
-        .arg(cfg.now_arg()?)
-        .arg(cfg.ttl_padding_ms)
-        .arg(p.permit.0.to_string())
-        // Whole µs, rounded up: the tombstone outlives a lease in ns.
-        .arg(p.lease.as_nanos().div_ceil(1000).to_string());
-    let mut c = conn.clone();
-    let call = timed(cfg.timeout, inv.invoke_async::<redis::Value>(&mut c));
-    cfg.breaker.guard(conn, cfg, call).await.map(drop)
+    let v = eval::script(conn, cfg, ScriptId::Release, None, |cmd| {
+        cmd.arg(1)
+            .arg(&p.key[..])
+            .arg(cfg.now_arg()?)
+            .arg(cfg.ttl_padding_ms)
+            .arg(p.permit.0.to_string())
+            // Whole µs, rounded up: the tombstone outlives a lease in ns.
+            .arg(p.lease.as_nanos().div_ceil(1000).to_string());
+        Ok(())
+    });
+    v.await.map(drop)
 }
 
 async fn release_one<C>(conn: &C, cfg: &Config, p: &Abandoned)

@@ -1,32 +1,32 @@
-//! Check batching: the checks waiting at the same moment go to Redis as ONE
-//! `EVALSHA` of the check script, which evaluates them in order.
+//! One batch of checks: what it sends and what each caller gets back. The
+//! checks waiting at the same moment go to Redis as ONE script call, which
+//! evaluates them in order.
 //!
 //! Callers put a [`Job`] (its rules and a oneshot for the answer) on a
 //! bounded channel; the batcher task (`batcher.rs`) decides when to send
-//! what is queued, as one script call (on a cluster, one call per hash
-//! slot). The script runs the checks one after another, so a batch
+//! what is queued, and [`execute`] sends it (on a cluster, one call per hash
+//! slot). [`eval_checks`] picks the batch's shape (its script and arguments,
+//! see `Shape`), sends it through the one send path (`eval.rs`) and reads
+//! the reply. The script runs the checks one after another, so a batch
 //! decides exactly what the same checks sent one by one in that order would,
 //! and each caller gets its own answer (or its own error).
 //!
-//! While the connection is idle a check goes out at once, alone: batching
-//! adds no round trip. Under load, checks gather while the previous batches
-//! are on the wire, so the per-call costs of Redis (reading, parsing and
-//! dispatching a command, starting a script, replying, the system calls) and
-//! of the client are paid once per batch instead of once per check.
+//! Under load, checks gather while the previous batches are on the wire, so
+//! the per-call costs of Redis (reading, parsing and dispatching a command,
+//! starting a script, replying, the system calls) and of the client are paid
+//! once per batch instead of once per check.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use redis::aio::ConnectionLike;
-use redis::{ErrorKind, RedisError, Script, ServerErrorKind, Value};
+use redis::Value;
 use tokio::sync::oneshot;
 
-use super::abandoned;
-use super::error::timed;
 use super::queued::QueuedRule;
 use super::registry::{check_script, ScriptId, UniformBatch};
 use super::reply::{self, Checked, SentRule};
-use super::{keys, Config};
+use super::{abandoned, eval, keys, Config};
 use crate::store::StoreError;
 
 /// A check waiting for the batcher.
@@ -81,22 +81,6 @@ pub(crate) fn replicate(e: &StoreError) -> StoreError {
     }
 }
 
-async fn query<C: ConnectionLike>(
-    conn: &mut C,
-    script: &Script,
-    cmd: &redis::Cmd,
-) -> Result<Value, RedisError> {
-    match cmd.query_async(conn).await {
-        // SCRIPT FLUSH, a restarted server or a failover: load and retry
-        // once. A NOSCRIPT that survives this is an outage (error::outage).
-        Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-            script.load_async(conn).await?;
-            cmd.query_async(conn).await
-        }
-        r => r,
-    }
-}
-
 /// Runs `checks` as one script call, in order. The outer error fails the
 /// whole call; the inner ones are each check's own.
 ///
@@ -111,43 +95,95 @@ pub(crate) async fn eval_checks<C>(
 where
     C: ConnectionLike + Clone + Send,
 {
-    let uniform = uniform(checks);
-    let uniform = match uniform.map(|r| (r, r.params.code.uniform_batch())) {
-        Some((rule, UniformBatch::Gcra(script))) => {
-            return eval_uniform_gcra(conn, cfg, checks, rule, script, sent).await;
-        }
-        // Windows and logs have a single-rule fast path in the script too: a
-        // uniform batch of them sends no per-check arguments either.
-        Some((rule, UniformBatch::SharedArguments)) => Some(rule),
-        Some((_, UniformBatch::PerCheck)) | None => None,
+    let shape = Shape::of(checks);
+    let v = eval::script(conn, cfg, shape.script(checks), Some(sent), |cmd| {
+        shape.args(cfg, checks, cmd)
+    })
+    .await?;
+    let (now_ns, items) = reply::head(&v)?;
+    let out = match shape {
+        Shape::UniformGcra(rule, _) => uniform_gcra_replies(checks, rule, items, now_ns)?,
+        Shape::Uniform(_) | Shape::PerCheck => check_replies(checks, items, now_ns)?,
     };
-    let script = check_script(checks.iter().flat_map(|c| c.iter()).map(|r| &r.policy));
-    let n_keys: usize = checks.iter().map(|c| c.len()).sum();
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(script.get_hash()).arg(n_keys);
-    for r in checks.iter().flat_map(|c| c.iter()) {
-        cmd.arg(&r.key[..]);
-    }
-    // Each distinct policy once; rules name theirs by index (from 1).
-    let mut policies: Vec<&QueuedRule> = Vec::new();
-    for r in checks.iter().flat_map(|c| c.iter()) {
-        if !policies.iter().any(|p| p.policy == r.policy) {
-            policies.push(r);
+    Ok((now_ns, out))
+}
+
+/// How a batch travels: the script it runs and its arguments.
+#[derive(Clone, Copy)]
+enum Shape<'a> {
+    /// Single-rule GCRA checks of one policy and cost (`gcra_batch.lua`,
+    /// `gcra_ns_batch.lua`): no per-check arguments, one number per check
+    /// in the reply.
+    UniformGcra(&'a QueuedRule, ScriptId),
+    /// Single-rule window or log checks of one policy and cost: the check
+    /// script's `U` mode, no per-check arguments.
+    Uniform(&'a QueuedRule),
+    /// Anything else: the check script with each distinct policy once and
+    /// per-check arguments.
+    PerCheck,
+}
+
+impl<'a> Shape<'a> {
+    fn of(checks: &[&'a [QueuedRule]]) -> Shape<'a> {
+        match uniform(checks).map(|r| (r, r.params.code.uniform_batch())) {
+            Some((rule, UniformBatch::Gcra(script))) => Shape::UniformGcra(rule, script),
+            Some((rule, UniformBatch::SharedArguments)) => Shape::Uniform(rule),
+            Some((_, UniformBatch::PerCheck)) | None => Shape::PerCheck,
         }
     }
-    let index_of =
-        |r: &QueuedRule| 1 + policies.iter().take_while(|p| p.policy != r.policy).count();
-    cmd.arg(cfg.now_arg()?)
-        .arg(cfg.ttl_padding_ms)
-        .arg(policies.len());
-    for r in &policies {
-        cmd.arg(r.params.code.wire())
-            .arg(r.params.p1)
-            .arg(r.params.p2);
+
+    fn script(self, checks: &[&[QueuedRule]]) -> ScriptId {
+        match self {
+            Shape::UniformGcra(_, script) => script,
+            Shape::Uniform(rule) => check_script([&rule.policy]),
+            Shape::PerCheck => {
+                check_script(checks.iter().flat_map(|c| c.iter()).map(|r| &r.policy))
+            }
+        }
     }
-    if let Some(rule) = uniform {
-        cmd.arg("U").arg(rule.params.script_cost(rule.cost));
-    } else {
+
+    /// `EVALSHA`'s key count, keys and arguments.
+    fn args(
+        self,
+        cfg: &Config,
+        checks: &[&[QueuedRule]],
+        cmd: &mut redis::Cmd,
+    ) -> Result<(), StoreError> {
+        let rules = || checks.iter().flat_map(|c| c.iter());
+        cmd.arg(rules().count());
+        for r in rules() {
+            cmd.arg(&r.key[..]);
+        }
+        cmd.arg(cfg.now_arg()?).arg(cfg.ttl_padding_ms);
+        let rule = match self {
+            Shape::UniformGcra(rule, _) => {
+                cmd.arg(rule.params.p1)
+                    .arg(rule.params.p2)
+                    .arg(rule.params.script_cost(rule.cost));
+                return Ok(());
+            }
+            Shape::Uniform(rule) => Some(rule),
+            Shape::PerCheck => None,
+        };
+        // Each distinct policy once; rules name theirs by index (from 1).
+        let mut policies: Vec<&QueuedRule> = Vec::new();
+        for r in rules() {
+            if !policies.iter().any(|p| p.policy == r.policy) {
+                policies.push(r);
+            }
+        }
+        cmd.arg(policies.len());
+        for r in &policies {
+            cmd.arg(r.params.code.wire())
+                .arg(r.params.p1)
+                .arg(r.params.p2);
+        }
+        if let Some(rule) = rule {
+            cmd.arg("U").arg(rule.params.script_cost(rule.cost));
+            return Ok(());
+        }
+        let index_of =
+            |r: &QueuedRule| 1 + policies.iter().take_while(|p| p.policy != r.policy).count();
         cmd.arg(checks.len());
         for c in checks {
             cmd.arg(c.len());
@@ -158,14 +194,27 @@ where
                 }
             }
         }
+        Ok(())
     }
-    let mut c = conn.clone();
-    let call = async {
-        sent.store(true, Ordering::Relaxed);
-        timed(cfg.timeout, query(&mut c, script, &cmd)).await
+}
+
+/// The one rule every check has, when every check is a single rule of one
+/// policy and cost.
+fn uniform<'a>(checks: &[&'a [QueuedRule]]) -> Option<&'a QueuedRule> {
+    let [first] = checks.first()? else {
+        return None;
     };
-    let v = cfg.breaker.guard(conn, cfg, call).await?;
-    let (now_ns, items) = reply::head(&v)?;
+    let same =
+        |c: &&[QueuedRule]| matches!(c, [r] if r.policy == first.policy && r.cost == first.cost);
+    checks.iter().all(same).then_some(first)
+}
+
+/// The check script's flat reply, check by check.
+fn check_replies(
+    checks: &[&[QueuedRule]],
+    items: &[Value],
+    now_ns: u64,
+) -> Result<Vec<Result<Checked, StoreError>>, StoreError> {
     let mut pos = 0;
     let mut out = Vec::with_capacity(checks.len());
     let mut broken: Option<String> = None;
@@ -197,51 +246,16 @@ where
             checks.len()
         )));
     }
-    Ok((now_ns, out))
+    Ok(out)
 }
 
-/// The one rule every check has, when every check is a single rule of one
-/// policy and cost.
-fn uniform<'a>(checks: &[&'a [QueuedRule]]) -> Option<&'a QueuedRule> {
-    let [first] = checks.first()? else {
-        return None;
-    };
-    let same =
-        |c: &&[QueuedRule]| matches!(c, [r] if r.policy == first.policy && r.cost == first.cost);
-    checks.iter().all(same).then_some(first)
-}
-
-/// [`eval_checks`] for a uniform GCRA batch: no per-check arguments, one
-/// number per check in the reply (`gcra_batch.lua`).
-async fn eval_uniform_gcra<C>(
-    conn: &C,
-    cfg: &Config,
+/// A uniform GCRA batch's reply: one number per check.
+fn uniform_gcra_replies(
     checks: &[&[QueuedRule]],
     rule: &QueuedRule,
-    script: ScriptId,
-    sent: &AtomicBool,
-) -> Result<(u64, Vec<Result<Checked, StoreError>>), StoreError>
-where
-    C: ConnectionLike + Clone + Send,
-{
-    let script = script.script();
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(script.get_hash()).arg(checks.len());
-    for c in checks {
-        cmd.arg(&c[0].key[..]);
-    }
-    cmd.arg(cfg.now_arg()?)
-        .arg(cfg.ttl_padding_ms)
-        .arg(rule.params.p1)
-        .arg(rule.params.p2)
-        .arg(rule.params.script_cost(rule.cost));
-    let mut c = conn.clone();
-    let call = async {
-        sent.store(true, Ordering::Relaxed);
-        timed(cfg.timeout, query(&mut c, script, &cmd)).await
-    };
-    let v = cfg.breaker.guard(conn, cfg, call).await?;
-    let (now_ns, items) = reply::head(&v)?;
+    items: &[Value],
+    now_ns: u64,
+) -> Result<Vec<Result<Checked, StoreError>>, StoreError> {
     if items.len() != checks.len() {
         return Err(StoreError::Protocol(format!(
             "{} replies for {} checks",
@@ -249,11 +263,10 @@ where
             checks.len()
         )));
     }
-    let out = items
+    items
         .iter()
         .map(|item| reply::uniform_gcra(&rule.policy, rule.cost, item, now_ns))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok((now_ns, out))
+        .collect()
 }
 
 /// Sends `jobs` as one script call and answers each caller.

@@ -26,13 +26,14 @@
 //! A server that is down (connection refused) is left to the connection
 //! manager's reconnects: nothing is buffered there.
 //!
-//! Cancellation: the probe's claim is held by a guard, so a caller dropped
-//! while its `PING` is out (a client disconnecting, a shorter timeout around
-//! the call) gives the claim back and the next caller probes. Without it the
-//! claim stayed taken and every later call failed at once, forever.
+//! One probe at a time is a [`ProbeGate`], shared with the fallback store;
+//! what trips it, and for how long, is decided here. Cancellation: the
+//! probe's turn is held by a guard, so a caller dropped while its `PING` is
+//! out (a client disconnecting, a shorter timeout around the call) gives the
+//! turn back and the next caller probes. Without it the turn stayed taken
+//! and every later call failed at once, forever.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use redis::aio::ConnectionLike;
@@ -40,6 +41,8 @@ use tokio::time::Instant;
 
 use super::error::timed;
 use super::Config;
+use crate::clock::Clock;
+use crate::store::probe::{nanos, Probe, ProbeGate};
 use crate::store::{Outage, StoreError};
 
 /// The outages that trip the breaker: the server refuses every command,
@@ -47,16 +50,41 @@ use crate::store::{Outage, StoreError};
 /// [`Breaker::why`] (0: a timeout).
 const TRIPPING: [Outage; 3] = [Outage::Busy, Outage::Loading, Outage::MasterDown];
 
-#[derive(Debug, Default)]
+/// Stops sending to a single server that is unresponsive or refusing
+/// everything: see the [module docs](self).
+#[derive(Debug)]
 pub(crate) struct Breaker {
-    tripped: AtomicBool,
-    probing: AtomicBool,
+    /// Open while tripped: with no wait after a timeout or a tripping
+    /// answer to a call, for a store timeout after a probe answered with a
+    /// tripping outage.
+    gate: ProbeGate,
     /// Why it tripped: 0 for a timeout, else 1 + the outage's index in
     /// [`TRIPPING`].
     why: AtomicU8,
-    /// After a probe the server answered with a tripping outage: no probe
-    /// before this.
-    quiet_until: Mutex<Option<Instant>>,
+    /// What times the wait between probes.
+    clock: TokioClock,
+}
+
+impl Default for Breaker {
+    fn default() -> Self {
+        Breaker {
+            gate: ProbeGate::new(),
+            why: AtomicU8::new(0),
+            clock: TokioClock(Instant::now()),
+        }
+    }
+}
+
+/// tokio's clock (paused and advanced in tests), as the gate reads time:
+/// nanoseconds since the breaker was made, plus one (so that a gate
+/// [opened](ProbeGate::open) with no wait lets a probe through at once).
+#[derive(Debug)]
+struct TokioClock(Instant);
+
+impl Clock for TokioClock {
+    fn now_ns(&self) -> u64 {
+        nanos(Instant::now().saturating_duration_since(self.0)).saturating_add(1)
+    }
 }
 
 impl Breaker {
@@ -101,20 +129,12 @@ impl Breaker {
         conn: &C,
         timeout: Duration,
     ) -> Result<(), StoreError> {
-        if !self.tripped.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        if self.quiet().is_some_and(|until| Instant::now() < until) {
-            return Err(self.tripped_error(timeout));
-        }
-        if self
-            .probing
-            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
-            return Err(self.tripped_error(timeout));
-        }
-        let claim = BreakerProbeClaim(&self.probing);
+        // Closed: one atomic load, the clock unread.
+        let turn = match self.gate.try_probe(&self.clock) {
+            Probe::Closed => return Ok(()),
+            Probe::Wait => return Err(self.tripped_error(timeout)),
+            Probe::Mine(turn) => turn,
+        };
         let mut conn = conn.clone();
         let probe = timed(timeout, async move {
             conn.req_packed_command(&redis::cmd("PING"))
@@ -126,10 +146,7 @@ impl Breaker {
             Err(StoreError::Unavailable(why)) if TRIPPING.contains(&why) => {
                 // Still refusing: back off for a timeout before asking again.
                 self.trip(Some(why));
-                *self
-                    .quiet_until
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner) = Some(Instant::now() + timeout);
+                self.gate.open_for(&self.clock, timeout);
                 Err(StoreError::Unavailable(why))
             }
             // Not answered in time: unresponsive now, whatever tripped it.
@@ -142,11 +159,13 @@ impl Breaker {
             Err(e) if e.is_unavailable() => Err(e),
             // Any other answer, an error included, is the server serving again.
             Ok(_) | Err(_) => {
-                self.close();
+                self.gate.close();
                 Ok(())
             }
         };
-        drop(claim);
+        // The turn goes back after the answer is recorded (and if this
+        // future is dropped while the PING is out).
+        drop(turn);
         answered
     }
 
@@ -156,36 +175,21 @@ impl Breaker {
         match result {
             Err(StoreError::Timeout(_)) => self.trip(None),
             Err(StoreError::Unavailable(why)) if TRIPPING.contains(why) => self.trip(Some(*why)),
-            Ok(_) | Err(StoreError::Script(_) | StoreError::Protocol(_)) => self.close(),
+            Ok(_) | Err(StoreError::Script(_) | StoreError::Protocol(_)) => {
+                self.gate.close();
+            }
             Err(_) => {}
         }
     }
 
+    /// Trips for `why` (`None`: a timeout). A breaker already tripped keeps
+    /// its wait before the next probe.
     fn trip(&self, why: Option<Outage>) {
         let code = why
             .and_then(|w| TRIPPING.iter().position(|t| *t == w))
             .map_or(0, |i| i as u8 + 1);
         self.why.store(code, Ordering::Release);
-        self.tripped.store(true, Ordering::Release);
-    }
-
-    fn close(&self) {
-        // A load first: every answered call closes, and the lock is for the
-        // rare call that finds the breaker tripped.
-        if self.tripped.load(Ordering::Acquire) {
-            self.tripped.store(false, Ordering::Release);
-            *self
-                .quiet_until
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner) = None;
-        }
-    }
-
-    fn quiet(&self) -> Option<Instant> {
-        *self
-            .quiet_until
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.gate.open();
     }
 
     /// What a call failed at once gets: the reason the breaker tripped.
@@ -197,21 +201,11 @@ impl Breaker {
     }
 }
 
-/// The right to send the probe; given back when dropped, however the probing
-/// future ends (answered, timed out, or dropped by its caller).
-struct BreakerProbeClaim<'a>(&'a AtomicBool);
-
-impl Drop for BreakerProbeClaim<'_> {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::future::Future;
     use std::pin::pin;
-    use std::sync::atomic::AtomicUsize;
+    use std::sync::atomic::{AtomicBool, AtomicUsize};
     use std::sync::Arc;
     use std::task::{Context, Waker};
 
@@ -361,6 +355,31 @@ mod tests {
             assert!(sent && r.is_ok(), "{line}: the PONG closed it");
             assert_eq!(served.sent(), 1);
         }
+    }
+
+    /// A call timing out while the breaker waits out a refusal keeps that
+    /// wait (no PING before it ends), and calls now fail with the timeout.
+    #[tokio::test(start_paused = true)]
+    async fn a_timeout_while_waiting_keeps_the_wait() {
+        let breaker = Breaker::default();
+        let refusing = Conn::refusing("BUSY Redis is busy running a script.");
+        let busy = Err(StoreError::Unavailable(Outage::Busy));
+        let (sent, r) = call(&breaker, &refusing, busy).await;
+        assert!(sent && r.is_err(), "tripped");
+        let (sent, r) = call(&breaker, &refusing, Ok(())).await;
+        assert!(
+            !sent && r.is_err() && refusing.sent() == 1,
+            "a refused PING"
+        );
+        breaker.record::<()>(&Err(StoreError::Timeout(TIMEOUT)));
+        tokio::time::advance(TIMEOUT / 2).await;
+        let (sent, r) = call(&breaker, &refusing, Ok(())).await;
+        assert!(!sent && matches!(r, Err(StoreError::Timeout(_))), "{r:?}");
+        assert_eq!(refusing.sent(), 1, "no PING within the wait");
+        tokio::time::advance(TIMEOUT / 2).await;
+        let served = Conn::answering();
+        let (sent, r) = call(&breaker, &served, Ok(())).await;
+        assert!(sent && r.is_ok() && served.sent() == 1, "then one PING");
     }
 
     /// An outage in which the server still answers PING (out of memory, a

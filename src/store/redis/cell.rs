@@ -235,7 +235,12 @@ impl Store for CellStore {
         }
     }
 
-    async fn refund(&self, _: &[u8], _: &Policy, _: &crate::Receipt) -> Result<(), StoreError> {
+    async fn refund(
+        &self,
+        _: &[u8],
+        _: &Policy,
+        _: &crate::decision::Receipt,
+    ) -> Result<(), StoreError> {
         Err(StoreError::Unsupported("refunds on CellStore (redis-cell)"))
     }
 

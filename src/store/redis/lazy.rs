@@ -233,7 +233,7 @@ impl Store for LazyRedisStore {
         &self,
         key: &[u8],
         policy: &Policy,
-        receipt: &crate::Receipt,
+        receipt: &crate::decision::Receipt,
     ) -> Result<(), StoreError> {
         match self.connected() {
             Some(store) => store.refund(key, policy, receipt).await,

@@ -106,7 +106,7 @@
 //! # Outages and defects
 //!
 //! A server that answers but cannot decide now fails the call with
-//! [`StoreError::Unavailable`] naming the state ([`Outage`](crate::Outage)),
+//! [`StoreError::Unavailable`] naming the state ([`Outage`](crate::store::Outage)),
 //! recognised by the reply's error code whether the server refused the
 //! `EVALSHA` itself or a command the script ran:
 //!
@@ -164,8 +164,10 @@ mod builder;
 mod cell;
 mod cell_builder;
 mod config;
+mod connect;
 mod deny;
 mod error;
+mod eval;
 mod keys;
 mod lazy;
 mod ops;

@@ -17,7 +17,7 @@ use super::error::{surfaced, timed};
 use super::params::Params;
 use super::queued::QueuedRule;
 use super::registry::ScriptId;
-use super::{abandoned, batcher, keys, validate, RedisStore};
+use super::{abandoned, batcher, eval, keys, validate, RedisStore};
 use crate::decision::{Decision, PermitId, Receipt};
 use crate::policy::{Algorithm, Policy};
 use crate::store::{Charge, RuleSpec, Store, StoreError};
@@ -152,12 +152,6 @@ where
             Err(_) => Err(StoreError::Timeout(self.cfg.timeout)),
         }
     }
-
-    async fn eval(&self, inv: &redis::ScriptInvocation<'_>) -> Result<Value, StoreError> {
-        let mut conn = self.conn.clone();
-        let call = timed(self.cfg.timeout, inv.invoke_async::<Value>(&mut conn));
-        self.cfg.breaker.guard(&self.conn, &self.cfg, call).await
-    }
 }
 
 impl<C> Store for RedisStore<C>
@@ -290,21 +284,25 @@ where
         }
         // The receipt's slot: its instant on the server's clock, in µs.
         let rk = self.redis_key(key, policy);
-        let mut inv = ScriptId::Refund.script().prepare_invoke();
-        inv.key(&rk[..])
-            .arg(self.now_arg()?)
-            .arg(self.cfg.ttl_padding_ms)
-            .arg(p.code.wire())
-            .arg(p.p1)
-            .arg(p.p2)
-            .arg(p.script_amount(amount))
-            .arg(receipt.at_ns() / 1000)
-            .arg(
-                receipt
-                    .permit()
-                    .map_or(String::new(), |id| id.0.to_string()),
-            );
-        self.invalidating(&rk, self.eval(&inv)).await.map(drop)
+        let now = self.now_arg()?;
+        let call = eval::script(&self.conn, &self.cfg, ScriptId::Refund, None, |cmd| {
+            cmd.arg(1)
+                .arg(&rk[..])
+                .arg(now)
+                .arg(self.cfg.ttl_padding_ms)
+                .arg(p.code.wire())
+                .arg(p.p1)
+                .arg(p.p2)
+                .arg(p.script_amount(amount))
+                .arg(receipt.at_ns() / 1000)
+                .arg(
+                    receipt
+                        .permit()
+                        .map_or(String::new(), |id| id.0.to_string()),
+                );
+            Ok(())
+        });
+        self.invalidating(&rk, call).await.map(drop)
     }
 
     async fn release_permit(

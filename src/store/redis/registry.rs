@@ -304,13 +304,12 @@ static SCRIPTS: LazyLock<[Script; ScriptId::ALL.len()]> = LazyLock::new(|| {
 });
 
 /// The smallest check script that holds every algorithm of `policies`.
-pub(crate) fn check_script<'a>(policies: impl IntoIterator<Item = &'a Policy>) -> &'static Script {
+pub(crate) fn check_script<'a>(policies: impl IntoIterator<Item = &'a Policy>) -> ScriptId {
     let mut algorithms = policies.into_iter().map(ScriptAlgorithm::of);
-    let id = match algorithms.next() {
+    match algorithms.next() {
         Some(first) if algorithms.all(|a| a == first) => first.check_script(),
         _ => ScriptId::Check,
-    };
-    id.script()
+    }
 }
 
 #[cfg(test)]

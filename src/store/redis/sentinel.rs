@@ -194,7 +194,7 @@ impl RedisStoreBuilder {
     /// The sentinels' URLs carry the sentinels' own credentials, if any; the
     /// master's are [`sentinel_master_auth`](Self::sentinel_master_auth).
     /// During a failover a call made while no master answers fails (per the
-    /// layer's fail mode; in `tests/redis_sentinel.rs` the switch took under
+    /// layer's fail mode; in `tests/redis_topologies/redis_sentinel.rs` the switch took under
     /// a second and no call failed), and admissions the old master acknowledged but had
     /// not yet replicated are lost (replication is asynchronous).
     pub async fn connect_sentinel<T: IntoConnectionInfo>(
@@ -226,7 +226,7 @@ impl RedisStoreBuilder {
             SentinelServerType::Master,
         )
         .map_err(|e| error::map(e, t))?;
-        let config = super::builder::manager_config(t);
+        let config = super::connect::manager_config(t);
         let master = master_client(&mut client, t).await.map_err(|e| {
             if e.to_string().contains("MasterNameNotFound") {
                 return StoreError::Config(format!(

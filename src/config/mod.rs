@@ -1,0 +1,300 @@
+//! Layers described as data: YAML, TOML or JSON read through serde,
+//! checked before any traffic, and swapped while the service runs
+//! (feature `config`).
+//!
+//! ```yaml
+//! # limits.yaml
+//! prefix: ugc
+//! key: { header: x-user-id }
+//! rules:
+//!   - name: reply
+//!     policy: { sliding_log: { limit: 5, window: 60s } }
+//!   - name: reply-day
+//!     policy: { fixed_window: { limit: 200, window: 1d } }
+//! lockout: { strikes: 3, within: 10m, lock: 1h }
+//! ```
+//!
+//! Every field is named in [`LayerConfig`]; an unknown one is refused, and
+//! so is a value a constructor would refuse (a limit of 0, a duration
+//! without a unit, a bad CIDR or header name): the [`ConfigError`] names
+//! the file, the line and column, and the field
+//! (`limits.yaml:5:30: rules[0].policy.sliding_log.limit: …`). Durations are
+//! whole numbers with a unit: `500ms`, `60s`, `15m`, `1h`, `1d`.
+//!
+//! [`LayerConfig::layer`] builds a [`ThrottleLayer`] from the file and
+//! asks the store whether it can run it (what a store refuses is an error
+//! here, naming the rule, never a 503 later). [`RuleTable`] keeps one
+//! that can be replaced at run time: see [`RuleTable::reload`].
+//!
+//! ```
+//! use tower_throttle::config::{LayerConfig, RuleTable};
+//! use tower_throttle::MemoryStore;
+//!
+//! let config = LayerConfig::parse(
+//!     "limits.yaml",
+//!     "rules: [{ name: reply, policy: { sliding_log: { limit: 5, window: 60s } } }]",
+//! )?;
+//! let table = RuleTable::new(MemoryStore::new(), config)?;
+//! let layer = table.layer(); // a tower `Layer`; wrap routes with it
+//! // Later, when the file changes:
+//! table.reload(LayerConfig::parse(
+//!     "limits.yaml",
+//!     "rules: [{ name: reply, policy: { sliding_log: { limit: 3, window: 60s } } }]",
+//! )?)?;
+//! # let _ = layer;
+//! # Ok::<(), tower_throttle::config::ConfigError>(())
+//! ```
+
+use std::path::Path;
+
+use crate::layer::ThrottleLayer;
+use crate::mode::{FailMode, Mode};
+use crate::rule::Rule;
+use crate::store::Store;
+
+mod duration;
+mod error;
+mod reload;
+mod spec;
+
+pub use error::ConfigError;
+pub use reload::{ReloadLayer, ReloadService, RuleTable};
+pub use spec::{
+    ClientIpConfig, FailConfig, KeyConfig, LayerConfig, LockoutConfig, ModeConfig, PolicyConfig,
+    RuleConfig,
+};
+
+/// The formats a layer file may be in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// YAML (`.yaml`, `.yml`).
+    Yaml,
+    /// TOML (`.toml`).
+    Toml,
+    /// JSON (`.json`).
+    Json,
+}
+
+impl Format {
+    /// The format a file name's extension says; `None` for another one.
+    pub fn of_path(path: &Path) -> Option<Format> {
+        match path.extension()?.to_str()? {
+            "yaml" | "yml" => Some(Format::Yaml),
+            "toml" => Some(Format::Toml),
+            "json" => Some(Format::Json),
+            _ => None,
+        }
+    }
+}
+
+impl LayerConfig {
+    /// Reads and checks the file at `path`, in the format its extension
+    /// names (`.yaml`/`.yml`, `.toml`, `.json`).
+    pub fn from_path(path: impl AsRef<Path>) -> Result<LayerConfig, ConfigError> {
+        let path = path.as_ref();
+        let source = path.display().to_string();
+        let format = Format::of_path(path).ok_or_else(|| {
+            ConfigError::new(&source, "the file must end in .yaml, .yml, .toml or .json")
+        })?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError::new(&source, format!("cannot be read: {e}")))?;
+        Self::parse_as(&source, &text, format)
+    }
+
+    /// Checks YAML text (JSON is YAML too); `source` names it in errors.
+    pub fn parse(source: &str, text: &str) -> Result<LayerConfig, ConfigError> {
+        Self::parse_as(source, text, Format::Yaml)
+    }
+
+    /// Checks text in `format`; `source` names it in errors.
+    pub fn parse_as(source: &str, text: &str, format: Format) -> Result<LayerConfig, ConfigError> {
+        match format {
+            Format::Yaml => read_yaml(source, text),
+            Format::Toml => read_toml(source, text),
+            Format::Json => read_json(source, text),
+        }
+    }
+
+    /// A [`ThrottleLayer`] over `store` as this file describes it, once the
+    /// store has said it can run every rule ([`ThrottleLayer::validate`]).
+    pub fn layer<St: Store>(&self, store: St) -> Result<ThrottleLayer<St>, ConfigError> {
+        self.layer_on(std::sync::Arc::new(store), "configuration")
+    }
+
+    pub(crate) fn layer_on<St: Store>(
+        &self,
+        store: std::sync::Arc<St>,
+        source: &str,
+    ) -> Result<ThrottleLayer<St>, ConfigError> {
+        let mut rules = self.rules.iter().map(|r| {
+            let mut rule = Rule::new(&r.name, r.policy.0);
+            if let Some(key) = &r.key {
+                rule = rule.key(key.extractor());
+            }
+            if let Some(cost) = r.cost {
+                rule = rule.cost(cost);
+            }
+            rule
+        });
+        let first = rules.next().expect("a layer file has at least one rule");
+        let mut layer = ThrottleLayer::from_first_rule(store, first);
+        for rule in rules {
+            layer = layer.and(rule);
+        }
+        if let Some(prefix) = &self.prefix {
+            layer = layer.prefix(prefix);
+        }
+        if let Some(key) = &self.key {
+            layer = layer.key(key.extractor());
+        }
+        layer = layer.mode(match self.mode {
+            ModeConfig::Reject => Mode::Reject,
+            ModeConfig::DryRun => Mode::DryRun,
+            ModeConfig::DelayUpTo(max_wait) => Mode::Delay { max_wait },
+        });
+        layer = layer.fail_mode(match self.on_store_failure {
+            FailConfig::Closed => FailMode::Closed,
+            FailConfig::Open => FailMode::Open,
+        });
+        if let Some(timeout) = self.store_timeout {
+            layer = layer.store_timeout(timeout);
+        }
+        layer = layer
+            .headers_on_allowed(self.headers_on_allowed)
+            .request_info(self.request_info);
+        if let Some(lockout) = &self.lockout {
+            let penalty = lockout
+                .penalty()
+                .map_err(|e| ConfigError::new(source, e).at_field("lockout"))?;
+            layer = layer.lockout(penalty);
+        }
+        layer.validate().map_err(|e| {
+            let field = match e.rules.as_slice() {
+                [one] => match self.rules.iter().position(|r| *r.name == **one) {
+                    Some(i) => format!("rules[{i}]"),
+                    None => one.to_string(),
+                },
+                _ => "rules".to_owned(),
+            };
+            ConfigError::new(source, e.to_string()).at_field(field)
+        })?;
+        Ok(layer)
+    }
+}
+
+/// The field path of a failed read (`.` when at the top).
+fn field_of<E>(e: &serde_path_to_error::Error<E>) -> String {
+    e.path().to_string()
+}
+
+/// The message without the location suffix (` at line 3 column 7`) that
+/// the YAML and JSON readers append: the error has its own fields for it.
+fn bare(message: String) -> String {
+    match message.rfind(" at line ") {
+        Some(at) if message[at..].contains(" column ") => message[..at].to_owned(),
+        _ => message,
+    }
+}
+
+fn read_yaml(source: &str, text: &str) -> Result<LayerConfig, ConfigError> {
+    let de = yaml_serde::Deserializer::from_str(text);
+    let mut track = serde_path_to_error::Track::new();
+    // One-key maps for enums (`{ sliding_log: {..} }`), as in JSON and
+    // TOML, rather than YAML tags (`!sliding_log {..}`).
+    let tracked = serde_path_to_error::Deserializer::new(de, &mut track);
+    yaml_serde::with::singleton_map_recursive::deserialize(tracked).map_err(|inner| {
+        let field = track.path().to_string();
+        let mut error = ConfigError::new(source, yaml_message(&inner));
+        if let Some(at) = inner.location() {
+            let (line, column) = yaml_place(text, at.line(), at.column(), &field);
+            error = error.at(line, column);
+        }
+        error.at_field(field)
+    })
+}
+
+/// yaml_serde puts the path of the value before its message (`rules[0]:
+/// …`); the error has its own field for it.
+fn yaml_message(e: &yaml_serde::Error) -> String {
+    let message = bare(e.to_string());
+    match message.split_once(": ") {
+        Some((path, rest)) if !path.contains(' ') => rest.to_owned(),
+        _ => message,
+    }
+}
+
+fn read_toml(source: &str, text: &str) -> Result<LayerConfig, ConfigError> {
+    let located = |message: &str, span: Option<std::ops::Range<usize>>| {
+        let mut error = ConfigError::new(source, message.trim_end());
+        if let Some(span) = span {
+            let (line, column) = line_column(text, span.start);
+            error = error.at(line, column);
+        }
+        error
+    };
+    let de = toml::Deserializer::parse(text).map_err(|e| located(e.message(), e.span()))?;
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let field = field_of(&e);
+        let inner = e.into_inner();
+        located(inner.message(), inner.span()).at_field(field)
+    })
+}
+
+fn read_json(source: &str, text: &str) -> Result<LayerConfig, ConfigError> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let config: LayerConfig = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let field = field_of(&e);
+        let inner = e.into_inner();
+        ConfigError::new(source, bare(inner.to_string()))
+            .at_field(field)
+            .at(inner.line(), inner.column())
+    })?;
+    de.end()
+        .map_err(|e| ConfigError::new(source, bare(e.to_string())).at(e.line(), e.column()))?;
+    Ok(config)
+}
+
+/// Where in a YAML file the field at fault is. The reader places an error
+/// raised while checking a value at the event before it (often the
+/// previous key of the mapping), so when that line does not hold the
+/// field's key, the key is looked for on the lines that follow.
+fn yaml_place(text: &str, line: usize, column: usize, field: &str) -> (usize, usize) {
+    let key = field
+        .rsplit('.')
+        .next()
+        .map(|last| last.split('[').next().unwrap_or(last))
+        .filter(|key| !key.is_empty() && *key != "?");
+    let Some(key) = key else {
+        return (line, column);
+    };
+    let at_key = |text: &str| {
+        text.match_indices(key).find_map(|(i, _)| {
+            let before = text[..i].chars().next_back();
+            let after = text[i + key.len()..].trim_start().starts_with(':');
+            let starts = before.is_none_or(|c| !c.is_ascii_alphanumeric() && c != '_');
+            (after && starts).then_some(i)
+        })
+    };
+    let lines = text
+        .lines()
+        .enumerate()
+        .skip(line.saturating_sub(1))
+        .take(64);
+    for (i, this) in lines {
+        if let Some(at) = at_key(this) {
+            return (i + 1, at + 1);
+        }
+    }
+    (line, column)
+}
+
+/// 1-based line and column of byte `offset` in `text`.
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+    (line, column)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,267 @@
+//! The direct API: rate limiting without HTTP.
+//!
+//! One type, [`Limiter`], grows by composition:
+//!
+//! * `Limiter::new(store, policy)` applies one policy by key: the classic
+//!   `is_action_allowed`. Its checks answer a [`Decision`](crate::Decision).
+//! * [`.and(name, policy)`](Limiter::and) adds a rule that must admit every
+//!   check too, all or nothing in one store call ("5 a minute AND 100 a
+//!   day"). Its checks answer [`RuleDecisions`], one per rule.
+//! * [`.lockout(penalty)`](Limiter::lockout) refuses a key for a while after
+//!   repeated denials (see [`crate::lockout`]), with one rule or several.
+//!
+//! Keys are `prefix:key` for a rule without a name and `prefix:name:key` for
+//! a named one (no `prefix:` unless [`Limiter::with_prefix`] set one); a
+//! penalty's keys derive from `prefix:key`, one lock per caller whatever the
+//! rules. Clones share the store.
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::sync::Arc;
+use std::task::{Context, Waker};
+use std::time::Duration;
+
+use crate::lockout::Penalty;
+use crate::store::{MemoryStore, Store, StoreError};
+
+mod all_rules;
+mod one_rule;
+mod permit;
+
+pub use all_rules::{AllRules, RuleDecisions};
+pub use one_rule::OneRule;
+pub use permit::Permit;
+
+/// How many times a delayed request (the layer's delay mode, `wait` on
+/// other algorithms than GCRA) is checked again before giving up.
+pub const MAX_DELAY_ATTEMPTS: u32 = 8;
+
+/// Rate limits checked by key, without HTTP: one policy, several rules all
+/// or nothing ([`Limiter::and`]), with or without a lock-out
+/// ([`Limiter::lockout`]). See the [module docs](self).
+///
+/// ```
+/// use std::time::Duration;
+/// use tower_throttle::{Limiter, MemoryStore, Policy};
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let posts = Limiter::new(MemoryStore::new(), Policy::cell(15, 30, Duration::from_secs(60))?)
+///     .with_prefix("post");
+/// let d = posts.check("laoqian").await?;
+/// assert_eq!(d.to_cell_reply(), [0, 16, 15, -1, 2]);
+/// // The post failed: give its unit back, where it was taken.
+/// posts.refund("laoqian", &d.receipt().expect("admitted")).await?;
+/// assert_eq!(posts.peek("laoqian").await?.remaining, 16);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// # }).unwrap();
+/// ```
+#[derive(Debug)]
+pub struct Limiter<S = MemoryStore, R = OneRule> {
+    store: Arc<S>,
+    prefix: KeyPrefix,
+    rules: R,
+    penalty: Option<Arc<Penalty>>,
+}
+
+impl<S, R: Clone> Clone for Limiter<S, R> {
+    fn clone(&self) -> Self {
+        Limiter {
+            store: self.store.clone(),
+            prefix: self.prefix.clone(),
+            rules: self.rules.clone(),
+            penalty: self.penalty.clone(),
+        }
+    }
+}
+
+impl<S: Store, R> Limiter<S, R> {
+    /// The store.
+    pub fn store(&self) -> &Arc<S> {
+        &self.store
+    }
+
+    /// The lock-out applied, if any.
+    pub fn penalty(&self) -> Option<&Penalty> {
+        self.penalty.as_deref()
+    }
+
+    /// Locks a key out per `penalty` after repeated denials: while locked,
+    /// every check of the key is refused without being charged, with
+    /// `retry_after` = the time left on the lock; each denial counts a
+    /// strike, and the strike that locks answers with the whole lock. See
+    /// [`crate::lockout`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_throttle::lockout::Penalty;
+    /// use tower_throttle::{Limiter, MemoryStore, Policy};
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+    /// // 3 attempts a minute; 2 refusals within 15 minutes lock the key for an hour.
+    /// let logins = Limiter::new(MemoryStore::new(), Policy::sliding_log(3, Duration::from_secs(60))?)
+    ///     .lockout(Penalty::new(2, Duration::from_secs(900), Duration::from_secs(3600))?)
+    ///     .with_prefix("login");
+    /// for _ in 0..3 {
+    ///     assert!(logins.check("laoqian").await?.allowed);
+    /// }
+    /// assert!(!logins.check("laoqian").await?.allowed); // strike 1
+    /// let locked = logins.check("laoqian").await?; // strike 2: locked
+    /// assert_eq!(locked.retry_after, Some(Duration::from_secs(3600)));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// # }).unwrap();
+    /// ```
+    ///
+    /// # Panics
+    ///
+    /// When the store cannot keep the penalty's strikes or locks
+    /// (`CellStore`, `GovernorStore`): [`Limiter::try_lockout`] returns it.
+    #[must_use]
+    pub fn lockout(self, penalty: Penalty) -> Self {
+        self.try_lockout(penalty)
+            .unwrap_or_else(|e| panic!("a rate-limit lock-out cannot run on this store: {e}"))
+    }
+
+    /// [`Limiter::lockout`], returning the store's refusal of the penalty's
+    /// policies instead of panicking.
+    pub fn try_lockout(mut self, penalty: Penalty) -> Result<Self, StoreError> {
+        penalty.validate(&*self.store).map_err(|(_, e)| e)?;
+        self.penalty = Some(Arc::new(penalty));
+        Ok(self)
+    }
+
+    /// Prepends `prefix:` to every key (a penalty's keys included), so
+    /// several limiters can share a store (like the `@EntryTimes`
+    /// annotation's prefix).
+    #[must_use]
+    pub fn with_prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
+        self.prefix = KeyPrefix::new(prefix.as_ref());
+        self
+    }
+
+    /// The time left on `key`'s lock; `None` when it is not locked (or the
+    /// limiter has no lock-out).
+    pub async fn locked_for(&self, key: impl AsRef<[u8]>) -> Result<Option<Duration>, StoreError> {
+        let key = self.prefix.apply(key.as_ref());
+        self.locked(&key).await
+    }
+
+    /// Lifts `key`'s lock and forgets its strikes (its quota is untouched).
+    pub async fn unlock(&self, key: impl AsRef<[u8]>) -> Result<(), StoreError> {
+        match &self.penalty {
+            Some(penalty) => {
+                let key = self.prefix.apply(key.as_ref());
+                penalty.unlock(&*self.store, &key).await
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// The time left on the lock of `full_key` (`prefix:key`).
+    async fn locked(&self, full_key: &[u8]) -> Result<Option<Duration>, StoreError> {
+        match &self.penalty {
+            Some(penalty) => penalty.check_locked(&*self.store, full_key).await,
+            None => Ok(None),
+        }
+    }
+
+    /// Counts a denial of `full_key`: `Some(lock)` when it locked the key.
+    async fn strike(&self, full_key: &[u8]) -> Result<Option<Duration>, StoreError> {
+        match &self.penalty {
+            Some(penalty) => penalty.record_denial(&*self.store, full_key).await,
+            None => Ok(None),
+        }
+    }
+}
+
+/// One attempt of a wait: done (admitted), or denied with the wait after
+/// which the quota may be there.
+enum Attempt<T> {
+    Done(T),
+    Denied(T, Option<Duration>),
+}
+
+/// Runs `attempt` (given the budget left) until it admits, or until its
+/// denial's wait no longer fits in `max_wait` or [`MAX_DELAY_ATTEMPTS`] ran
+/// out. Returns the last answer and whether it was a denial.
+async fn retry_within<T, Fut>(
+    max_wait: Duration,
+    mut attempt: impl FnMut(Duration) -> Fut,
+) -> Result<(T, bool), StoreError>
+where
+    Fut: Future<Output = Result<Attempt<T>, StoreError>>,
+{
+    let mut waited = Duration::ZERO;
+    let mut attempts = 0;
+    loop {
+        let left = max_wait.saturating_sub(waited);
+        let (answer, retry) = match attempt(left).await? {
+            Attempt::Done(answer) => return Ok((answer, false)),
+            Attempt::Denied(answer, retry) => (answer, retry),
+        };
+        match retry {
+            Some(retry) if retry <= left && attempts < MAX_DELAY_ATTEMPTS => {
+                attempts += 1;
+                let retry = retry.max(Duration::from_millis(1));
+                tokio::time::sleep(retry).await;
+                waited += retry;
+            }
+            _ => return Ok((answer, true)),
+        }
+    }
+}
+
+/// A rule name: 1 to 64 of `[A-Za-z0-9_.-]` (it is part of store keys and
+/// of the `RateLimit` fields, so nothing in it needs escaping).
+pub(crate) fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+/// Panics on a rule name [`Rule::new`](crate::Rule::new) would refuse.
+fn assert_valid_name(name: &str) {
+    assert!(
+        valid_name(name),
+        "rate-limit rule name {name:?} must be 1-64 of [A-Za-z0-9_.-]"
+    );
+}
+
+/// Runs `fut` to completion without awaiting it: inline if it finishes on the
+/// first poll (memory store), else on the current tokio runtime if any.
+pub(crate) fn release_detached<F: Future<Output = ()> + Send + 'static>(fut: F) {
+    let mut fut = Box::pin(fut);
+    let mut cx = Context::from_waker(Waker::noop());
+    if fut.as_mut().poll(&mut cx).is_pending() {
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(fut);
+        }
+    }
+}
+
+/// The `prefix:` a limiter puts before every key.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct KeyPrefix(Option<Box<[u8]>>);
+
+impl KeyPrefix {
+    /// `prefix` followed by `:`.
+    pub(crate) fn new(prefix: &[u8]) -> Self {
+        KeyPrefix(Some([prefix, b":"].concat().into_boxed_slice()))
+    }
+
+    /// `prefix:key`, or `key` without a prefix.
+    pub(crate) fn apply<'k>(&self, key: &'k [u8]) -> Cow<'k, [u8]> {
+        match &self.0 {
+            None => Cow::Borrowed(key),
+            Some(p) => Cow::Owned([&p[..], key].concat()),
+        }
+    }
+
+    /// `prefix:` (empty without a prefix).
+    pub(crate) fn with_colon(&self) -> &[u8] {
+        self.0.as_deref().unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,38 @@
+//! The tower layer over HTTP: keys, rules, modes, statuses, lock-outs, `count_if`.
+//!
+//! One test binary for the area (`cargo test --test layer`); each module
+//! is one file of tests, and the shared helpers are mounted once below.
+
+#[path = "../support/counting_store.rs"]
+mod counting_store;
+#[cfg(feature = "redis")]
+#[path = "../support/redis.rs"]
+mod redis_support;
+#[path = "../support/tokio_clock.rs"]
+mod tokio_clock;
+
+mod binding_rule;
+mod concurrency_hold;
+#[cfg(feature = "redis")]
+mod config_errors;
+#[cfg(feature = "config")]
+mod config_file;
+mod count_if;
+mod delay_rules;
+mod hostile_input;
+#[cfg(feature = "axum")]
+mod http_layer;
+mod layer_service;
+#[cfg(feature = "redis")]
+mod lockout_layer;
+#[cfg(feature = "redis")]
+mod lockout_seams;
+mod per_request;
+#[cfg(feature = "redis")]
+mod policy_change;
+mod proxy_headers;
+#[cfg(feature = "axum")]
+mod statuses;
+mod transition_addresses;
+#[cfg(feature = "axum")]
+mod websocket_upgrade;

@@ -1,0 +1,98 @@
+//! The direct API's compositions and a reloaded rule table, on a real
+//! `redis-server`, with time from a manual clock.
+
+use std::time::Duration;
+
+use tower_throttle::clock::ManualClock;
+use tower_throttle::lockout::Penalty;
+use tower_throttle::store::redis::{RedisStore, TimeSource};
+use tower_throttle::{Limiter, Policy};
+
+use crate::redis_support::{current_thread_runtime, RedisServer};
+
+const MIN: Duration = Duration::from_secs(60);
+
+async fn store(server: &RedisServer, clock: &ManualClock, prefix: &str) -> RedisStore {
+    RedisStore::builder()
+        .prefix(prefix)
+        .time_source(TimeSource::client(clock.clone()))
+        .ttl_padding(Duration::from_secs(600))
+        .connect(server.url())
+        .await
+        .unwrap()
+}
+
+/// Two rules, all or nothing, under a lock-out: the lock is the caller's,
+/// and nothing is charged to either rule while it holds.
+#[test]
+fn two_rules_and_a_lockout_lock_the_caller_and_charge_nothing_while_locked() {
+    let server = RedisServer::start();
+    current_thread_runtime().block_on(async {
+        let clock = ManualClock::starting_at(1_700_000_000_000_000_000);
+        let l = Limiter::new(
+            store(&server, &clock, "composed").await,
+            Policy::fixed_window(1, MIN).unwrap(),
+        )
+        .named("minute")
+        .and("hour", Policy::fixed_window(10, 60 * MIN).unwrap())
+        .lockout(Penalty::new(2, 10 * MIN, 5 * MIN).unwrap())
+        .with_prefix("login");
+        assert!(l.check("u").await.unwrap().allowed());
+        assert!(!l.check("u").await.unwrap().allowed());
+        let locking = l.check("u").await.unwrap();
+        assert_eq!(locking.retry_after(), Some(5 * MIN));
+        assert_eq!(l.locked_for("u").await.unwrap(), Some(5 * MIN));
+        assert_eq!(l.locked_for("v").await.unwrap(), None, "one caller's lock");
+        clock.advance(2 * MIN);
+        assert_eq!(l.check("u").await.unwrap().retry_after(), Some(3 * MIN));
+        clock.advance(3 * MIN);
+        let after = l.check("u").await.unwrap();
+        assert!(after.allowed());
+        assert_eq!(
+            after.get("hour").unwrap().remaining,
+            8,
+            "denied and locked checks took nothing from the hour"
+        );
+    });
+}
+
+/// A rule table over Redis: a reload keeps the counters of the rule that
+/// stays, and the new rule starts from its own.
+#[cfg(feature = "config")]
+#[test]
+fn a_reloaded_rule_table_keeps_its_counters_on_redis() {
+    use http::{Request, StatusCode};
+    use tower::{Layer, Service, ServiceExt};
+    use tower_throttle::config::{LayerConfig, RuleTable};
+
+    let server = RedisServer::start();
+    current_thread_runtime().block_on(async {
+        let clock = ManualClock::starting_at(1_700_000_000_000_000_000);
+        let reply = "key: { header: x-user-id }\nheaders_on_allowed: true\nrules:\n  - name: reply\n    policy: { sliding_log: { limit: 5, window: 60s } }\n";
+        let with_day = format!(
+            "{reply}  - name: day\n    policy: {{ fixed_window: {{ limit: 100, window: 1d }} }}\n"
+        );
+        let table = RuleTable::new(
+            store(&server, &clock, "table").await,
+            LayerConfig::parse("reply.yaml", reply).unwrap(),
+        )
+        .unwrap();
+        let inner = tower::service_fn(|_: Request<()>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
+        });
+        let mut svc = table.layer().layer(inner);
+        let from = || Request::builder().header("x-user-id", "ann").body(()).unwrap();
+        for _ in 0..3 {
+            let r = svc.ready().await.unwrap().call(from()).await.unwrap();
+            assert_eq!(r.status(), StatusCode::OK);
+        }
+        table
+            .reload(LayerConfig::parse("day.yaml", &with_day).unwrap())
+            .unwrap();
+        let r = svc.ready().await.unwrap().call(from()).await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        let fields = r.headers()["ratelimit"].to_str().unwrap();
+        assert!(fields.starts_with("\"reply\";r=1;"), "{fields}");
+        assert!(fields.contains("\"day\";r=99;"), "{fields}");
+    });
+}
