@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::planned::{PlannedRule, PlannedRules};
-use super::{Answer, LayerState, Plan};
+use super::{Answer, Decided, LayerState, Plan};
 use crate::decision::Decision;
 use crate::info::{RateLimitInfo, RuleDecision};
 use crate::policy::{effective_policy, rebase, Policy};
@@ -42,7 +42,7 @@ pub(super) fn decide_now<St: Store>(shared: &LayerState<St>, plan: &Plan) -> Opt
             shared
                 .store
                 .check_now(charge)?
-                .map(|d| one(shared, plan, a, d, Duration::ZERO))
+                .map(|d| one(shared, d, Duration::ZERO))
         }
         PlannedRules::Many(actives) => {
             let charges: Vec<_> = actives
@@ -50,7 +50,7 @@ pub(super) fn decide_now<St: Store>(shared: &LayerState<St>, plan: &Plan) -> Opt
                 .map(|a| plan.charge(a, plan.policy(shared, a)))
                 .collect();
             let decisions = shared.store.check_all_now(&charges)?;
-            decisions.and_then(|v| many(shared, plan, v, Duration::ZERO))
+            decisions.and_then(|v| many(plan, v, Duration::ZERO))
         }
     };
     Some(answer.unwrap_or_else(Answer::Failed))
@@ -71,7 +71,7 @@ async fn decide_later<St: Store>(
         PlannedRules::One(a) => {
             let mut d = shared.store.check(plan.charge(a, &policies[0])).await?;
             let wait = rebase(plan.policy(shared, a), &policies[0], &mut d);
-            Ok(one(shared, plan, a, d, wait))
+            Ok(one(shared, d, wait))
         }
         PlannedRules::Many(actives) => {
             let charges: Vec<_> = actives
@@ -84,61 +84,49 @@ async fn decide_later<St: Store>(
             for ((a, used), d) in actives.iter().zip(&policies).zip(&mut decisions) {
                 wait = wait.max(rebase(plan.policy(shared, a), used, d));
             }
-            many(shared, plan, decisions, wait)
+            many(plan, decisions, wait)
         }
     }
 }
 
 /// The answer of one rule's decision; `wait` is the one of its reserved slot.
 #[inline]
-pub(super) fn one<St: Store>(
-    shared: &LayerState<St>,
-    plan: &Plan,
-    a: &PlannedRule,
-    d: Decision,
-    wait: Duration,
-) -> Answer {
+pub(super) fn one<St>(shared: &LayerState<St>, d: Decision, wait: Duration) -> Answer {
     if d.allowed && d.permit.is_none() && wait.is_zero() && nothing_carried(shared) {
         // The common case: no `RateLimitInfo` (and no shared-meta
         // reference count) at all.
         return Answer::Admitted;
     }
-    let entry = decided(shared, plan, a, d);
-    Answer::Decided(RateLimitInfo::one(shared.meta.clone(), entry), wait)
+    Answer::Decided(Decided::One(d), wait)
 }
 
 /// The answer of every rule's decision, in the plan's order; an error when
 /// the store answered for another number of rules.
-fn many<St: Store>(
-    shared: &LayerState<St>,
-    plan: &Plan,
-    decisions: Vec<Decision>,
-    wait: Duration,
-) -> Result<Answer, StoreError> {
-    let actives = plan.actives();
-    if decisions.len() != actives.len() {
+fn many(plan: &Plan, decisions: Vec<Decision>, wait: Duration) -> Result<Answer, StoreError> {
+    let rules = plan.actives().len();
+    if decisions.len() != rules {
         return Err(StoreError::Protocol(format!(
-            "{} decisions for {} rules",
+            "{} decisions for {rules} rules",
             decisions.len(),
-            actives.len()
         )));
     }
-    let entries = actives
-        .iter()
-        .zip(decisions)
-        .map(|(a, d)| decided(shared, plan, a, d))
-        .collect();
-    Ok(Answer::Decided(
-        RateLimitInfo::many(shared.meta.clone(), entries),
-        wait,
-    ))
+    Ok(Answer::Decided(Decided::Many(decisions), wait))
 }
 
-fn decided<St>(shared: &LayerState<St>, plan: &Plan, a: &PlannedRule, d: Decision) -> RuleDecision {
-    RuleDecision {
+/// The headers' and extensions' view of the store's decisions.
+pub(super) fn info<St>(shared: &LayerState<St>, plan: &Plan, decided: Decided) -> RateLimitInfo {
+    let entry = |a: &PlannedRule, d| RuleDecision {
         rule: a.rule,
         policy: *plan.policy(shared, a),
         decision: d,
+    };
+    let actives = plan.actives();
+    match decided {
+        Decided::One(d) => RateLimitInfo::one(shared.meta.clone(), entry(&actives[0], d)),
+        Decided::Many(decisions) => {
+            let entries = actives.iter().zip(decisions).map(|(a, d)| entry(a, d));
+            RateLimitInfo::many(shared.meta.clone(), entries.collect())
+        }
     }
 }
 

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use crate::decision::Decision;
 use crate::grpc::Reply;
 use crate::info::{Meta, RateLimitInfo};
 use crate::key::RequestHead;
@@ -80,11 +81,20 @@ pub(super) enum Answer {
     Admitted,
     /// The rules' decisions, and how long a delayed request waits for the
     /// slots it reserved.
-    Decided(RateLimitInfo, Duration),
+    Decided(Decided, Duration),
     /// A key is locked out: these are its lock's denials.
     Locked(RateLimitInfo),
     /// The store failed (or timed out).
     Failed(StoreError),
+}
+
+/// The store's decisions as it gave them: smaller than the
+/// [`RateLimitInfo`] `settle` makes of them, off the admitted path.
+pub(super) enum Decided {
+    /// The one rule's.
+    One(Decision),
+    /// Every rule's, in the plan's order.
+    Many(Vec<Decision>),
 }
 
 /// How a stage reaches the store.

@@ -7,7 +7,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::Response;
 
-use super::{count, lockout, poll_now, Answer, HeldCharge, HeldPermits, LayerState, Plan, Reach};
+use super::{
+    count, decide, lockout, poll_now, Answer, HeldCharge, HeldPermits, LayerState, Plan, Reach,
+};
 use crate::grpc::{respond, Reply};
 use crate::info::RateLimitInfo;
 use crate::mode::{FailMode, Mode, MAX_DELAY_ATTEMPTS};
@@ -74,6 +76,7 @@ pub(super) async fn settle<St: Store>(
 /// [`settle`] in process, where nothing waits: the same judgement, and a
 /// lock-out's strikes recorded at once (or in the background, should the
 /// store need a future).
+#[inline]
 pub(super) fn settle_now<St: Store>(
     shared: &LayerState<St>,
     plan: &Plan,
@@ -94,6 +97,7 @@ pub(super) fn settle_now<St: Store>(
 /// The mode applied to one answer; `Err` is a denial under a lock-out,
 /// rejected once its strikes are recorded.
 #[allow(clippy::result_large_err)] // on the stack for one call
+#[inline]
 fn judge<St: Store>(
     shared: &LayerState<St>,
     plan: &Plan,
@@ -107,7 +111,7 @@ fn judge<St: Store>(
             count(shared, "allowed", None);
             return Ok(ControlFlow::Break(Verdict::forward()));
         }
-        Answer::Decided(info, _) => info,
+        Answer::Decided(decided, _) => decide::info(shared, plan, decided),
         Answer::Locked(info) => {
             count(shared, "locked", Some(info.binding().rule));
             return Ok(ControlFlow::Break(reject(shared, reply(), &info)));

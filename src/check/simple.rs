@@ -62,7 +62,7 @@ fn settled<St: Store>(
 ) -> ControlFlow<Verdict<St>, Plan> {
     let answer = match answer {
         None => return ControlFlow::Continue(plan),
-        Some(Ok(d)) => one(shared, &plan, &plan.actives()[0], d, Duration::ZERO),
+        Some(Ok(d)) => one(shared, d, Duration::ZERO),
         Some(Err(error)) => Answer::Failed(error),
     };
     settled_now(shared, plan, req, answer)
