@@ -3,12 +3,10 @@
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use bytes::Bytes;
+use bytes::{Buf, Bytes};
 use http::HeaderMap;
 use http_body::{Body, Frame, SizeHint};
 use pin_project_lite::pin_project;
-
-use crate::outcome::{in_trailers, Outcome};
 
 pin_project! {
     /// The body of a [`Throttle`](crate::Throttle) response: the inner
@@ -23,7 +21,8 @@ pin_project! {
     /// body holds them until it has been read to the end (or dropped): a
     /// streamed download counts as in flight until its last byte. A gRPC
     /// call counted by [`count_if`](crate::ThrottleLayer::count_if) is
-    /// settled when its trailers (and their `grpc-status`) go through.
+    /// settled when its trailers (and their `grpc-status`) go through, and a
+    /// cost settled after the response ([`crate::meter`]) when the body ends.
     #[derive(Debug)]
     pub struct ThrottleBody<B> {
         #[pin]
@@ -47,7 +46,7 @@ pin_project! {
     #[project = BoxedBodyProj]
     #[derive(Debug)]
     enum BoxedBody<B> {
-        Held { #[pin] body: B, guard: Option<Guard>, charge: Option<TrailerCharge> },
+        Held { #[pin] body: B, guard: Option<Guard>, charge: Option<BodySettle> },
         Full { data: Option<Bytes> },
     }
 }
@@ -67,28 +66,55 @@ impl Guard {
     }
 }
 
-/// A gRPC call's charge, settled by the `grpc-status` of its trailers. A
-/// body that ends without them (or fails, or is dropped first) leaves the
-/// charge standing: an outcome not known counts.
-pub(crate) struct TrailerCharge(Box<dyn FnOnce(Outcome) + Send + Sync>);
+/// What the body tells a charge still to settle once it ends: a gRPC
+/// call's `grpc-status` in its trailers (see
+/// [`count_if`](crate::ThrottleLayer::count_if)), the bytes a response sent
+/// or a cost in its trailers (see [`crate::meter`]).
+pub(crate) struct BodySettle {
+    settle: Option<SettleFn>,
+    /// Data bytes gone out so far.
+    bytes: u64,
+}
 
-impl std::fmt::Debug for TrailerCharge {
+type SettleFn = Box<dyn FnOnce(BodyEnd<'_>) + Send + Sync>;
+
+/// How a response body ended, for [`BodySettle`].
+pub(crate) struct BodyEnd<'a> {
+    /// Its trailers, if it ended with them.
+    pub(crate) trailers: Option<&'a HeaderMap>,
+    /// The data bytes it sent.
+    pub(crate) bytes: u64,
+}
+
+impl std::fmt::Debug for BodySettle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("TrailerCharge")
+        f.write_str("BodySettle")
     }
 }
 
-impl TrailerCharge {
-    /// `settle` is called with the outcome in the trailers, if they have one.
-    pub(crate) fn new(settle: impl FnOnce(Outcome) + Send + Sync + 'static) -> Self {
-        TrailerCharge(Box::new(settle))
+impl BodySettle {
+    /// `settle` is called once: at the trailers, at the end of the body, or
+    /// when the body fails or is dropped (with the bytes sent until then).
+    pub(crate) fn new(settle: impl FnOnce(BodyEnd<'_>) + Send + Sync + 'static) -> Self {
+        BodySettle {
+            settle: Some(Box::new(settle)),
+            bytes: 0,
+        }
     }
 
-    /// Settles by `trailers`; a malformed or missing `grpc-status` counts.
-    fn settle(self, trailers: &HeaderMap) {
-        if let Some(outcome) = in_trailers(trailers) {
-            (self.0)(outcome);
+    fn end(&mut self, trailers: Option<&HeaderMap>) {
+        if let Some(settle) = self.settle.take() {
+            settle(BodyEnd {
+                trailers,
+                bytes: self.bytes,
+            });
         }
+    }
+}
+
+impl Drop for BodySettle {
+    fn drop(&mut self) {
+        self.end(None);
     }
 }
 
@@ -101,12 +127,8 @@ impl<B> ThrottleBody<B> {
     }
 
     /// Wraps the inner service's body, holding `guard` until it ends and
-    /// `charge` until its trailers.
-    pub(crate) fn inner_holding(
-        body: B,
-        guard: Option<Guard>,
-        charge: Option<TrailerCharge>,
-    ) -> Self {
+    /// `charge` until it ends, fails or is dropped.
+    pub(crate) fn inner_holding(body: B, guard: Option<Guard>, charge: Option<BodySettle>) -> Self {
         let kind = match (guard, charge) {
             (None, None) => Kind::Inner { body },
             (guard, charge) => Kind::Boxed {
@@ -157,14 +179,17 @@ where
                         // Settled before the trailers go out: a client that
                         // has read them sees the refund done (in-process).
                         Poll::Ready(Some(Ok(frame))) => {
-                            if let Some(trailers) = frame.trailers_ref() {
-                                if let Some(charge) = charge.take() {
-                                    charge.settle(trailers);
+                            if let Some(charge) = charge.as_mut() {
+                                if let Some(data) = frame.data_ref() {
+                                    charge.bytes =
+                                        charge.bytes.saturating_add(data.remaining() as u64);
+                                } else if let Some(trailers) = frame.trailers_ref() {
+                                    charge.end(Some(trailers));
                                 }
                             }
                         }
                         // The end of the body (or its failure) ends the
-                        // request's hold; a charge still unsettled stands.
+                        // request's hold, and settles what waited for it.
                         Poll::Ready(None | Some(Err(_))) => {
                             guard.take();
                             charge.take();

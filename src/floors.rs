@@ -18,7 +18,7 @@ const ENGINE: &[&str] = &[
 
 /// The middleware's modules, which the engine must not name.
 const MIDDLEWARE: &[&str] = &[
-    "body", "check", "config", "fields", "future", "grpc", "info", "key", "layer", "mode",
+    "body", "check", "config", "fields", "future", "grpc", "info", "key", "layer", "meter", "mode",
     "outcome", "resolve", "response", "rule", "service", "settings", "upgrade",
 ];
 

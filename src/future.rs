@@ -9,10 +9,9 @@ use http::{Request, Response};
 use pin_project_lite::pin_project;
 use tower_service::Service;
 
-use crate::body::{Guard, ThrottleBody, TrailerCharge};
+use crate::body::{Guard, ThrottleBody};
 use crate::check::{HeldCharge, HeldPermits, Verdict};
 use crate::info::RateLimitInfo;
-use crate::outcome::{AtHead, Outcome};
 use crate::response::add_headers;
 use crate::settings::Forwarding;
 use crate::store::Store;
@@ -252,8 +251,8 @@ where
                         upgrade,
                         charge,
                     } = *carried;
-                    // A gRPC call's charge waits for its trailers.
-                    let charge = charge.and_then(|charge| settle_at_head(charge, &result));
+                    // What only the body tells (trailers, bytes) waits for it.
+                    let charge = charge.and_then(|charge| charge.at_head(&result));
                     // Concurrency permits stay held until the response body
                     // ends (or is dropped), or now if the inner service failed;
                     // those of an upgrade, if its handler claimed them, until
@@ -280,26 +279,4 @@ where
             }
         }
     }
-}
-
-/// Settles `charge` by the head of the inner service's answer, or hands it
-/// over to the body when the outcome is in a gRPC call's trailers. An inner
-/// service error counts as a 500; a malformed `grpc-status`, unknown,
-/// keeps the charge.
-fn settle_at_head<St: Store, B, E>(
-    charge: Box<HeldCharge<St>>,
-    result: &Result<Response<B>, E>,
-) -> Option<TrailerCharge> {
-    let head = match result {
-        Ok(response) => AtHead::of(response.status(), response.headers()),
-        Err(_) => AtHead::Known(Outcome::Http(http::StatusCode::INTERNAL_SERVER_ERROR)),
-    };
-    match head {
-        AtHead::Known(outcome) => charge.settle(outcome),
-        AtHead::InTrailers => {
-            return Some(TrailerCharge::new(move |outcome| charge.settle(outcome)))
-        }
-        AtHead::Unknown => drop(charge),
-    }
-    None
 }

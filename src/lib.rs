@@ -99,6 +99,7 @@ pub mod grpc;
 mod info;
 pub mod key;
 mod layer;
+pub mod meter;
 pub mod mode;
 pub mod outcome;
 pub mod resolve;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crate::key::{KeyExtractor, RequestHead};
 use crate::limiter::valid_name;
+use crate::meter::ActualCost;
 use crate::policy::Policy;
 use crate::resolve::{PolicyResolver, PolicySource};
 
@@ -32,6 +33,7 @@ pub struct Rule {
     pub(crate) key: Option<Arc<dyn KeyExtractor>>,
     pub(crate) cost: Option<Cost>,
     pub(crate) source: Option<PolicySource>,
+    pub(crate) actual: Option<ActualCost>,
 }
 
 impl Rule {
@@ -52,6 +54,7 @@ impl Rule {
             key: None,
             cost: None,
             source: None,
+            actual: None,
         }
     }
 
@@ -70,6 +73,15 @@ impl Rule {
     /// The units a request costs, computed from it.
     pub fn cost_fn(mut self, f: impl Fn(&RequestHead<'_>) -> u64 + Send + Sync + 'static) -> Self {
         self.cost = Some(Cost::Fn(Arc::new(f)));
+        self
+    }
+
+    /// Charges [`cost`](Self::cost) (or [`cost_fn`](Self::cost_fn)) as an
+    /// estimate at admission, and settles the request's actual cost from
+    /// its response (see [`crate::meter`]): bytes sent, or a number the
+    /// handler reports.
+    pub fn settle_cost(mut self, actual: ActualCost) -> Self {
+        self.actual = Some(actual);
         self
     }
 
@@ -159,6 +171,8 @@ pub(crate) struct RuleCfg {
     pub(crate) key: Arc<dyn KeyExtractor>,
     pub(crate) cost: Cost,
     pub(crate) source: Option<PolicySource>,
+    /// Where the actual cost comes from, if settled after the response.
+    pub(crate) actual: Option<ActualCost>,
 }
 
 /// A rule the store refused before any traffic: see

@@ -33,6 +33,9 @@ pub(crate) struct Settings {
     pub(crate) skip: Option<Skip>,
     /// Which responses keep their charge; the others are refunded.
     pub(crate) count_if: Option<CountIf>,
+    /// Some rule settles its cost after the response (set when the
+    /// layer builds its service).
+    pub(crate) settles_cost: bool,
     /// Locks rule keys out after repeated denials.
     pub(crate) lockout: Option<Arc<Penalty>>,
 }
@@ -56,6 +59,7 @@ impl Default for Settings {
             protocol: ResponseProtocol::default(),
             skip: None,
             count_if: None,
+            settles_cost: false,
             lockout: None,
         }
     }
@@ -76,7 +80,7 @@ impl Settings {
     /// request extension or the response headers).
     pub(crate) fn info_on_allowed(&self) -> bool {
         let f = self.forwarding();
-        f.headers || f.request_info || self.count_if.is_some()
+        f.headers || f.request_info || self.count_if.is_some() || self.settles_cost
     }
 
     /// What an admitted request carries forward.

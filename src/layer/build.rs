@@ -82,6 +82,7 @@ impl<St: Store> ThrottleLayer<St> {
                     key: limit.key.clone().unwrap_or_else(|| self.key.clone()),
                     cost: limit.cost.clone().unwrap_or_else(|| self.cost.clone()),
                     source: limit.source.clone(),
+                    actual: limit.actual.clone(),
                 }
             })
             .collect::<Box<[RuleCfg]>>();
@@ -100,13 +101,15 @@ impl<St: Store> ThrottleLayer<St> {
             self.settings.legacy_headers,
             self.settings.legacy_reset,
         ));
+        let mut settings = self.settings.clone();
+        settings.settles_cost = rules.iter().any(|r| r.actual.is_some());
         Arc::new(LayerState {
             store: self.store.clone(),
             holds: Arc::new(crate::check::Holds::new(self.limits.len())),
-            simple: self.settings.simple(&rules),
+            simple: settings.simple(&rules),
             rules,
             meta,
-            settings: self.settings.clone(),
+            settings,
             _owner: self.owner.clone(),
             #[cfg(feature = "metrics")]
             metric_prefix: self.prefix.clone().unwrap_or_else(|| "".into()),

@@ -69,6 +69,14 @@ impl<St: Store> ThrottleLayer<St> {
         self
     }
 
+    /// Settles the first rule's cost after the response (see
+    /// [`Rule::settle_cost`]): its cost is the estimate charged at admission.
+    pub fn settle_cost(mut self, actual: crate::meter::ActualCost) -> Self {
+        let first = self.limits.remove(0).settle_cost(actual);
+        self.limits.insert(0, first);
+        self
+    }
+
     /// Takes the first rule's policy from the request (see
     /// [`Rule::policy_fn`]): `None` keeps the rule's own.
     pub fn policy_fn(

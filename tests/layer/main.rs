@@ -27,6 +27,7 @@ mod layer_service;
 mod lockout_layer;
 #[cfg(feature = "redis")]
 mod lockout_seams;
+mod metered;
 mod per_request;
 #[cfg(feature = "redis")]
 mod policy_change;

@@ -96,3 +96,95 @@ fn a_reloaded_rule_table_keeps_its_counters_on_redis() {
         assert!(fields.contains("\"day\";r=99;"), "{fields}");
     });
 }
+
+/// Counts the refunds a store has finished, and wakes whoever waits for
+/// the next: a settlement after the response runs on its own task, so the
+/// test waits for it instead of racing it.
+struct Settled<S> {
+    inner: S,
+    refunds: std::sync::Arc<(std::sync::atomic::AtomicUsize, tokio::sync::Notify)>,
+}
+
+impl<S: tower_throttle::Store> tower_throttle::Store for Settled<S> {
+    async fn check_all(
+        &self,
+        rules: &[tower_throttle::store::Charge<'_>],
+    ) -> Result<Vec<tower_throttle::Decision>, tower_throttle::StoreError> {
+        self.inner.check_all(rules).await
+    }
+
+    async fn refund(
+        &self,
+        key: &[u8],
+        policy: &Policy,
+        receipt: &tower_throttle::decision::Receipt,
+    ) -> Result<(), tower_throttle::StoreError> {
+        let done = self.inner.refund(key, policy, receipt).await;
+        self.refunds
+            .0
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.refunds.1.notify_waiters();
+        done
+    }
+
+    async fn reset(&self, key: &[u8], policy: &Policy) -> Result<(), tower_throttle::StoreError> {
+        self.inner.reset(key, policy).await
+    }
+}
+
+/// A cost settled after the response, on a real `redis-server`: the
+/// handler reports 10 of an estimate of 50, and the 40 go back into the
+/// window the estimate was taken from (the refund script's receipt).
+#[test]
+fn a_reported_cost_settles_through_the_redis_refund_script() {
+    use http::{Request, Response};
+    use tower::{Layer, ServiceExt};
+    use tower_throttle::key::Global;
+    use tower_throttle::meter::{ActualCost, ReportedCost};
+    use tower_throttle::{RateLimitInfo, Rule, ThrottleLayer};
+
+    let server = RedisServer::start();
+    current_thread_runtime().block_on(async {
+        let clock = ManualClock::starting_at(1_700_000_000_000_000_000);
+        let refunds = std::sync::Arc::new((
+            std::sync::atomic::AtomicUsize::new(0),
+            tokio::sync::Notify::new(),
+        ));
+        let store = Settled {
+            inner: store(&server, &clock, "metered").await,
+            refunds: refunds.clone(),
+        };
+        let tokens = Rule::new("tokens", Policy::fixed_window(100, MIN).unwrap())
+            .cost_fn(|req| {
+                let max = req.headers().get("x-max").and_then(|v| v.to_str().ok());
+                max.and_then(|v| v.parse().ok()).unwrap_or(0)
+            })
+            .settle_cost(ActualCost::Reported);
+        let svc = ThrottleLayer::new(store, Policy::fixed_window(1_000, MIN).unwrap())
+            .name("requests")
+            .key(Global)
+            .and(tokens)
+            .request_info(true)
+            .layer(tower::service_fn(|req: Request<()>| async move {
+                let info = req.extensions().get::<RateLimitInfo>().unwrap();
+                let remaining = info.get("tokens").unwrap().remaining;
+                let mut response = Response::new(http_body_util::Empty::<bytes::Bytes>::new());
+                response.extensions_mut().insert(ReportedCost(10));
+                response
+                    .headers_mut()
+                    .insert("x-remaining", remaining.into());
+                Ok::<_, std::convert::Infallible>(response)
+            }));
+        let ask = |max: u64| Request::builder().header("x-max", max).body(()).unwrap();
+        for (i, want) in [(1, "50"), (2, "40"), (3, "30")] {
+            let done = refunds.1.notified();
+            let response = svc.clone().oneshot(ask(50)).await.unwrap();
+            assert_eq!(response.headers()["x-remaining"], want, "request {i}");
+            done.await;
+            assert_eq!(refunds.0.load(std::sync::atomic::Ordering::SeqCst), i);
+        }
+        // 3 × 10 used: an estimate of 70 fits exactly, 71 would not.
+        let response = svc.clone().oneshot(ask(70)).await.unwrap();
+        assert_eq!(response.headers()["x-remaining"], "0");
+    });
+}

@@ -1,0 +1,75 @@
+//! Costs known only after the response: bytes sent, tokens an LLM used.
+//!
+//! A rule with [`Rule::settle_cost`](crate::Rule::settle_cost) charges an
+//! estimate when it admits a request (its [`cost`](crate::Rule::cost) or
+//! [`cost_fn`](crate::Rule::cost_fn), 1 by default) and settles the
+//! request's actual cost once the response shows it, through the charge's
+//! receipt: the difference is given back to the window (or GCRA slot) the
+//! estimate was taken from, and a cost above the estimate is charged on top.
+//!
+//! ```
+//! use std::time::Duration;
+//! use tower_throttle::meter::{ActualCost, ReportedCost};
+//! use tower_throttle::{key::BearerToken, MemoryStore, Policy, Rule, ThrottleLayer};
+//!
+//! // 10,000 tokens a minute per API key; admit with an upper bound of the
+//! // request's cost (its `max_tokens`), settle with what the model used.
+//! let tokens = Rule::new("tokens", Policy::fixed_window(10_000, Duration::from_secs(60))?)
+//!     .key(BearerToken)
+//!     .cost_fn(|req| {
+//!         let max = req.headers().get("x-max-tokens").and_then(|v| v.to_str().ok());
+//!         max.and_then(|v| v.parse().ok()).unwrap_or(1_000)
+//!     })
+//!     .settle_cost(ActualCost::Reported);
+//! let layer = ThrottleLayer::new(MemoryStore::new(), Policy::token_bucket(10, 10.0)?)
+//!     .key(BearerToken)
+//!     .and(tokens);
+//!
+//! // In the handler: the response reports what the request cost.
+//! let mut response = http::Response::new(());
+//! response.extensions_mut().insert(ReportedCost(212));
+//! # let _ = layer;
+//! # Ok::<(), tower_throttle::PolicyError>(())
+//! ```
+//!
+//! # How exact
+//!
+//! - **An estimate that is an upper bound** (the request's `max_tokens`, a
+//!   download's `Content-Length`) is exact, sequential or concurrent: a
+//!   request is admitted only if its estimate fits, and settling only gives
+//!   units back.
+//! - **An estimate below the actual cost**: the excess is charged when the
+//!   response ends, as far as the quota has room; what does not fit is that
+//!   one response's overshoot. Sequential requests never add to it (the
+//!   next one finds the quota spent); concurrent ones exceed the limit by at
+//!   most the sum of their in-flight estimates' errors.
+//! - A cost that is never reported (no [`ReportedCost`], no trailer), and a
+//!   settlement the store fails, leave the estimate charged.
+//! - With [`count_if`](crate::ThrottleLayer::count_if), a response that does
+//!   not count gives back the whole charge; one that counts is settled.
+
+use http::HeaderName;
+
+/// Where a rule's actual cost comes from (see the [module docs](self)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ActualCost {
+    /// The bytes of the response body, counted as its data frames go out:
+    /// settled when the body ends, or with the bytes sent so far when it
+    /// fails or is dropped (a client that hangs up pays for what it got).
+    ResponseBytes,
+    /// The [`ReportedCost`] the inner service put in the response's
+    /// extensions, read when the response head arrives.
+    Reported,
+    /// A number in the response's trailers under this name (e.g.
+    /// `x-usage-tokens`), for a streamed response that knows its usage only
+    /// at its end; a [`ReportedCost`] in the head's extensions is used when
+    /// the trailers lack it.
+    Trailer(HeaderName),
+}
+
+/// A response extension: what the request actually cost, in the units of
+/// the rules that settle with [`ActualCost::Reported`] (or
+/// [`ActualCost::Trailer`], as a fallback).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ReportedCost(pub u64);
