@@ -8,6 +8,7 @@ use tower_throttle::lockout::Penalty;
 use tower_throttle::store::redis::{RedisStore, TimeSource};
 use tower_throttle::{Limiter, Policy};
 
+use crate::counting_store::CountingStore;
 use crate::redis_support::{current_thread_runtime, RedisServer};
 
 const MIN: Duration = Duration::from_secs(60);
@@ -97,41 +98,6 @@ fn a_reloaded_rule_table_keeps_its_counters_on_redis() {
     });
 }
 
-/// Counts the refunds a store has finished, and wakes whoever waits for
-/// the next: a settlement after the response runs on its own task, so the
-/// test waits for it instead of racing it.
-struct Settled<S> {
-    inner: S,
-    refunds: std::sync::Arc<(std::sync::atomic::AtomicUsize, tokio::sync::Notify)>,
-}
-
-impl<S: tower_throttle::Store> tower_throttle::Store for Settled<S> {
-    async fn check_all(
-        &self,
-        rules: &[tower_throttle::store::Charge<'_>],
-    ) -> Result<Vec<tower_throttle::Decision>, tower_throttle::StoreError> {
-        self.inner.check_all(rules).await
-    }
-
-    async fn refund(
-        &self,
-        key: &[u8],
-        policy: &Policy,
-        receipt: &tower_throttle::decision::Receipt,
-    ) -> Result<(), tower_throttle::StoreError> {
-        let done = self.inner.refund(key, policy, receipt).await;
-        self.refunds
-            .0
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        self.refunds.1.notify_waiters();
-        done
-    }
-
-    async fn reset(&self, key: &[u8], policy: &Policy) -> Result<(), tower_throttle::StoreError> {
-        self.inner.reset(key, policy).await
-    }
-}
-
 /// A cost settled after the response, on a real `redis-server`: the
 /// handler reports 10 of an estimate of 50, and the 40 go back into the
 /// window the estimate was taken from (the refund script's receipt).
@@ -146,14 +112,10 @@ fn a_reported_cost_settles_through_the_redis_refund_script() {
     let server = RedisServer::start();
     current_thread_runtime().block_on(async {
         let clock = ManualClock::starting_at(1_700_000_000_000_000_000);
-        let refunds = std::sync::Arc::new((
-            std::sync::atomic::AtomicUsize::new(0),
-            tokio::sync::Notify::new(),
-        ));
-        let store = Settled {
-            inner: store(&server, &clock, "metered").await,
-            refunds: refunds.clone(),
-        };
+        // Refunds run on their own task after each response: counted, so
+        // the test waits for each instead of racing it.
+        let store = CountingStore::new(store(&server, &clock, "metered").await);
+        let refunds = store.refunds.clone();
         let tokens = Rule::new("tokens", Policy::fixed_window(100, MIN).unwrap())
             .cost_fn(|req| {
                 let max = req.headers().get("x-max").and_then(|v| v.to_str().ok());

@@ -4,6 +4,8 @@
 //! is one file of tests, and the shared helpers are mounted once below.
 #![cfg(feature = "redis")]
 
+#[path = "../support/counting_store.rs"]
+mod counting_store;
 #[path = "../support/decided_by.rs"]
 mod decided_by;
 #[path = "../support/faults.rs"]

@@ -4,7 +4,10 @@
 //! future path. Shared through `#[path]`.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
 
 use tower_throttle::decision::PermitId;
 use tower_throttle::store::Charge;
@@ -14,6 +17,9 @@ pub struct CountingStore<S> {
     pub inner: S,
     /// First key of each call → how many calls.
     pub calls: Arc<Mutex<HashMap<Vec<u8>, usize>>>,
+    /// Refunds finished, and a wake-up at each: a refund the layer makes
+    /// after a response runs on its own task, which a test waits for.
+    pub refunds: Arc<(AtomicUsize, Notify)>,
 }
 
 impl<S> CountingStore<S> {
@@ -21,6 +27,7 @@ impl<S> CountingStore<S> {
         CountingStore {
             inner,
             calls: Arc::default(),
+            refunds: Arc::default(),
         }
     }
 
@@ -63,7 +70,10 @@ impl<S: Store> Store for CountingStore<S> {
         policy: &Policy,
         receipt: &tower_throttle::decision::Receipt,
     ) -> Result<(), StoreError> {
-        self.inner.refund(key, policy, receipt).await
+        let done = self.inner.refund(key, policy, receipt).await;
+        self.refunds.0.fetch_add(1, Ordering::SeqCst);
+        self.refunds.1.notify_waiters();
+        done
     }
 
     async fn reset(&self, key: &[u8], policy: &Policy) -> Result<(), StoreError> {
