@@ -3,6 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::fields::QuotaUnit;
 use crate::key::{KeyExtractor, RequestHead};
 use crate::limiter::valid_name;
 use crate::policy::Policy;
@@ -32,6 +33,7 @@ pub struct Rule {
     pub(crate) key: Option<Arc<dyn KeyExtractor>>,
     pub(crate) cost: Option<Cost>,
     pub(crate) source: Option<PolicySource>,
+    pub(crate) quota_unit: Option<QuotaUnit>,
 }
 
 impl Rule {
@@ -52,6 +54,7 @@ impl Rule {
             key: None,
             cost: None,
             source: None,
+            quota_unit: None,
         }
     }
 
@@ -70,6 +73,32 @@ impl Rule {
     /// The units a request costs, computed from it.
     pub fn cost_fn(mut self, f: impl Fn(&RequestHead<'_>) -> u64 + Send + Sync + 'static) -> Self {
         self.cost = Some(Cost::Fn(Arc::new(f)));
+        self
+    }
+
+    /// What this rule's quota counts, announced as the `qu` parameter of its
+    /// `RateLimit-Policy` item (default: requests, or concurrent requests for
+    /// a concurrency policy). A byte quota charges each request its size
+    /// (a [`cost_fn`](Self::cost_fn) reading `Content-Length`, say) and says
+    /// so with [`QuotaUnit::ContentBytes`]: `qu="content-bytes"`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_throttle::response::QuotaUnit;
+    /// use tower_throttle::{Policy, Rule};
+    ///
+    /// // 10 MB of uploads a minute.
+    /// let upload = Rule::new("upload", Policy::sliding_window(10_000_000, Duration::from_secs(60))?)
+    ///     .cost_fn(|req| {
+    ///         let length = req.headers().get(http::header::CONTENT_LENGTH);
+    ///         length.and_then(|v| v.to_str().ok()?.parse().ok()).unwrap_or(0)
+    ///     })
+    ///     .quota_unit(QuotaUnit::ContentBytes);
+    /// # let _ = upload;
+    /// # Ok::<(), tower_throttle::PolicyError>(())
+    /// ```
+    pub fn quota_unit(mut self, unit: QuotaUnit) -> Self {
+        self.quota_unit = Some(unit);
         self
     }
 

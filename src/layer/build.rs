@@ -91,15 +91,11 @@ impl<St: Store> ThrottleLayer<St> {
             .map(|l| RuleSummary {
                 name: l.name.clone(),
                 policy: l.policy,
+                unit: l.quota_unit,
                 exhausted: Default::default(),
             })
             .collect();
-        let meta = Arc::new(crate::response::layer_meta(
-            metas,
-            self.settings.ietf_headers,
-            self.settings.legacy_headers,
-            self.settings.legacy_reset,
-        ));
+        let meta = Arc::new(crate::response::layer_meta(metas, &self.settings));
         Arc::new(LayerState {
             store: self.store.clone(),
             holds: Arc::new(crate::check::Holds::new(self.limits.len())),
