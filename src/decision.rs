@@ -26,7 +26,7 @@ pub struct Decision {
     pub reset_after: Duration,
     /// How long until more quota is made available, that is until
     /// `remaining` grows by one unit: the `t` parameter of the IETF
-    /// `RateLimit` field (draft-ietf-httpapi-ratelimit-headers-10). Zero when
+    /// `RateLimit` field (drafts -10 and -11 of draft-ietf-httpapi-ratelimit-headers). Zero when
     /// `remaining` is already `limit`. Per algorithm: GCRA, the next unit
     /// drips back; sliding log, the oldest unit in the window leaves it;
     /// fixed window, the window ends; sliding window, the estimate drops by

@@ -36,6 +36,10 @@ pub(crate) struct Meta {
     pub(crate) legacy_headers: bool,
     /// How `X-RateLimit-Reset` is written.
     pub(crate) legacy_reset: crate::fields::ResetFormat,
+    /// The draft revision the IETF fields follow.
+    pub(crate) profile: crate::fields::FieldProfile,
+    /// Hashes rule keys into `pk` parameters, when enabled.
+    pub(crate) partition: Option<crate::fields::PartitionKeys>,
     /// The fields of a plain-text 429, prebuilt (see `response`).
     pub(crate) limited_headers: HeaderMap,
 }
@@ -43,6 +47,8 @@ pub(crate) struct Meta {
 pub(crate) struct RuleSummary {
     pub(crate) name: Arc<str>,
     pub(crate) policy: Policy,
+    /// The unit its `RateLimit-Policy` item names, if set.
+    pub(crate) unit: Option<crate::fields::QuotaUnit>,
     /// This rule's `RateLimit` items of a 429, prebuilt.
     pub(crate) exhausted: crate::fields::ExhaustedItems,
 }
@@ -59,6 +65,8 @@ pub(crate) struct RuleDecision {
     /// The policy applied: the rule's own, or the request's.
     pub(crate) policy: Policy,
     pub(crate) decision: Decision,
+    /// The `pk` of the rule's key, when the layer writes them.
+    pub(crate) pk: Option<crate::fields::Pk>,
 }
 
 impl RateLimitInfo {

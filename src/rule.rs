@@ -3,6 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::fields::QuotaUnit;
 use crate::key::{KeyExtractor, RequestHead};
 use crate::limiter::valid_name;
 use crate::meter::ActualCost;
@@ -34,6 +35,7 @@ pub struct Rule {
     pub(crate) cost: Option<Cost>,
     pub(crate) source: Option<PolicySource>,
     pub(crate) actual: Option<ActualCost>,
+    pub(crate) quota_unit: Option<QuotaUnit>,
 }
 
 impl Rule {
@@ -55,6 +57,7 @@ impl Rule {
             cost: None,
             source: None,
             actual: None,
+            quota_unit: None,
         }
     }
 
@@ -82,6 +85,32 @@ impl Rule {
     /// handler reports.
     pub fn settle_cost(mut self, actual: ActualCost) -> Self {
         self.actual = Some(actual);
+        self
+    }
+
+    /// What this rule's quota counts, announced as the `qu` parameter of its
+    /// `RateLimit-Policy` item (default: requests, or concurrent requests for
+    /// a concurrency policy). A byte quota charges each request its size
+    /// (a [`cost_fn`](Self::cost_fn) reading `Content-Length`, say) and says
+    /// so with [`QuotaUnit::ContentBytes`]: `qu="content-bytes"`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_throttle::response::QuotaUnit;
+    /// use tower_throttle::{Policy, Rule};
+    ///
+    /// // 10 MB of uploads a minute.
+    /// let upload = Rule::new("upload", Policy::sliding_window(10_000_000, Duration::from_secs(60))?)
+    ///     .cost_fn(|req| {
+    ///         let length = req.headers().get(http::header::CONTENT_LENGTH);
+    ///         length.and_then(|v| v.to_str().ok()?.parse().ok()).unwrap_or(0)
+    ///     })
+    ///     .quota_unit(QuotaUnit::ContentBytes);
+    /// # let _ = upload;
+    /// # Ok::<(), tower_throttle::PolicyError>(())
+    /// ```
+    pub fn quota_unit(mut self, unit: QuotaUnit) -> Self {
+        self.quota_unit = Some(unit);
         self
     }
 

@@ -28,6 +28,10 @@ pub(crate) struct Settings {
     pub(crate) ietf_headers: bool,
     pub(crate) legacy_headers: bool,
     pub(crate) legacy_reset: crate::response::ResetFormat,
+    /// The draft revision of the IETF fields.
+    pub(crate) profile: crate::fields::FieldProfile,
+    /// Writes `pk` parameters, when set.
+    pub(crate) partition: Option<crate::fields::PartitionKeys>,
     pub(crate) protocol: ResponseProtocol,
     /// Requests that bypass the layer.
     pub(crate) skip: Option<Skip>,
@@ -56,6 +60,8 @@ impl Default for Settings {
             ietf_headers: true,
             legacy_headers: false,
             legacy_reset: Default::default(),
+            profile: Default::default(),
+            partition: None,
             protocol: ResponseProtocol::default(),
             skip: None,
             count_if: None,

@@ -119,6 +119,7 @@ pub(super) fn info<St>(shared: &LayerState<St>, plan: &Plan, decided: Decided) -
         rule: a.rule,
         policy: *plan.policy(shared, a),
         decision: d,
+        pk: plan.partition_key(shared, a),
     };
     let actives = plan.actives();
     match decided {

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::planned::PlannedRule;
 use super::{Answer, LayerState, Plan, Reach};
 use crate::decision::Decision;
 use crate::info::{RateLimitInfo, RuleDecision};
@@ -33,9 +34,7 @@ pub(super) async fn locked<St: Store>(
         for a in plan.actives() {
             match penalty.check_locked_now(&*shared.store, plan.key(a))? {
                 Ok(None) => {}
-                Ok(Some(left)) => {
-                    entries.push(entry(penalty, a.rule, *plan.policy(shared, a), left))
-                }
+                Ok(Some(left)) => entries.push(entry(penalty, shared, plan, a, left)),
                 Err(error) => return Some(Err(error)),
             }
         }
@@ -46,7 +45,7 @@ pub(super) async fn locked<St: Store>(
             let mut entries = Vec::new();
             for a in plan.actives() {
                 if let Some(left) = penalty.check_locked(&*shared.store, plan.key(a)).await? {
-                    entries.push(entry(penalty, a.rule, *plan.policy(shared, a), left));
+                    entries.push(entry(penalty, shared, plan, a, left));
                 }
             }
             Ok(entries)
@@ -144,11 +143,19 @@ fn apply(info: &mut RateLimitInfo, (penalty, results): Recorded) {
     }
 }
 
-fn entry(penalty: &Penalty, rule: usize, policy: crate::Policy, left: Duration) -> RuleDecision {
+fn entry<St>(
+    penalty: &Penalty,
+    shared: &LayerState<St>,
+    plan: &Plan,
+    a: &PlannedRule,
+    left: Duration,
+) -> RuleDecision {
+    let policy = *plan.policy(shared, a);
     RuleDecision {
-        rule,
+        rule: a.rule,
         policy,
         decision: penalty.locked(&policy, left),
+        pk: plan.partition_key(shared, a),
     }
 }
 

@@ -89,6 +89,16 @@ impl Plan {
         &self.keys[a.start..a.end]
     }
 
+    /// The `pk` of `a`'s key part, when the layer writes partition keys.
+    pub(super) fn partition_key<St>(
+        &self,
+        shared: &LayerState<St>,
+        a: &PlannedRule,
+    ) -> Option<crate::fields::Pk> {
+        let keys = shared.meta.partition.as_ref()?;
+        Some(keys.of(self.key_part(&shared.rules[a.rule], a)))
+    }
+
     /// The key part of `a` (its key without the rule's `prefix:name:`).
     fn key_part(&self, rule: &RuleCfg, a: &PlannedRule) -> &[u8] {
         &self.keys[a.start + rule.key_head.len()..a.end]

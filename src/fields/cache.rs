@@ -10,7 +10,7 @@ use std::sync::{Mutex, OnceLock, PoisonError};
 use bytes::Bytes;
 use http::HeaderValue;
 
-use super::{push_u64, ratelimit_item};
+use super::{push_u64, ratelimit_item, Params};
 
 /// Seconds below this come from the tables (a minute-scale limit's whole
 /// range); larger values are rendered per response.
@@ -57,8 +57,9 @@ pub(crate) fn retry_body(secs: u64) -> Bytes {
 pub(crate) struct ExhaustedItems(OnceLock<Box<[Option<HeaderValue>]>>);
 
 impl ExhaustedItems {
-    /// `"name";r=0;t=<secs>`, if `secs` is in the table.
-    pub(crate) fn get(&self, name: &str, secs: u64) -> Option<HeaderValue> {
+    /// `"name";r=0;t=<secs>`, if `secs` is in the table. `params` are the
+    /// layer's, the same on every call.
+    pub(crate) fn get(&self, params: &Params, name: &str, secs: u64) -> Option<HeaderValue> {
         let i = usize::try_from(secs)
             .ok()
             .filter(|&t| t < CACHED as usize)?;
@@ -66,7 +67,7 @@ impl ExhaustedItems {
             (0..CACHED)
                 .map(|t| {
                     let mut s = Vec::with_capacity(name.len() + 16);
-                    ratelimit_item(&mut s, name, 0, t);
+                    ratelimit_item(&mut s, params, name, 0, t, None);
                     interned(s)
                 })
                 .collect()
@@ -117,8 +118,12 @@ mod tests {
         assert_eq!(a.as_bytes().as_ptr(), b.as_bytes().as_ptr(), "one copy");
         assert!(interned(b"bad\nvalue".to_vec()).is_none());
         let items = ExhaustedItems::default();
-        assert_eq!(items.get("reply", 0).unwrap(), "\"reply\";r=0;t=0");
-        assert_eq!(items.get("reply", 127).unwrap(), "\"reply\";r=0;t=127");
-        assert!(items.get("reply", 128).is_none());
+        let params = crate::fields::FieldProfile::default().params();
+        assert_eq!(items.get(params, "reply", 0).unwrap(), "\"reply\";r=0;t=0");
+        assert_eq!(
+            items.get(params, "reply", 127).unwrap(),
+            "\"reply\";r=0;t=127"
+        );
+        assert!(items.get(params, "reply", 128).is_none());
     }
 }

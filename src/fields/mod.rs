@@ -1,16 +1,15 @@
-//! The pieces of the rate-limit fields: the IETF parameter names, items and
-//! policy lists, the legacy reset format, and the prebuilt header values of
-//! the common 429 (`cache.rs`). Nothing here knows requests, layers or
+//! The pieces of the rate-limit fields: the IETF parameter names per draft
+//! revision ([`FieldProfile`]), items and policy lists, partition keys
+//! (`pk.rs`), the legacy reset format, and the prebuilt header values of the
+//! common 429 (`cache.rs`). Nothing here knows requests, layers or
 //! `RateLimitInfo`: `info` and `response` both build on it.
 //!
-//! Implements draft-ietf-httpapi-ratelimit-headers-10 (September 2025, the
-//! latest revision published when this was written): `RateLimit-Policy`
-//! items carry `q` (quota), `w` (window, seconds) and `qu` (quota unit);
-//! `RateLimit` items carry `r` (remaining quota units) and `t` ("the number
-//! of seconds until additional quota associated with the quota policy is
-//! made available", rendered from [`Decision::quota_after`], rounded up).
-//! Should a later revision rename a parameter, the constants below are the
-//! only change.
+//! `RateLimit-Policy` items carry `q` (quota), `qu` (quota unit, omitted
+//! for the default `requests`), `w` (window, seconds); `RateLimit` items
+//! carry `r` (units available now), `t` ("the number of seconds until
+//! additional quota associated with the quota policy is made available",
+//! rendered from [`Decision::quota_after`], rounded up) and, when enabled,
+//! `pk` (a keyed hash of the rule's key).
 //!
 //! [`Decision::quota_after`]: crate::Decision::quota_after
 
@@ -22,61 +21,75 @@ use crate::decision::ceil_secs;
 use crate::policy::Policy;
 
 mod cache;
+mod pk;
+mod profile;
 
 pub(crate) use cache::{int_value, interned, retry_body, ExhaustedItems};
+pub use pk::PartitionKeys;
+pub(crate) use pk::{push_byte_sequence, Pk};
+pub(crate) use profile::Params;
+pub use profile::{FieldProfile, QuotaUnit};
 
-/// The draft these fields follow.
-pub const DRAFT: &str = "draft-ietf-httpapi-ratelimit-headers-10";
-
-/// `RateLimit` item: remaining quota units.
-const REMAINING: &str = "r";
-/// `RateLimit` item: seconds until more quota is made available.
-const RESET: &str = "t";
-/// `RateLimit-Policy` item: the quota.
-const QUOTA: &str = "q";
-/// `RateLimit-Policy` item: the window, in seconds.
-const WINDOW: &str = "w";
-/// `RateLimit-Policy` item: the quota unit.
-const QUOTA_UNIT: &str = "qu";
+/// The draft the default [`FieldProfile`] follows.
+pub const DRAFT: &str = "draft-ietf-httpapi-ratelimit-headers-11";
 
 /// Structured-field integers stop at 15 digits.
 pub(crate) const SF_INT_MAX: u64 = 999_999_999_999_999;
 
 /// `"reply";q=5;w=60, "upload";q=2;qu="concurrent-requests"` for `rules`
-/// (name, policy).
+/// (name, policy, unit), in the draft's order: `q`, `qu`, `w`.
 pub(crate) fn render_policies<'a>(
-    rules: impl ExactSizeIterator<Item = (&'a str, &'a Policy)>,
+    params: &Params,
+    rules: impl ExactSizeIterator<Item = (&'a str, &'a Policy, Option<QuotaUnit>)>,
 ) -> String {
     let mut s = String::with_capacity(rules.len() * 32);
-    for (i, (name, policy)) in rules.enumerate() {
+    for (i, (name, policy, unit)) in rules.enumerate() {
         if i > 0 {
             s.push_str(", ");
         }
         // Names are validated as [A-Za-z0-9_.-]: nothing to escape.
-        let _ = write!(s, "\"{}\";{QUOTA}={}", name, policy.limit().min(SF_INT_MAX));
-        if policy.is_concurrency() {
-            let _ = write!(s, ";{QUOTA_UNIT}=\"concurrent-requests\"");
-        } else {
+        let quota = policy.limit().min(SF_INT_MAX);
+        let _ = write!(s, "\"{name}\";{}={quota}", params.quota);
+        let unit = QuotaUnit::of(unit, policy);
+        if unit != QuotaUnit::Requests {
+            let _ = write!(s, ";{}=\"{}\"", params.quota_unit, unit.as_str());
+        }
+        // A concurrency limit has no window.
+        if !policy.is_concurrency() {
             let secs = ceil_secs(policy.window()).min(SF_INT_MAX);
-            let _ = write!(s, ";{WINDOW}={secs}");
+            let _ = write!(s, ";{}={secs}", params.window);
         }
     }
     s
 }
 
-/// `"name";r=<remaining>;t=<secs>`: one `RateLimit` item. Written byte by
-/// byte: it runs for every 429, where `core::fmt` cost more than the check.
-pub(crate) fn ratelimit_item(s: &mut Vec<u8>, name: &str, remaining: u64, secs: u64) {
+/// `"name";r=<remaining>;t=<secs>[;pk=:<base64>:]`: one `RateLimit` item.
+/// Written byte by byte: it runs for every 429, where `core::fmt` cost
+/// more than the check.
+pub(crate) fn ratelimit_item(
+    s: &mut Vec<u8>,
+    params: &Params,
+    name: &str,
+    remaining: u64,
+    secs: u64,
+    pk: Option<&Pk>,
+) {
     s.push(b'"');
     s.extend_from_slice(name.as_bytes());
     s.extend_from_slice(b"\";");
-    s.extend_from_slice(REMAINING.as_bytes());
+    s.extend_from_slice(params.remaining.as_bytes());
     s.push(b'=');
     push_u64(s, remaining.min(SF_INT_MAX));
     s.push(b';');
-    s.extend_from_slice(RESET.as_bytes());
+    s.extend_from_slice(params.reset.as_bytes());
     s.push(b'=');
     push_u64(s, secs.min(SF_INT_MAX));
+    if let Some(pk) = pk {
+        s.push(b';');
+        s.extend_from_slice(params.partition_key.as_bytes());
+        s.push(b'=');
+        push_byte_sequence(s, pk);
+    }
 }
 
 /// Appends `n` in decimal.

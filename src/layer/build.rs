@@ -92,15 +92,17 @@ impl<St: Store> ThrottleLayer<St> {
             .map(|l| RuleSummary {
                 name: l.name.clone(),
                 policy: l.policy,
+                // A quota settled in bytes sent says so unless told otherwise.
+                unit: l.quota_unit.or(match l.actual {
+                    Some(crate::meter::ActualCost::ResponseBytes) => {
+                        Some(crate::fields::QuotaUnit::ContentBytes)
+                    }
+                    _ => None,
+                }),
                 exhausted: Default::default(),
             })
             .collect();
-        let meta = Arc::new(crate::response::layer_meta(
-            metas,
-            self.settings.ietf_headers,
-            self.settings.legacy_headers,
-            self.settings.legacy_reset,
-        ));
+        let meta = Arc::new(crate::response::layer_meta(metas, &self.settings));
         let mut settings = self.settings.clone();
         settings.settles_cost = rules.iter().any(|r| r.actual.is_some());
         Arc::new(LayerState {

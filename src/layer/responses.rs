@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http::Response;
 
 use super::ThrottleLayer;
-use crate::response::{BodyFormat, Rejection, ResetFormat};
+use crate::response::{BodyFormat, FieldProfile, PartitionKeys, Rejection, ResetFormat};
 use crate::store::Store;
 
 impl<St: Store> ThrottleLayer<St> {
@@ -36,6 +36,32 @@ impl<St: Store> ThrottleLayer<St> {
         self
     }
 
+    /// Which revision of draft-ietf-httpapi-ratelimit-headers the
+    /// `RateLimit-Policy` and `RateLimit` fields follow (default: the latest
+    /// published, [`FieldProfile::Draft11`]). Pin one to keep a client's
+    /// parser on the revision it was written for when the crate moves on.
+    #[must_use = "builders do nothing until used"]
+    pub fn field_profile(mut self, profile: FieldProfile) -> Self {
+        self.settings.profile = profile;
+        self
+    }
+
+    /// Writes a `pk` (partition key) parameter on every `RateLimit` item:
+    /// a keyed hash of the rule's key, never the key itself (default off).
+    /// Clients making requests for several users or resources can tell
+    /// which quota a response describes. See [`PartitionKeys`] for the
+    /// hash; share one secret across replicas with
+    /// [`PartitionKeys::with_secret`].
+    ///
+    /// `RateLimit-Policy` carries no `pk`: it is rendered once per layer
+    /// and the draft asks that it stay the same over a sequence of
+    /// responses.
+    #[must_use = "builders do nothing until used"]
+    pub fn partition_keys(mut self, keys: PartitionKeys) -> Self {
+        self.settings.partition = Some(keys);
+        self
+    }
+
     /// Sends `X-RateLimit-Limit`, `-Remaining` and `-Reset` (default off).
     pub fn legacy_headers(mut self, enabled: bool) -> Self {
         self.settings.legacy_headers = enabled;
@@ -56,7 +82,15 @@ impl<St: Store> ThrottleLayer<St> {
         self
     }
 
-    /// Rejection bodies as RFC 9457 `application/problem+json`.
+    /// Rejection bodies as RFC 9457 `application/problem+json`. A 429 is
+    /// the draft's `quota-exceeded` problem
+    /// ([`QUOTA_EXCEEDED`](crate::response::QUOTA_EXCEEDED)) with
+    /// `violated-policies`, the names of the rules that denied:
+    /// `{"type":"https://iana.org/assignments/http-problem-types#quota-exceeded",
+    /// "title":"Quota Exceeded","status":429,"detail":"Too many requests: try
+    /// again in 42 s.","violated-policies":["minute"]}`. Other rejections
+    /// (503, a missing key) are `about:blank`. gRPC rejections stay gRPC
+    /// statuses.
     pub fn problem_json_body(mut self) -> Self {
         self.settings.body = BodyFormat::ProblemJson;
         self

@@ -117,6 +117,13 @@ impl<St: Store> ThrottleLayer<St> {
         self
     }
 
+    /// What the first rule's quota counts (see [`Rule::quota_unit`]).
+    pub fn quota_unit(mut self, unit: crate::fields::QuotaUnit) -> Self {
+        let first = self.limits.remove(0).quota_unit(unit);
+        self.limits.insert(0, first);
+        self
+    }
+
     /// Prepends `prefix:` to every key of this layer.
     pub fn prefix(mut self, prefix: &str) -> Self {
         self.owner = Arc::new(());

@@ -1,19 +1,21 @@
 //! The responses the layer writes itself (429, 503, a missing key) and the
 //! rate-limit headers.
 //!
-//! Headers follow draft-ietf-httpapi-ratelimit-headers-10 ([`DRAFT`]; the
-//! parameter names live in one place, `src/fields`): one `RateLimit-Policy`
-//! item per rule (`"reply";q=5;w=60`; concurrency limits as
-//! `"upload";q=2;qu="concurrent-requests"`) and one `RateLimit` item per rule
+//! Headers follow the layer's [`FieldProfile`] (draft-ietf-httpapi-ratelimit-headers-11
+//! by default, [`DRAFT`]; the parameter names live in one place, `src/fields`):
+//! one `RateLimit-Policy` item per rule (`"reply";q=5;w=60`; concurrency
+//! limits as `"upload";q=2;qu="concurrent-requests"`, byte quotas with
+//! `qu="content-bytes"`) and one `RateLimit` item per rule
 //! (`"reply";r=0;t=12`, `t` the seconds until more quota is made available,
 //! rounded up: [`Decision::quota_after`](crate::Decision::quota_after), not
-//! the time until the key is fully fresh). A 429 also carries `Retry-After`
-//! in whole seconds, rounded up and never 0, never earlier than the denying
-//! rule's `t`. The legacy `X-RateLimit-Limit`, `-Remaining` and `-Reset`
-//! describe the binding rule; `-Reset` is the time until the key is fully
-//! fresh, in seconds from now or as a Unix timestamp ([`ResetFormat`]).
+//! the time until the key is fully fresh; `;pk=:…:` with
+//! [`PartitionKeys`]). A 429 also carries `Retry-After` in whole seconds,
+//! rounded up and never 0, never earlier than the denying rule's `t`. The
+//! legacy `X-RateLimit-Limit`, `-Remaining` and `-Reset` describe the binding
+//! rule; `-Reset` is the time until the key is fully fresh, in seconds from
+//! now or as a Unix timestamp ([`ResetFormat`]).
 
-use std::fmt::{self, Write as _};
+use std::fmt;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -21,16 +23,20 @@ use http::header::{HeaderName, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
 use crate::info::{Meta, RateLimitInfo, RuleSummary};
+use crate::settings::Settings;
 use crate::store::StoreError;
 
 mod policy_field;
+mod problem;
 
 #[cfg(test)]
 use crate::fields::SF_INT_MAX;
 use crate::fields::{int_value, ratelimit_item, retry_body};
-pub use crate::fields::{ResetFormat, DRAFT};
+pub use crate::fields::{FieldProfile, PartitionKeys, QuotaUnit, ResetFormat, DRAFT};
 pub(crate) use policy_field::policy_value;
 use policy_field::request_policy_value;
+use problem::problem_json;
+pub use problem::QUOTA_EXCEEDED;
 
 /// `RateLimit-Policy`.
 pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
@@ -45,24 +51,21 @@ pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-r
 
 /// What every response of a layer shares, rendered once when the layer
 /// builds its service.
-pub(crate) fn layer_meta(
-    rules: Box<[RuleSummary]>,
-    ietf_headers: bool,
-    legacy_headers: bool,
-    legacy_reset: ResetFormat,
-) -> Meta {
-    let policy_header = policy_value(&rules);
+pub(crate) fn layer_meta(rules: Box<[RuleSummary]>, settings: &Settings) -> Meta {
+    let policy_header = policy_value(settings.profile.params(), &rules);
     Meta {
         limited_headers: limited_headers_template(
             policy_header.as_ref(),
-            ietf_headers,
-            legacy_headers,
+            settings.ietf_headers,
+            settings.legacy_headers,
         ),
         policy_header,
         rules,
-        ietf_headers,
-        legacy_headers,
-        legacy_reset,
+        ietf_headers: settings.ietf_headers,
+        legacy_headers: settings.legacy_headers,
+        legacy_reset: settings.legacy_reset,
+        profile: settings.profile,
+        partition: settings.partition.clone(),
     }
 }
 
@@ -311,21 +314,31 @@ fn add_legacy(headers: &mut HeaderMap, info: &RateLimitInfo) {
 /// for every 429 (and every response with headers on), where `core::fmt`
 /// cost more than the rate-limit check itself.
 pub(crate) fn ratelimit_value(info: &RateLimitInfo) -> Option<HeaderValue> {
+    let params = info.meta().profile.params();
     if let [entry] = info.entries() {
-        if entry.decision.remaining == 0 {
+        if entry.decision.remaining == 0 && entry.pk.is_none() {
             let rule = &info.meta().rules[entry.rule];
             let secs = entry.decision.quota_after_secs();
-            if let Some(value) = rule.exhausted.get(&rule.name, secs) {
+            if let Some(value) = rule.exhausted.get(params, &rule.name, secs) {
                 return Some(value);
             }
         }
     }
     let mut s = Vec::with_capacity(info.entries().len() * 32);
-    for (i, (name, _, d)) in info.iter().enumerate() {
+    for (i, e) in info.entries().iter().enumerate() {
         if i > 0 {
             s.extend_from_slice(b", ");
         }
-        ratelimit_item(&mut s, name, d.remaining, d.quota_after_secs());
+        let d = &e.decision;
+        let name = &info.meta().rules[e.rule].name;
+        ratelimit_item(
+            &mut s,
+            params,
+            name,
+            d.remaining,
+            d.quota_after_secs(),
+            e.pk.as_ref(),
+        );
     }
     HeaderValue::from_maybe_shared(Bytes::from(s)).ok()
 }
@@ -341,38 +354,6 @@ fn plain_text(rejection: &Rejection<'_>) -> Bytes {
         },
         other => Bytes::from(format!("{other}\n")),
     }
-}
-
-/// An RFC 9457 problem document.
-fn problem_json(rejection: &Rejection<'_>) -> String {
-    let status = rejection.status();
-    let mut s = String::with_capacity(160);
-    s.push_str("{\"type\":\"about:blank\",\"title\":");
-    json_string(&mut s, status.canonical_reason().unwrap_or("Error"));
-    let _ = write!(s, ",\"status\":{},\"detail\":", status.as_u16());
-    json_string(&mut s, &rejection.to_string());
-    if let Rejection::Limited(info) = rejection {
-        if let Some(secs) = info.retry_after_secs() {
-            let _ = write!(s, ",\"retry_after\":{secs}");
-        }
-    }
-    s.push('}');
-    s
-}
-
-fn json_string(out: &mut String, value: &str) {
-    out.push('"');
-    for c in value.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if u32::from(c) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
 }
 
 #[cfg(test)]

@@ -2,13 +2,13 @@
 
 use http::HeaderValue;
 
-use crate::fields::{interned, render_policies};
+use crate::fields::{interned, render_policies, Params};
 use crate::info::{RateLimitInfo, RuleSummary};
 
 /// `"reply";q=5;w=60, "upload";q=2;qu="concurrent-requests"`: a layer's
 /// own policies, rendered once.
-pub(crate) fn policy_value(rules: &[RuleSummary]) -> Option<HeaderValue> {
-    let s = render_policies(rules.iter().map(|r| (&*r.name, &r.policy)));
+pub(crate) fn policy_value(params: &Params, rules: &[RuleSummary]) -> Option<HeaderValue> {
+    let s = render_policies(params, rules.iter().map(|r| (&*r.name, &r.policy, r.unit)));
     interned(s.into_bytes())
 }
 
@@ -17,10 +17,13 @@ pub(crate) fn policy_value(rules: &[RuleSummary]) -> Option<HeaderValue> {
 /// checked. Rendered per response, never interned (the policies may come
 /// from a database: unbounded).
 pub(crate) fn request_policy_value(info: &RateLimitInfo) -> Option<HeaderValue> {
-    let rules = &info.meta().rules;
-    let s = render_policies(rules.iter().enumerate().map(|(i, r)| {
-        let applied = info.entries().iter().find(|e| e.rule == i);
-        (&*r.name, applied.map_or(&r.policy, |e| &e.policy))
-    }));
+    let meta = info.meta();
+    let s = render_policies(
+        meta.profile.params(),
+        meta.rules.iter().enumerate().map(|(i, r)| {
+            let applied = info.entries().iter().find(|e| e.rule == i);
+            (&*r.name, applied.map_or(&r.policy, |e| &e.policy), r.unit)
+        }),
+    );
     HeaderValue::from_maybe_shared(bytes::Bytes::from(s)).ok()
 }

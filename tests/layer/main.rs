@@ -19,6 +19,8 @@ mod config_errors;
 mod config_file;
 mod count_if;
 mod delay_rules;
+#[cfg(feature = "axum")]
+mod fields;
 mod hostile_input;
 #[cfg(feature = "axum")]
 mod http_layer;

@@ -104,6 +104,7 @@ fn layer<St: Store>(store: St, tokens: Rule) -> ThrottleLayer<St> {
         .key(Global)
         .and(tokens)
         .request_info(true)
+        .headers_on_allowed(true)
 }
 
 fn memory(clock: &ManualClock) -> MemoryStore<ManualClock> {
@@ -182,6 +183,12 @@ async fn response_bytes_are_counted_as_they_stream() {
         .await
         .unwrap();
     assert_eq!(response.headers()["x-remaining"], "750");
+    // A quota settled in bytes announces its unit.
+    let policy = response.headers()["ratelimit-policy"].to_str().unwrap();
+    assert!(
+        policy.contains(r#""tokens";q=1000;qu="content-bytes";w=60"#),
+        "{policy}"
+    );
     let mut body = response.into_body();
     let frame = body.frame().await.unwrap().unwrap();
     assert_eq!(frame.into_data().unwrap().len(), 50);
