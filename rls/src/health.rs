@@ -19,6 +19,7 @@ pub const SERVICE: &str = "ratelimit";
 pub struct Health {
     store: AtomicBool,
     config: AtomicBool,
+    need_config: bool,
     stopping: AtomicBool,
     changed: Notify,
 }
@@ -31,6 +32,7 @@ impl Health {
         Arc::new(Health {
             store: AtomicBool::new(store_ok),
             config: AtomicBool::new(!need_config),
+            need_config,
             stopping: AtomicBool::new(false),
             changed: Notify::new(),
         })
@@ -59,9 +61,12 @@ impl Health {
         self.set(&self.store, false);
     }
 
-    /// A configuration was loaded.
-    pub fn config_loaded(&self) {
-        self.set(&self.config, true);
+    /// A configuration was loaded: with `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`,
+    /// healthy iff it has a domain (upstream's `IsEmptyDomains`).
+    pub fn config_loaded(&self, has_domains: bool) {
+        if self.need_config {
+            self.set(&self.config, has_domains);
+        }
     }
 
     /// SIGTERM: unhealthy from now on.

@@ -45,13 +45,23 @@ impl std::fmt::Display for BackendError {
 
 impl std::error::Error for BackendError {}
 
-/// The store, and whether it starts healthy (a Redis store connects in
-/// the background and is unhealthy until it answers).
+/// The store made from the settings.
+pub struct Built {
+    /// The store the service counts in.
+    pub store: BoxStore,
+    /// Whether it starts healthy (a Redis store connects in the background
+    /// and is unhealthy until it answers).
+    pub healthy: bool,
+    /// The memory store, when it is the backend (to see its size).
+    pub memory: Option<MemoryStore<DynClock>>,
+}
+
+/// Makes the store.
 pub async fn build(
     settings: &Settings,
     clock: Arc<dyn Clock>,
     test_clock: bool,
-) -> Result<(BoxStore, bool), BackendError> {
+) -> Result<Built, BackendError> {
     let memory = || {
         MemoryStore::builder()
             .clock(DynClock(clock.clone()))
@@ -59,7 +69,14 @@ pub async fn build(
             .build()
     };
     let r = match &settings.backend {
-        Backend::Memory => return Ok((BoxStore::new(memory()), true)),
+        Backend::Memory => {
+            let m = memory();
+            return Ok(Built {
+                store: BoxStore::new(m.clone()),
+                healthy: true,
+                memory: Some(m),
+            });
+        }
         Backend::Redis(r) => r,
     };
     let mut builder = RedisStoreBuilder::default().timeout(r.timeout);
@@ -79,9 +96,12 @@ pub async fn build(
                 .connect_lazy(info)
                 .map_err(|e| fail("Redis server", e))?;
             if r.fallback_to_memory {
-                return Ok((BoxStore::new(FallbackStore::new(lazy, memory())), true));
+                return Ok(built(
+                    BoxStore::new(FallbackStore::new(lazy, memory())),
+                    true,
+                ));
             }
-            return Ok((BoxStore::new(lazy), false));
+            return Ok(built(BoxStore::new(lazy), false));
         }
         RedisType::Cluster => {
             if settings.all_or_nothing {
@@ -110,9 +130,20 @@ pub async fn build(
         }
     };
     if r.fallback_to_memory {
-        return Ok((BoxStore::new(FallbackStore::new(store, memory())), true));
+        return Ok(built(
+            BoxStore::new(FallbackStore::new(store, memory())),
+            true,
+        ));
     }
-    Ok((store, true))
+    Ok(built(store, true))
+}
+
+fn built(store: BoxStore, healthy: bool) -> Built {
+    Built {
+        store,
+        healthy,
+        memory: None,
+    }
 }
 
 fn tls(

@@ -47,22 +47,31 @@ fn unknown_keys_are_refused_with_file_line_and_field() {
     assert_eq!(e.message, "config error, unknown key 'bogus'");
     assert_eq!(e.file, "config/test.yaml");
     assert_eq!(e.field.as_deref(), Some("descriptors[0].rate_limit"));
-    assert_eq!(e.line.map(|l| l.0), Some(5), "{e}");
-    assert!(e.to_string().starts_with("config/test.yaml:5:"), "{e}");
+    assert_eq!(e.line, Some((7, 7)), "the key's own line: {e}");
+    assert!(
+        e.to_string()
+            .starts_with("config/test.yaml:7:7: descriptors[0].rate_limit: "),
+        "{e}"
+    );
     let e = error("domain: d\nbogus: 1\n");
     assert_eq!(e.message, "config error, unknown key 'bogus'");
 }
 
 #[test]
 fn metadata_is_free_but_everything_else_is_checked() {
-    load("domain: d\ndescriptors:\n  - key: a\n    metadata:\n      anything: [1, {x: 2}]\n").unwrap();
+    load("domain: d\ndescriptors:\n  - key: a\n    metadata:\n      anything: [1, {x: 2}]\n")
+        .unwrap();
     // A known key out of place is ignored, as upstream does, but its
     // contents are still checked.
     load("domain: d\nunit: second\n").unwrap();
     let e = error("domain: d\nunit: {nope: 1}\n");
     assert_eq!(e.message, "config error, unknown key 'nope'");
     let e = error("domain: d\ndescriptors:\n  - 3\n");
-    assert!(e.message.starts_with("config error, yaml file contains list of type other than map"), "{e}");
+    assert!(
+        e.message
+            .starts_with("config error, yaml file contains list of type other than map"),
+        "{e}"
+    );
     let e = error("domain: d\ndescriptors:\n  - key: a\n    1: x\n");
     assert_eq!(e.message, "config error, key is not of type string: 1");
 }
@@ -106,7 +115,9 @@ fn every_upstream_load_error_in_upstream_words() {
 
 #[test]
 fn requests_per_unit_is_a_uint32() {
-    let text = |n: &str| format!("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {{unit: second, requests_per_unit: {n}}}\n");
+    let text = |n: &str| {
+        format!("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {{unit: second, requests_per_unit: {n}}}\n")
+    };
     load(&text("4294967295")).unwrap();
     for bad in ["4294967296", "-1", "1.5", "many"] {
         assert!(load(&text(bad)).is_err(), "{bad}");
@@ -120,7 +131,10 @@ fn duplicate_domains_unless_merged() {
     let b = "domain: d\ndescriptors:\n  - key: b\n    rate_limit: {unit: second, requests_per_unit: 2}\n";
     add_file(&mut t, "config/a.yaml", a, LoadOptions::default()).unwrap();
     let e = add_file(&mut t, "config/b.yaml", b, LoadOptions::default()).unwrap_err();
-    assert_eq!((e.file.as_str(), e.message.as_str()), ("config/b.yaml", "duplicate domain 'd' in config file"));
+    assert_eq!(
+        (e.file.as_str(), e.message.as_str()),
+        ("config/b.yaml", "duplicate domain 'd' in config file")
+    );
     assert_eq!(e.line, Some((1, 1)));
     let merge = LoadOptions {
         merge_domains: true,
@@ -147,7 +161,10 @@ fn extension_keys_inside_rate_limit() {
     let e = error("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 0, algorithm: gcra}\n");
     assert!(e.message.starts_with("algorithm gcra:"), "{e}");
     // Outside rate_limit they are unknown, as upstream says.
-    assert_eq!(error("domain: d\ndescriptors:\n  - key: a\n    algorithm: gcra\n").message, "config error, unknown key 'algorithm'");
+    assert_eq!(
+        error("domain: d\ndescriptors:\n  - key: a\n    algorithm: gcra\n").message,
+        "config error, unknown key 'algorithm'"
+    );
 }
 
 #[test]
@@ -175,10 +192,15 @@ fn load_dir_reads_yaml_files_in_name_order() {
         ignore_dotfiles: true,
         ..LoadOptions::default()
     };
-    assert!(!load_dir(&dir, ignore).unwrap().domains.contains_key("hidden"));
+    assert!(!load_dir(&dir, ignore)
+        .unwrap()
+        .domains
+        .contains_key("hidden"));
     std::fs::write(dir.join("a.yaml"), "domain: x\ndescriptors:\n  - key: ''\n").unwrap();
     let e = load_dir(&dir, LoadOptions::default()).unwrap_err();
     assert!(e.file.ends_with("/a.yaml"), "{e}");
-    assert!(load_dir(&dir.join("missing"), LoadOptions::default()).unwrap().is_empty());
+    assert!(load_dir(&dir.join("missing"), LoadOptions::default())
+        .unwrap()
+        .is_empty());
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -31,17 +31,28 @@ pub(super) fn unknown_key<E: de::Error>(key: &str) -> E {
     E::custom(format_args!("config error, unknown key '{key}'"))
 }
 
-/// A mapping key: a string, as upstream requires.
-pub(super) struct Key;
+/// Keys of `rate_limit` this server adds: refused in strict mode.
+pub(super) const EXTENSION_KEYS: [&str; 3] = ["algorithm", "burst", "concurrency"];
+
+/// A mapping key: a string, as upstream requires, and a known one (checked
+/// here so an error points at the key's own line).
+#[derive(Clone, Copy)]
+pub(super) struct Key {
+    /// Whether the extension keys are known here.
+    pub(super) extension: bool,
+}
+
+/// A key where only upstream's keys are known.
+pub(super) const KEY: Key = Key { extension: false };
 
 impl<'de> DeserializeSeed<'de> for Key {
     type Value = String;
     fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<String, D::Error> {
-        d.deserialize_any(KeyVisitor)
+        d.deserialize_any(KeyVisitor(self))
     }
 }
 
-struct KeyVisitor;
+struct KeyVisitor(Key);
 
 fn not_string<E: de::Error>(key: impl fmt::Display) -> E {
     E::custom(format_args!(
@@ -55,7 +66,11 @@ impl Visitor<'_> for KeyVisitor {
         f.write_str("a string key")
     }
     fn visit_str<E: de::Error>(self, v: &str) -> Result<String, E> {
-        Ok(v.to_owned())
+        if VALID_KEYS.contains(&v) || (self.0.extension && EXTENSION_KEYS.contains(&v)) {
+            Ok(v.to_owned())
+        } else {
+            Err(unknown_key(v))
+        }
     }
     fn visit_u64<E: de::Error>(self, v: u64) -> Result<String, E> {
         Err(not_string(v))
@@ -200,7 +215,7 @@ impl<'de> Visitor<'de> for CheckedVisitor {
         f.write_str("a value")
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        while let Some(key) = map.next_key_seed(Key)? {
+        while let Some(key) = map.next_key_seed(KEY)? {
             if !VALID_KEYS.contains(&key.as_str()) {
                 return Err(unknown_key(&key));
             }

@@ -9,7 +9,9 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use super::model::{Algorithm, Limit, Unit};
-use super::values::{not_a_map, unknown_key, Checked, Flag, Key, Text, Whole, VALID_KEYS};
+use super::values::{
+    not_a_map, unknown_key, Checked as Unread, Flag, Key, Text, Whole, KEY, VALID_KEYS,
+};
 
 /// How strictly to read.
 #[derive(Clone, Copy, Debug, Default)]
@@ -58,7 +60,7 @@ impl<'de> Visitor<'de> for Root {
         // The domain may come after the descriptors: keep their keys
         // relative and prefix the domain at the end.
         let mut root = RawRoot::default();
-        while let Some(key) = map.next_key_seed(Key)? {
+        while let Some(key) = map.next_key_seed(KEY)? {
             match key.as_str() {
                 "domain" => root.domain = map.next_value_seed(Text)?,
                 "descriptors" => {
@@ -68,7 +70,7 @@ impl<'de> Visitor<'de> for Root {
                     })?
                 }
                 "metadata" => drop(map.next_value::<IgnoredAny>()?),
-                k if VALID_KEYS.contains(&k) => map.next_value_seed(Checked)?,
+                k if VALID_KEYS.contains(&k) => map.next_value_seed(Unread)?,
                 k => return Err(unknown_key(k)),
             }
         }
@@ -143,7 +145,7 @@ impl<'de> DeserializeSeed<'de> for Descriptor<'_> {
 struct Fields {
     key: String,
     value: String,
-    rate_limit: Option<RawRateLimit>,
+    rate_limit: Option<Checked>,
     descriptors: Vec<RawDescriptor>,
     shadow_mode: bool,
     quota_mode: bool,
@@ -160,7 +162,7 @@ impl<'de> Visitor<'de> for Descriptor<'_> {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<RawDescriptor, A::Error> {
         let mut f = Fields::default();
         let mut nested = None;
-        while let Some(key) = map.next_key_seed(Key)? {
+        while let Some(key) = map.next_key_seed(KEY)? {
             match key.as_str() {
                 "key" => f.key = map.next_value_seed(Text)?,
                 "value" => f.value = map.next_value_seed(Text)?,
@@ -178,7 +180,7 @@ impl<'de> Visitor<'de> for Descriptor<'_> {
                 "value_to_metric" => f.value_to_metric = map.next_value_seed(Flag)?,
                 "share_threshold" => f.share_threshold = map.next_value_seed(Flag)?,
                 "metadata" => drop(map.next_value::<IgnoredAny>()?),
-                k if VALID_KEYS.contains(&k) => map.next_value_seed(Checked)?,
+                k if VALID_KEYS.contains(&k) => map.next_value_seed(Unread)?,
                 k => return Err(unknown_key(k)),
             }
         }
@@ -223,7 +225,7 @@ fn finish(
     let mut f = f;
     let limit = match f.rate_limit.take() {
         None => None,
-        Some(rl) => Some(rl.into_limit(&path, &f)?),
+        Some(rl) => Some(rl.into_limit(&path, &f)),
     };
     if f.share_threshold && !final_key.contains('*') {
         return Err(format!(
@@ -253,8 +255,16 @@ struct RawRateLimit {
     burst: Option<u64>,
 }
 
+/// A `rate_limit` checked on its own (so errors point at its line).
+struct Checked {
+    raw: RawRateLimit,
+    unit: Option<Unit>,
+    algorithm: Algorithm,
+    policy: Option<tower_throttle::Policy>,
+}
+
 impl RawRateLimit {
-    fn into_limit(self, path: &str, f: &Fields) -> Result<Limit, String> {
+    fn check(self) -> Result<Checked, String> {
         let unit = Unit::parse(&self.unit);
         if self.unlimited && unit.is_some() {
             return Err("should not specify rate limit unit when unlimited".into());
@@ -274,7 +284,9 @@ impl RawRateLimit {
             (None | Some("fixed_window"), None) => Algorithm::FixedWindow,
             (Some("sliding_window"), None) => Algorithm::SlidingWindow,
             (Some("sliding_log"), None) => Algorithm::SlidingLog,
-            (Some("gcra"), burst) => Algorithm::Gcra { burst: burst.unwrap_or(0) },
+            (Some("gcra"), burst) => Algorithm::Gcra {
+                burst: burst.unwrap_or(0),
+            },
             (Some(other), None) => {
                 return Err(format!(
                     "unknown algorithm '{other}' (expected fixed_window, sliding_window, sliding_log or gcra)"
@@ -282,42 +294,53 @@ impl RawRateLimit {
             }
             (_, Some(_)) => return Err("burst applies only to algorithm: gcra".into()),
         };
+        if self.unlimited && algorithm != Algorithm::FixedWindow {
+            return Err("an unlimited rate_limit takes no algorithm".into());
+        }
         let policy = match unit {
             Some(unit) if !self.unlimited => algorithm
                 .policy(self.requests_per_unit, unit)
                 .map_err(|e| format!("algorithm {}: {e}", algorithm.name()))?,
             _ => None,
         };
-        if self.unlimited && algorithm != Algorithm::FixedWindow {
-            return Err("an unlimited rate_limit takes no algorithm".into());
-        }
-        Ok(Limit {
-            full_key: path.to_owned(),
-            requests_per_unit: self.requests_per_unit,
+        Ok(Checked {
+            raw: self,
             unit,
-            unlimited: self.unlimited,
-            name: self.name,
-            replaces: self.replaces,
-            shadow_mode: f.shadow_mode,
-            quota_mode: f.quota_mode,
-            detailed_metric: f.detailed_metric,
             algorithm,
             policy,
         })
     }
 }
 
+impl Checked {
+    fn into_limit(self, path: &str, f: &Fields) -> Limit {
+        Limit {
+            full_key: path.to_owned(),
+            requests_per_unit: self.raw.requests_per_unit,
+            unit: self.unit,
+            unlimited: self.raw.unlimited,
+            name: self.raw.name,
+            replaces: self.raw.replaces,
+            shadow_mode: f.shadow_mode,
+            quota_mode: f.quota_mode,
+            detailed_metric: f.detailed_metric,
+            algorithm: self.algorithm,
+            policy: self.policy,
+        }
+    }
+}
+
 struct RateLimitSeed(Options);
 
 impl<'de> DeserializeSeed<'de> for RateLimitSeed {
-    type Value = Option<RawRateLimit>;
+    type Value = Option<Checked>;
     fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
         d.deserialize_any(self)
     }
 }
 
 impl<'de> Visitor<'de> for RateLimitSeed {
-    type Value = Option<RawRateLimit>;
+    type Value = Option<Checked>;
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a rate_limit mapping")
     }
@@ -326,7 +349,10 @@ impl<'de> Visitor<'de> for RateLimitSeed {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut rl = RawRateLimit::default();
-        while let Some(key) = map.next_key_seed(Key)? {
+        let keys = Key {
+            extension: !self.0.strict,
+        };
+        while let Some(key) = map.next_key_seed(keys)? {
             match key.as_str() {
                 "requests_per_unit" => {
                     let n = map.next_value_seed(Whole(32))?;
@@ -345,11 +371,11 @@ impl<'de> Visitor<'de> for RateLimitSeed {
                     ))
                 }
                 "metadata" => drop(map.next_value::<IgnoredAny>()?),
-                k if VALID_KEYS.contains(&k) => map.next_value_seed(Checked)?,
+                k if VALID_KEYS.contains(&k) => map.next_value_seed(Unread)?,
                 k => return Err(unknown_key(k)),
             }
         }
-        Ok(Some(rl))
+        rl.check().map(Some).map_err(de::Error::custom)
     }
 }
 
@@ -396,11 +422,11 @@ impl<'de> Visitor<'de> for ReplaceEntry {
     }
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<String, A::Error> {
         let mut name = String::new();
-        while let Some(key) = map.next_key_seed(Key)? {
+        while let Some(key) = map.next_key_seed(KEY)? {
             match key.as_str() {
                 "name" => name = map.next_value_seed(Text)?,
                 "metadata" => drop(map.next_value::<IgnoredAny>()?),
-                k if VALID_KEYS.contains(&k) => map.next_value_seed(Checked)?,
+                k if VALID_KEYS.contains(&k) => map.next_value_seed(Unread)?,
                 k => return Err(unknown_key(k)),
             }
         }

@@ -7,12 +7,14 @@ pub mod protojson;
 use std::sync::Arc;
 
 use axum::body::Bytes;
+use axum::extract::Query;
 use axum::extract::State;
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get};
+use axum::routing::{any, get, post};
 use axum::Router;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use tower_throttle::clock::ManualClock;
 
 use crate::health::Health;
 use crate::service::RateLimiter;
@@ -24,6 +26,8 @@ pub struct Shared {
     pub limiter: Arc<RateLimiter>,
     /// Health.
     pub health: Arc<Health>,
+    /// `RLS_TEST_CLOCK`: the clock `/test/clock` sets.
+    pub test_clock: Option<ManualClock>,
 }
 
 /// `/json` and `/healthcheck`.
@@ -34,9 +38,15 @@ pub fn main_router(shared: Shared) -> Router {
         .with_state(shared)
 }
 
-/// `/rlconfig` and an index of the endpoints.
+/// `/rlconfig` and an index of the endpoints (and `/test/clock` in test
+/// mode).
 pub fn debug_router(shared: Shared) -> Router {
-    Router::new()
+    let router = if shared.test_clock.is_some() {
+        Router::new().route("/test/clock", post(set_clock))
+    } else {
+        Router::new()
+    };
+    router
         .route("/rlconfig", get(rlconfig))
         .route(
             "/",
@@ -105,4 +115,20 @@ async fn metrics(State(s): State<Shared>) -> Response {
         s.limiter.metrics().render(),
     )
         .into_response()
+}
+
+#[derive(serde::Deserialize)]
+struct ClockQuery {
+    now_unix: u64,
+}
+
+/// `POST /test/clock?now_unix=N`: the rate-limit clock reads N seconds.
+async fn set_clock(State(s): State<Shared>, Query(q): Query<ClockQuery>) -> StatusCode {
+    match (&s.test_clock, q.now_unix.checked_mul(1_000_000_000)) {
+        (Some(clock), Some(ns)) => {
+            clock.set_ns(ns);
+            StatusCode::NO_CONTENT
+        }
+        _ => StatusCode::BAD_REQUEST,
+    }
 }

@@ -8,12 +8,23 @@ fn table(text: &str) -> Table {
 }
 
 fn entries(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-    pairs.iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect()
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
 }
 
 fn find(t: &Table, domain: &str, pairs: &[(&str, &str)]) -> Option<Matched> {
     let e = entries(pairs);
-    get_limit(t, domain, &Query { entries: &e, override_limit: None }).unwrap()
+    get_limit(
+        t,
+        domain,
+        &Query {
+            entries: &e,
+            override_limit: None,
+        },
+    )
+    .unwrap()
 }
 
 const CONFIG: &str = "
@@ -52,9 +63,21 @@ fn exact_then_wildcard_then_key_only() {
 #[test]
 fn a_limit_only_at_the_last_entry() {
     let t = table(CONFIG);
-    assert!(find(&t, "d", &[("outer", "x")]).is_none(), "shorter than the config");
-    assert_eq!(find(&t, "d", &[("outer", "x"), ("inner", "y")]).unwrap().limit.requests_per_unit, 5);
-    assert!(find(&t, "d", &[("outer", "x"), ("inner", "y"), ("more", "z")]).is_none(), "longer");
+    assert!(
+        find(&t, "d", &[("outer", "x")]).is_none(),
+        "shorter than the config"
+    );
+    assert_eq!(
+        find(&t, "d", &[("outer", "x"), ("inner", "y")])
+            .unwrap()
+            .limit
+            .requests_per_unit,
+        5
+    );
+    assert!(
+        find(&t, "d", &[("outer", "x"), ("inner", "y"), ("more", "z")]).is_none(),
+        "longer"
+    );
     assert!(find(&t, "d", &[("k", "exact"), ("more", "z")]).is_none());
 }
 
@@ -75,7 +98,10 @@ fn wildcard_match_as_upstream() {
     assert!(wildcard_match(&parts("a*c*e"), "abcde"));
     assert!(wildcard_match(&parts("a*c*e"), "ace"));
     assert!(!wildcard_match(&parts("a*c*e"), "abde"));
-    assert!(!wildcard_match(&parts("ab*ba"), "aba"), "prefix and suffix may not overlap");
+    assert!(
+        !wildcard_match(&parts("ab*ba"), "aba"),
+        "prefix and suffix may not overlap"
+    );
     assert!(wildcard_match(&parts("*"), "anything"));
 }
 
@@ -88,7 +114,10 @@ fn overrides_in_known_domains_only() {
         override_limit: Some((7, 2)),
     };
     let m = get_limit(&t, "d", &q).unwrap().unwrap();
-    assert_eq!((m.limit.requests_per_unit, m.limit.unit), (7, Some(Unit::Minute)));
+    assert_eq!(
+        (m.limit.requests_per_unit, m.limit.unit),
+        (7, Some(Unit::Minute))
+    );
     assert_eq!(m.stats_key, "d.free_x.form");
     assert!(get_limit(&t, "other", &q).unwrap().is_none());
     let bad = Query {
@@ -103,6 +132,9 @@ fn value_to_metric_and_detailed_metric_keys() {
     let t = table(
         "domain: d\ndescriptors:\n  - key: user\n    value_to_metric: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: ip\n    detailed_metric: true\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
     );
-    assert_eq!(find(&t, "d", &[("user", "alice")]).unwrap().stats_key, "d.user_alice");
+    assert_eq!(
+        find(&t, "d", &[("user", "alice")]).unwrap().stats_key,
+        "d.user_alice"
+    );
     assert_eq!(find(&t, "d", &[("ip", "1")]).unwrap().stats_key, "d.ip_1");
 }

@@ -68,6 +68,8 @@ pub struct Running {
     pub health: Arc<Health>,
     /// The configuration watcher (call [`Reloader::check`] to look now).
     pub reloader: Arc<Reloader>,
+    /// The memory store, when it is the backend.
+    pub memory: Option<tower_throttle::MemoryStore<backend::DynClock>>,
     stop: watch::Sender<bool>,
     listeners: Vec<JoinHandle<()>>,
     background: Vec<JoinHandle<()>>,
@@ -90,12 +92,21 @@ fn local(l: &TcpListener) -> SocketAddr {
 }
 
 /// Starts every listener, loads the configuration and starts watching it.
-pub async fn start(settings: &Settings, hooks: TestHooks) -> Result<Running, StartError> {
+pub async fn start(settings: &Settings, mut hooks: TestHooks) -> Result<Running, StartError> {
+    let manual = settings.test_clock.then(|| {
+        let now = SystemClock::new().now_ns();
+        // Whole seconds, as the hook sets them.
+        tower_throttle::clock::ManualClock::starting_at(now - now % 1_000_000_000)
+    });
+    if let (Some(m), None) = (&manual, &hooks.clock) {
+        hooks.clock = Some(Arc::new(m.clone()));
+    }
     let test_clock = hooks.clock.is_some();
     let clock: Arc<dyn Clock> = hooks.clock.unwrap_or_else(|| Arc::new(SystemClock::new()));
-    let (store, store_ok) = backend::build(settings, clock.clone(), test_clock)
+    let built = backend::build(settings, clock.clone(), test_clock)
         .await
         .map_err(StartError::Backend)?;
+    let (store, store_ok) = (built.store, built.healthy);
     let health = Health::new(store_ok, settings.healthy_with_at_least_one_config_loaded);
     let metrics = Arc::new(Metrics::default());
     let options = service::Options {
@@ -150,6 +161,7 @@ pub async fn start(settings: &Settings, hooks: TestHooks) -> Result<Running, Sta
     let shared = Shared {
         limiter: limiter.clone(),
         health: health.clone(),
+        test_clock: manual,
     };
     let mut listeners = Vec::new();
     let signal = |mut rx: watch::Receiver<bool>| async move {
@@ -190,6 +202,7 @@ pub async fn start(settings: &Settings, hooks: TestHooks) -> Result<Running, Sta
         limiter,
         health,
         reloader,
+        memory: built.memory,
         stop,
         listeners,
         background,

@@ -88,13 +88,13 @@ impl RateLimiter {
     /// Puts `table` in force (requests in flight finish on the old one)
     /// and clears the last load error.
     pub fn set_table(&self, table: Table) {
+        self.health.config_loaded(!table.is_empty());
         self.table.store(Some(Arc::new(table)));
         *self
             .last_error
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = None;
         self.metrics.config_loaded(true);
-        self.health.config_loaded();
     }
 
     /// Records a refused load: the table in force stays.

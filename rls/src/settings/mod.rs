@@ -131,6 +131,10 @@ pub struct Settings {
     /// `RLS_SHUTDOWN_GRACE` (default 10s): how long in-flight calls may take
     /// after SIGTERM.
     pub shutdown_grace: Duration,
+    /// `RLS_TEST_CLOCK` (default false): time stands still and moves only by
+    /// `POST /test/clock?now_unix=N` on the debug listener. For conformance
+    /// tests, never in production.
+    pub test_clock: bool,
 }
 
 /// A setting that cannot be used: the variable, its value, and why.
@@ -309,6 +313,7 @@ impl Settings {
             max_entries: limit("RLS_MAX_ENTRIES", 32)?,
             max_value_bytes: limit("RLS_MAX_VALUE_BYTES", 4096)?,
             shutdown_grace: env.duration("RLS_SHUTDOWN_GRACE", Duration::from_secs(10))?,
+            test_clock: env.flag("RLS_TEST_CLOCK", false)?,
         })
     }
 
