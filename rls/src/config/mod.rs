@@ -8,6 +8,7 @@
 //! refuses them here too.
 
 mod model;
+mod rate_limit;
 mod table;
 mod values;
 mod yaml;

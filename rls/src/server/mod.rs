@@ -167,7 +167,10 @@ pub async fn start(settings: &Settings, mut hooks: TestHooks) -> Result<Running,
     let signal = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|s| *s).await;
     };
+    let (age, grace) = settings.grpc_max_connection_age;
     let grpc_server = tonic::transport::Server::builder()
+        .max_connection_age(age)
+        .max_connection_age_grace(grace)
         .add_service(health_service)
         .add_service(RateLimitServiceServer::new(RateLimitGrpc(limiter.clone())))
         .serve_with_incoming_shutdown(

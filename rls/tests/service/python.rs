@@ -3,13 +3,15 @@
 //! against the `throttle-rls` binary, one fresh server per case, over gRPC
 //! and over `/json`.
 //!
-//! The kit is looked for in `$RLS_KIT_DIR`, else `rls/tests/rls-kit`. Its
+//! The kit (a copy of the helper's kit, without its venv and its throwaway
+//! fake server) is looked for in `$RLS_KIT_DIR`, else `rls/tests/rls-kit`. Its
 //! requirements are installed into a venv under the target directory; when
 //! python3 or pip cannot do that, the test fails saying so (set
 //! `RLS_SKIP_PYTHON=1` to skip it on a machine without them).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 
 const BIN: &str = env!("CARGO_BIN_EXE_throttle-rls");
 
@@ -19,8 +21,14 @@ fn kit() -> PathBuf {
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/rls-kit"))
 }
 
-/// A venv with the kit's requirements, next to the test binary.
+/// A venv with the kit's requirements, next to the test binary; made once
+/// for both tests.
 fn venv(kit: &Path) -> PathBuf {
+    static VENV: OnceLock<PathBuf> = OnceLock::new();
+    VENV.get_or_init(|| make_venv(kit)).clone()
+}
+
+fn make_venv(kit: &Path) -> PathBuf {
     let target = Path::new(BIN)
         .parent()
         .and_then(Path::parent)
