@@ -14,4 +14,5 @@ mod python;
 mod redis;
 mod reload;
 mod requests;
+mod topologies;
 mod upstream;

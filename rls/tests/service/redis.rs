@@ -2,7 +2,7 @@
 //! through the crate's Redis store; health follows Redis.
 
 #[path = "../../../tests/support/redis.rs"]
-mod redis_support;
+pub mod redis_support;
 
 use std::time::{Duration, Instant};
 
@@ -12,9 +12,9 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use crate::health::until_status;
 use crate::support::*;
 
-const CFG: &str = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n  - key: tight\n    rate_limit: {unit: minute, requests_per_unit: 1}\n  - key: g\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: gcra, burst: 1}\n";
+pub const CFG: &str = "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n  - key: tight\n    rate_limit: {unit: minute, requests_per_unit: 1}\n  - key: g\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: gcra, burst: 1}\n";
 
-async fn start(redis: &RedisServer, extra: &[(&str, &str)]) -> Rls {
+pub async fn start(redis: &RedisServer, extra: &[(&str, &str)]) -> Rls {
     let url = format!("127.0.0.1:{}", redis.port);
     let mut env = vec![
         ("REDIS_URL", url.as_str()),
@@ -22,7 +22,12 @@ async fn start(redis: &RedisServer, extra: &[(&str, &str)]) -> Rls {
         ("REDIS_TIMEOUT", "500ms"),
     ];
     env.extend_from_slice(extra);
-    let rls = Rls::start(&[("d.yaml", CFG)], &env).await;
+    start_env(&env).await
+}
+
+/// A server on the Redis `env` describes, once its health says SERVING.
+pub async fn start_env(env: &[(&str, &str)]) -> Rls {
+    let rls = Rls::start(&[("d.yaml", CFG)], env).await;
     assert_eq!(
         until_status(rls.running().grpc_addr, ServingStatus::Serving).await,
         ServingStatus::Serving as i32
