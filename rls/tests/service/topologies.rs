@@ -2,6 +2,7 @@
 //! servers: a password, a unix socket, TLS with a private CA, a cluster.
 
 #[path = "../../../tests/support/pki.rs"]
+#[allow(dead_code)]
 mod pki;
 
 use crate::redis::redis_support::{free_port, RedisCluster, RedisServer};
