@@ -41,29 +41,31 @@ impl Unit {
 
     /// From the proto enum value (`UNKNOWN` = 0 is `None`).
     pub fn from_proto(value: i32) -> Option<Unit> {
-        Some(match value {
-            1 => Unit::Second,
-            2 => Unit::Minute,
-            3 => Unit::Hour,
-            4 => Unit::Day,
-            5 => Unit::Year,
-            6 => Unit::Month,
-            7 => Unit::Week,
-            _ => return None,
-        })
+        const UNITS: [Unit; 7] = [
+            Unit::Second,
+            Unit::Minute,
+            Unit::Hour,
+            Unit::Day,
+            Unit::Week,
+            Unit::Month,
+            Unit::Year,
+        ];
+        UNITS.into_iter().find(|u| u.proto() == value)
     }
 
-    /// The proto enum value.
+    /// The proto enum value (the generated enum's, whose order is not the
+    /// units' order: MONTH = 5, YEAR = 6, WEEK = 7).
     pub fn proto(self) -> i32 {
-        match self {
-            Unit::Second => 1,
-            Unit::Minute => 2,
-            Unit::Hour => 3,
-            Unit::Day => 4,
-            Unit::Year => 5,
-            Unit::Month => 6,
-            Unit::Week => 7,
-        }
+        use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as Pb;
+        (match self {
+            Unit::Second => Pb::Second,
+            Unit::Minute => Pb::Minute,
+            Unit::Hour => Pb::Hour,
+            Unit::Day => Pb::Day,
+            Unit::Week => Pb::Week,
+            Unit::Month => Pb::Month,
+            Unit::Year => Pb::Year,
+        }) as i32
     }
 
     /// The proto name, upper case.
