@@ -12,15 +12,14 @@ const ENGINE: &[&str] = &[
     "decision",
     "limiter",
     "lockout",
-    "multi",
     "policy",
     "store",
 ];
 
 /// The middleware's modules, which the engine must not name.
 const MIDDLEWARE: &[&str] = &[
-    "body", "check", "fields", "future", "grpc", "info", "key", "layer", "mode", "outcome",
-    "resolve", "response", "rule", "service", "settings", "upgrade",
+    "body", "check", "config", "fields", "future", "grpc", "info", "key", "layer", "mode",
+    "outcome", "resolve", "response", "rule", "service", "settings", "upgrade",
 ];
 
 fn sources(at: &Path, out: &mut Vec<PathBuf>) {

@@ -100,14 +100,6 @@ where
         }
     }
 
-    pub(crate) fn done(response: Box<Response<Bytes>>) -> Self {
-        ResponseFuture {
-            state: Phase::Done {
-                response: Some(response),
-            },
-        }
-    }
-
     /// The inner service's call, with nothing to add to its response.
     pub(crate) fn forwarded(future: S::Future) -> Self {
         ResponseFuture {

@@ -22,7 +22,7 @@ use crate::policy::Policy;
 #[derive(Clone)]
 pub struct RateLimitInfo {
     meta: Arc<Meta>,
-    entries: RuleDecisions,
+    entries: Entries,
 }
 
 /// Per-layer data the headers need, shared by every request: built by
@@ -48,7 +48,7 @@ pub(crate) struct RuleSummary {
 }
 
 #[derive(Clone)]
-enum RuleDecisions {
+enum Entries {
     One(RuleDecision),
     Many(Vec<RuleDecision>),
 }
@@ -65,14 +65,14 @@ impl RateLimitInfo {
     pub(crate) fn one(meta: Arc<Meta>, entry: RuleDecision) -> Self {
         RateLimitInfo {
             meta,
-            entries: RuleDecisions::One(entry),
+            entries: Entries::One(entry),
         }
     }
 
     pub(crate) fn many(meta: Arc<Meta>, entries: Vec<RuleDecision>) -> Self {
         RateLimitInfo {
             meta,
-            entries: RuleDecisions::Many(entries),
+            entries: Entries::Many(entries),
         }
     }
 
@@ -82,15 +82,15 @@ impl RateLimitInfo {
 
     pub(crate) fn entries_mut(&mut self) -> &mut [RuleDecision] {
         match &mut self.entries {
-            RuleDecisions::One(e) => std::slice::from_mut(e),
-            RuleDecisions::Many(v) => v,
+            Entries::One(e) => std::slice::from_mut(e),
+            Entries::Many(v) => v,
         }
     }
 
     pub(crate) fn entries(&self) -> &[RuleDecision] {
         match &self.entries {
-            RuleDecisions::One(e) => std::slice::from_ref(e),
-            RuleDecisions::Many(v) => v,
+            Entries::One(e) => std::slice::from_ref(e),
+            Entries::Many(v) => v,
         }
     }
 

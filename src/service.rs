@@ -1,5 +1,6 @@
 //! The middleware service.
 
+use std::ops::ControlFlow;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
@@ -9,7 +10,7 @@ use http_body::Body;
 use tower_service::Service;
 
 use crate::body::ThrottleBody;
-use crate::check::{decide_now, evaluate, LayerState, Stage};
+use crate::check::{self, LayerState, Plan, Verdict};
 use crate::future::{BoxCheck, ResponseFuture};
 use crate::key::RequestHead;
 use crate::store::Store;
@@ -81,20 +82,24 @@ where
     fn call(&mut self, request: Request<ReqB>) -> Self::Future {
         // Kept small enough to inline into the caller, so the request moves
         // once, straight into the inner call; everything else is out of line.
-        match decide_now(&self.shared, &RequestHead::new(&request)) {
-            Stage::Admitted => ResponseFuture::forwarded(self.inner.call(request)),
-            stage => self.call_slow(stage, request),
+        match check::now(&self.shared, &RequestHead::new(&request)) {
+            ControlFlow::Break(Verdict::Forward {
+                info: None,
+                permits: None,
+                charge: None,
+            }) => ResponseFuture::forwarded(self.inner.call(request)),
+            checked => self.call_slow(checked, request),
         }
     }
 }
 
 impl<S, St> Throttle<S, St> {
-    /// Every request that is not simply admitted in process: rejections,
-    /// admissions that carry information forward, asynchronous stores.
+    /// Every request that is not simply forwarded: rejections, admissions
+    /// that carry information forward, checks that need a future.
     #[inline(never)]
     fn call_slow<ReqB, ResB>(
         &mut self,
-        stage: Stage<St>,
+        checked: ControlFlow<Verdict<St>, Plan>,
         request: Request<ReqB>,
     ) -> ResponseFuture<S, ReqB, St>
     where
@@ -102,17 +107,15 @@ impl<S, St> Throttle<S, St> {
         St: Store,
     {
         let forwarding = self.shared.settings.forwarding();
-        let plan = match stage {
-            Stage::Admitted | Stage::Skipped => {
-                return ResponseFuture::forwarded(self.inner.call(request))
-            }
-            Stage::Answered(response) => return ResponseFuture::done(response),
-            Stage::Decided(verdict) => {
+        let plan = match checked {
+            ControlFlow::Break(verdict) => {
                 return ResponseFuture::decided(verdict, &mut self.inner, request, forwarding)
             }
-            Stage::Check(plan) => plan,
+            ControlFlow::Continue(plan) => plan,
         };
-        let mut check: BoxCheck<St> = Box::pin(evaluate(self.shared.clone(), plan));
+        // In which protocol a rejection is answered.
+        let reply = self.shared.settings.protocol.reply(request.headers());
+        let mut check: BoxCheck<St> = Box::pin(check::later(self.shared.clone(), plan, reply));
         // Most checks (the memory store) finish at once: then the ready inner
         // service is called here, without cloning it. Polling with a no-op
         // waker is sound: a pending future is polled again with the real

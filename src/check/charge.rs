@@ -1,5 +1,7 @@
-//! Counting by outcome: a request is charged when admitted (a reservation)
-//! and refunded once its response shows it does not count.
+//! Charges that may be given back: counting by outcome (a request is
+//! charged when admitted, a reservation, and refunded once its response
+//! shows it does not count), and the slot a delayed request reserved
+//! (refunded if the request is dropped while it waits).
 
 use std::sync::Arc;
 
@@ -52,6 +54,45 @@ impl<St: Store> HeldCharge<St> {
                 // Into the slot the unit was taken from (a window that has
                 // ended since keeps it). A failed refund leaves the unit
                 // counted: the limit holds.
+                let _ = store.refund(&key, &policy, &receipt).await;
+            }
+        });
+    }
+}
+
+/// The quota a delayed request was charged while it waits for its slot:
+/// refunded if the request is dropped before it goes (a client that hangs
+/// up), so abandoned waiters do not push later requests back. Concurrency
+/// permits are not here: the verdict's permits release themselves.
+pub(super) struct Reserved<St: Store> {
+    store: Option<Arc<St>>,
+    charged: Vec<(Vec<u8>, Policy, Receipt)>,
+}
+
+impl<St: Store> Reserved<St> {
+    pub(super) fn new(shared: &LayerState<St>, plan: &Plan, info: Option<&RateLimitInfo>) -> Self {
+        let charged = info.map(|info| plan.refundable(info)).unwrap_or_default();
+        Reserved {
+            store: Some(shared.store.clone()),
+            charged,
+        }
+    }
+
+    /// The request went ahead: its charge stands.
+    pub(super) fn keep(mut self) {
+        self.store = None;
+    }
+}
+
+impl<St: Store> Drop for Reserved<St> {
+    fn drop(&mut self) {
+        let Some(store) = self.store.take() else {
+            return;
+        };
+        let charged = std::mem::take(&mut self.charged);
+        release_detached(async move {
+            for (key, policy, receipt) in charged {
+                // A failed refund leaves the slot taken: the limit still holds.
                 let _ = store.refund(&key, &policy, &receipt).await;
             }
         });

@@ -1,7 +1,9 @@
-//! The policy a rule applies to one request: its own, or the request's.
+//! The policy a rule applies to one request: its own, or the request's
+//! (chosen while planning, or asked of a resolver by
+//! `Plan::resolve_pending`).
 
 use super::planned::PlannedRule;
-use super::{LayerState, Plan};
+use super::LayerState;
 use crate::key::RequestHead;
 use crate::policy::Policy;
 use crate::resolve::PolicySource;
@@ -38,7 +40,7 @@ pub(super) fn choose(
 /// Applies `policy` to `active`, tagging its key when the policy cannot
 /// share the rule's state (see [`crate::resolve`]). Returns how many bytes
 /// the key grew by (the caller moves the keys after it).
-fn apply(
+pub(super) fn apply(
     rule: &RuleCfg,
     policy: Policy,
     keys: &mut Vec<u8>,
@@ -58,31 +60,14 @@ fn apply(
     tag.len()
 }
 
-/// Asks the resolvers of the plan's pending rules (within the layer's store
-/// timeout, if any). A resolver that fails or times out leaves the rule's
-/// own policy, with a warning.
-pub(super) async fn resolve_pending<St>(shared: &LayerState<St>, plan: &mut Plan) {
-    if !plan.pending {
-        return;
-    }
-    plan.pending = false;
-    let mut shift = 0;
-    for i in 0..plan.actives().len() {
-        let mut active = plan.actives()[i];
-        active.start += shift;
-        active.end += shift;
-        if active.pending {
-            active.pending = false;
-            let rule = &shared.rules[active.rule];
-            if let Some(policy) = resolve(shared, rule, plan.key_part(rule, &active)).await {
-                shift += apply(rule, policy, &mut plan.keys, &mut plan.chosen, &mut active);
-            }
-        }
-        plan.actives_mut()[i] = active;
-    }
-}
-
-async fn resolve<St>(shared: &LayerState<St>, rule: &RuleCfg, key: &[u8]) -> Option<Policy> {
+/// The policy `rule`'s resolver gives the request of key part `key`,
+/// within the layer's store timeout, if any; `None` (with a warning when it
+/// failed or timed out) leaves the rule's own.
+pub(super) async fn resolve<St>(
+    shared: &LayerState<St>,
+    rule: &RuleCfg,
+    key: &[u8],
+) -> Option<Policy> {
     let Some(PolicySource::Resolver(resolver)) = &rule.source else {
         return None;
     };
@@ -97,10 +82,4 @@ async fn resolve<St>(shared: &LayerState<St>, rule: &RuleCfg, key: &[u8]) -> Opt
         tracing::warn!(target: "tower_throttle", %error, "policy resolver failed: the rule's own policy applies");
         None
     })
-}
-
-impl Plan {
-    fn key_part(&self, rule: &RuleCfg, a: &PlannedRule) -> &[u8] {
-        &self.keys[a.start + rule.key_head.len()..a.end]
-    }
 }

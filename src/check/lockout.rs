@@ -4,151 +4,94 @@
 //! except the keys every client shares
 //! ([`KeyExtractor::per_client`](crate::key::KeyExtractor::per_client)).
 
-use std::future::Future;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use super::settle::{limited, store_failed};
-use super::{count, LayerState, Plan, Verdict};
+use super::{Answer, LayerState, Plan, Reach};
 use crate::decision::Decision;
-use crate::grpc::respond;
 use crate::info::{RateLimitInfo, RuleDecision};
 use crate::lockout::Penalty;
 use crate::mode::Mode;
-use crate::response::Rejection;
 use crate::store::{budget, Store, StoreError};
 
-/// The locked rules of the plan, decided in process: `None` when the store
-/// does not answer in process, `Ok(None)` when no key is locked.
-pub(super) fn locked_now<St: Store>(
+/// The lock-out's check of the plan's keys, before the store decides:
+/// `Some(None)` when no key is locked, `Some(Some(answer))` when one is (or
+/// the check failed), `None` when `reach` is [`Reach::Now`] and the store
+/// cannot answer in process. The asynchronous form runs within the layer's
+/// timeout. A dry run checks nothing.
+pub(super) async fn locked<St: Store>(
     shared: &LayerState<St>,
     penalty: &Penalty,
     plan: &Plan,
-) -> Option<Result<Option<RateLimitInfo>, StoreError>> {
+    reach: Reach,
+) -> Option<Option<Answer>> {
     if shared.settings.mode == Mode::DryRun {
-        return Some(Ok(None));
+        return Some(None);
     }
-    let mut entries = Vec::new();
-    for a in plan.actives() {
-        match penalty.check_locked_now(&*shared.store, plan.key(a))? {
-            Ok(None) => {}
-            Ok(Some(left)) => entries.push(entry(penalty, a.rule, *plan.policy(shared, a), left)),
-            Err(error) => return Some(Err(error)),
-        }
-    }
-    Some(Ok(info(shared, entries)))
-}
-
-/// [`locked_now`] through the store's futures, within the layer's timeout.
-async fn locked<St: Store>(
-    shared: &LayerState<St>,
-    penalty: &Penalty,
-    plan: &Plan,
-) -> Result<Option<RateLimitInfo>, StoreError> {
-    if shared.settings.mode == Mode::DryRun {
-        return Ok(None);
-    }
-    let call = async {
+    let now = || {
         let mut entries = Vec::new();
         for a in plan.actives() {
-            if let Some(left) = penalty.check_locked(&*shared.store, plan.key(a)).await? {
-                entries.push(entry(penalty, a.rule, *plan.policy(shared, a), left));
+            match penalty.check_locked_now(&*shared.store, plan.key(a))? {
+                Ok(None) => {}
+                Ok(Some(left)) => {
+                    entries.push(entry(penalty, a.rule, *plan.policy(shared, a), left))
+                }
+                Err(error) => return Some(Err(error)),
             }
         }
-        Ok(info(shared, entries))
+        Some(Ok(entries))
     };
-    match shared.settings.timeout {
-        Some(limit) => budget::within(limit, call).await,
-        None => call.await,
-    }
-}
-
-/// The asynchronous path's lock check: `Some` answers the request.
-pub(super) async fn check<St: Store>(
-    shared: &LayerState<St>,
-    penalty: &Penalty,
-    plan: &Plan,
-) -> Option<Verdict<St>> {
-    match locked(shared, penalty, plan).await {
-        Ok(None) => None,
-        answer => Some(refuse(shared, plan, answer)),
-    }
-}
-
-/// Answers a request found locked (or whose lock check failed: the fail
-/// mode decides). `Ok(None)` forwards it.
-pub(super) fn refuse<St: Store>(
-    shared: &LayerState<St>,
-    plan: &Plan,
-    answer: Result<Option<RateLimitInfo>, StoreError>,
-) -> Verdict<St> {
-    match answer {
-        Err(error) => store_failed(shared, plan.reply, error),
-        Ok(None) => Verdict::Forward {
-            info: None,
-            permits: None,
-            charge: None,
-        },
-        Ok(Some(info)) => {
-            count(shared, "locked", Some(info.binding().rule));
-            Verdict::Reject(respond(
-                &shared.settings.body,
-                plan.reply,
-                &Rejection::Limited(&info),
-                false,
-            ))
+    let later = || async {
+        let call = async {
+            let mut entries = Vec::new();
+            for a in plan.actives() {
+                if let Some(left) = penalty.check_locked(&*shared.store, plan.key(a)).await? {
+                    entries.push(entry(penalty, a.rule, *plan.policy(shared, a), left));
+                }
+            }
+            Ok(entries)
+        };
+        match shared.settings.timeout {
+            Some(limit) => budget::within(limit, call).await,
+            None => call.await,
         }
-    }
+    };
+    let answer = match reach.call(now, later).await? {
+        Ok(entries) => info(shared, entries).map(Answer::Locked),
+        Err(error) => Some(Answer::Failed(error)),
+    };
+    Some(answer)
 }
 
-/// Records the strikes of a rejection, then rejects: with the lock's time
-/// when a strike locked its key.
+/// Records the strikes of a rejection: every denied key collects one, and
+/// the entries of the keys a strike locked turn into the lock's denial.
+/// [`Reach::Now`] records in process; were the store to need a future, the
+/// strikes are recorded in the background and the rejection answers with
+/// the rule's own wait.
 pub(super) async fn strike<St: Store>(
     shared: &LayerState<St>,
     plan: &Plan,
-    mut info: RateLimitInfo,
-) -> Verdict<St> {
-    let Some((penalty, keys)) = strikes(shared, plan, &info) else {
-        return limited(shared, plan, &info);
+    info: &mut RateLimitInfo,
+    reach: Reach,
+) {
+    let Some(penalty) = &shared.settings.lockout else {
+        return;
     };
-    let results = record(shared.store.clone(), penalty, keys).await;
-    apply(&mut info, results);
-    limited(shared, plan, &info)
+    let keys = strikes(shared, plan, info);
+    // Boxed: it may finish in the background.
+    let recording = Box::pin(record(shared.store.clone(), penalty.clone(), keys));
+    if let Some(results) = reach.finish(recording).await {
+        apply(info, results);
+    }
 }
 
-/// [`strike`] without a future: an in-process store records at once. Were
-/// it to need a future, the strikes are recorded in the background and this
-/// rejection answers with the rule's own wait.
-pub(super) fn strike_now<St: Store>(
+/// What a denial records: per denied entry, its index and its rule key.
+fn strikes<St>(
     shared: &LayerState<St>,
     plan: &Plan,
-    mut info: RateLimitInfo,
-) -> Verdict<St> {
-    let Some((penalty, keys)) = strikes(shared, plan, &info) else {
-        return limited(shared, plan, &info);
-    };
-    let mut recording = Box::pin(record(shared.store.clone(), penalty, keys));
-    match recording
-        .as_mut()
-        .poll(&mut Context::from_waker(Waker::noop()))
-    {
-        Poll::Ready(results) => apply(&mut info, results),
-        Poll::Pending => crate::limiter::release_detached(async move {
-            recording.await;
-        }),
-    }
-    limited(shared, plan, &info)
-}
-
-/// What a denial records: the penalty and, per denied entry, its index
-/// and its rule key.
-type Strikes = (Arc<Penalty>, Vec<(usize, Vec<u8>)>);
-
-fn strikes<St>(shared: &LayerState<St>, plan: &Plan, info: &RateLimitInfo) -> Option<Strikes> {
-    let penalty = shared.settings.lockout.clone()?;
-    let keys = info
-        .entries()
+    info: &RateLimitInfo,
+) -> Vec<(usize, Vec<u8>)> {
+    info.entries()
         .iter()
         .enumerate()
         .filter(|(_, e)| !e.decision.allowed)
@@ -159,8 +102,7 @@ fn strikes<St>(shared: &LayerState<St>, plan: &Plan, info: &RateLimitInfo) -> Op
             let a = plan.actives().iter().find(|a| a.rule == e.rule)?;
             Some((i, plan.key(a).to_vec()))
         })
-        .collect();
-    Some((penalty, keys))
+        .collect()
 }
 
 type Recorded = (

@@ -1,36 +1,55 @@
-//! One request's check, in three stages: [`plan`] builds every rule's key
-//! and policy, [`evaluate`] asks the store (at once in process, else
-//! through a future in `later`), [`settle`] applies the layer's mode to the
-//! answer.
+//! One request's check, one pipeline in three stages, each in the file of
+//! its name, in an in-process form (`_now`) and a form through the store's
+//! futures that share their logic:
+//!
+//! - [`plan`] builds every rule's key, cost and policy (a [`Plan`]);
+//! - [`decide_now`] / [`decide`] asks the store for its decisions (an
+//!   [`Answer`]);
+//! - [`settle_now`] / [`settle`] applies the layer's mode to the answer (a
+//!   [`Verdict`], or a wait in delay mode), recording a lock-out's strikes.
+//!
+//! [`now`] runs them in process, where most requests end; a plan that needs
+//! a future (a remote store, a resolver, delay mode) goes on in [`later`].
+//! The lock-out's store calls take a [`Reach`]: at once, or through the
+//! store's futures. A layer of one plain rule takes the fast lane of
+//! `simple`, which settles any answer but a bare admission like every other.
 
+use std::future::Future;
+use std::ops::ControlFlow;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
-use bytes::Bytes;
-use http::Response;
-
-use crate::info::Meta;
+use crate::decision::Decision;
+use crate::grpc::Reply;
+use crate::info::{Meta, RateLimitInfo};
+use crate::key::RequestHead;
+use crate::mode::Mode;
 use crate::rule::RuleCfg;
 use crate::settings::Settings;
-use crate::store::Store;
+use crate::store::{Store, StoreError};
 
 mod charge;
 mod choose;
-mod evaluate;
+mod decide;
 mod hold;
-mod later;
 mod lockout;
 mod permits;
 mod plan;
 mod planned;
 mod settle;
+mod simple;
 
 pub(crate) use charge::HeldCharge;
-pub(crate) use evaluate::decide_now;
+use charge::Reserved;
+use decide::{decide, decide_now};
 pub(crate) use hold::Holds;
-pub(crate) use later::evaluate;
 pub(crate) use permits::HeldPermits;
+use plan::plan;
 pub(crate) use plan::Plan;
 pub(crate) use settle::Verdict;
+use settle::{settle, settle_now};
 
 /// Everything a layer's services share.
 pub(crate) struct LayerState<St> {
@@ -41,8 +60,8 @@ pub(crate) struct LayerState<St> {
     pub(crate) meta: Arc<Meta>,
     pub(crate) settings: Settings,
     /// One rule with its own policy, no skip, lock-out or delay, and nothing
-    /// an admission carries forward: [`decide_now`] takes its short path
-    /// (see [`Settings::simple`]).
+    /// an admission carries forward: [`now`] takes the fast lane of
+    /// `simple` (see [`Settings::simple`]).
     pub(crate) simple: bool,
     /// Keeps the layer's key namespaces claimed in the store while any of
     /// its services lives.
@@ -55,21 +74,230 @@ pub(crate) struct LayerState<St> {
     pub(crate) metric_rules: Arc<str>,
 }
 
-/// Where a request's check stands: what [`plan`] found, then what
-/// [`decide_now`] decided.
-pub(crate) enum Stage<St: Store> {
-    /// Admitted in process, with nothing to carry forward: the hot path.
+/// The store's answer for a plan, for [`settle`].
+pub(super) enum Answer {
+    /// Every rule admitted the request, and nothing of it is carried
+    /// forward: no [`RateLimitInfo`] is built.
     Admitted,
-    /// Not limited: `skip_if`, or every rule skipped for want of a key.
-    Skipped,
-    /// Answered before any check (a missing key, a misconfiguration).
-    Answered(Box<Response<Bytes>>),
-    /// Decided in process, with something to carry forward or a rejection.
-    Decided(Verdict<St>),
-    /// The plan still to check: after [`plan`], in process or not; after
-    /// [`decide_now`], through [`evaluate`] (an asynchronous store, a
-    /// resolver, delay mode).
-    Check(Plan),
+    /// The rules' decisions, and how long a delayed request waits for the
+    /// slots it reserved.
+    Decided(Decided, Duration),
+    /// A key is locked out: these are its lock's denials.
+    Locked(RateLimitInfo),
+    /// The store failed (or timed out).
+    Failed(StoreError),
+}
+
+/// The store's decisions as it gave them: smaller than the
+/// [`RateLimitInfo`] `settle` makes of them, off the admitted path.
+pub(super) enum Decided {
+    /// The one rule's.
+    One(Decision),
+    /// Every rule's, in the plan's order.
+    Many(Vec<Decision>),
+}
+
+/// How a stage reaches the store.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Reach {
+    /// In process: each call answers at once, or not at all (the plan then
+    /// goes on [`Reach::Later`]); nothing waits.
+    Now,
+    /// Through the store's futures, waiting where the mode says.
+    Later,
+}
+
+impl Reach {
+    /// One store call: `now` in process (`None` when the store cannot
+    /// answer so), or the future `later` makes.
+    async fn call<T, F: Future<Output = T>>(
+        self,
+        now: impl FnOnce() -> Option<T>,
+        later: impl FnOnce() -> F,
+    ) -> Option<T> {
+        match self {
+            Reach::Now => now(),
+            Reach::Later => Some(later().await),
+        }
+    }
+
+    /// Work that owns what it needs (a lock-out's strikes): awaited
+    /// [`Reach::Later`]; [`Reach::Now`] polls it once and, if it must wait,
+    /// lets it finish in the background (`None`).
+    async fn finish<F>(self, mut work: Pin<Box<F>>) -> Option<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send,
+    {
+        if self == Reach::Later {
+            return Some(work.await);
+        }
+        match work.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(output) => Some(output),
+            Poll::Pending => {
+                crate::limiter::release_detached(async move {
+                    work.await;
+                });
+                None
+            }
+        }
+    }
+}
+
+/// Checks a request in process: the fast lane, or [`plan`], the lock-out's
+/// check, [`decide_now`] and [`settle_now`]. `Break` is
+/// the request's verdict ([`Verdict::forward`] when nothing is carried:
+/// admitted, or not limited); `Continue` a plan only the store's futures
+/// can decide, for [`later`].
+#[inline]
+pub(crate) fn now<St: Store>(
+    shared: &LayerState<St>,
+    req: &RequestHead<'_>,
+) -> ControlFlow<Verdict<St>, Plan> {
+    if shared.simple {
+        return simple::check(shared, req);
+    }
+    let plan = plan(shared, req)?;
+    if plan.pending || matches!(shared.settings.mode, Mode::Delay { .. }) {
+        // A policy not yet resolved needs its resolver, and delay mode
+        // reserves slots and may sleep.
+        return ControlFlow::Continue(plan);
+    }
+    let answer = match &shared.settings.lockout {
+        // Only layers with a lock-out pay for this; the others test an `Option`.
+        Some(_) => locked_now(shared, &plan),
+        None => decide_now(shared, &plan),
+    };
+    match answer {
+        Some(Answer::Admitted) => {
+            // The common case, settled without a future.
+            count(shared, "allowed", None);
+            plan.recycle();
+            ControlFlow::Break(Verdict::forward())
+        }
+        Some(answer) => settled_now(shared, plan, req, answer),
+        // Nothing was charged: every call of a check is answered in
+        // process or none is.
+        None => ControlFlow::Continue(plan),
+    }
+}
+
+/// The lock-out's check of the plan in process, then the store's decisions
+/// if no key is locked.
+#[inline(never)]
+fn locked_now<St: Store>(shared: &LayerState<St>, plan: &Plan) -> Option<Answer> {
+    let penalty = shared.settings.lockout.as_ref()?;
+    match poll_now(std::pin::pin!(lockout::locked(
+        shared,
+        penalty,
+        plan,
+        Reach::Now
+    )))? {
+        Some(locked) => Some(locked),
+        None => decide_now(shared, plan),
+    }
+}
+
+/// [`settle_now`]s an answer the store gave in process, off the admitted
+/// path.
+#[inline(never)]
+fn settled_now<St: Store>(
+    shared: &LayerState<St>,
+    plan: Plan,
+    req: &RequestHead<'_>,
+    answer: Answer,
+) -> ControlFlow<Verdict<St>, Plan> {
+    // In which protocol a rejection is answered: read only when one may follow.
+    let reply = || shared.settings.protocol.reply(req.headers());
+    let verdict = settle_now(shared, &plan, answer, &reply);
+    plan.recycle();
+    ControlFlow::Break(verdict)
+}
+
+/// Polls a [`Reach::Now`] future, which never waits, to its end (pinned
+/// where it was made: moving a future copies every state of it).
+#[inline]
+fn poll_now<F: Future>(stage: Pin<&mut F>) -> F::Output {
+    match stage.poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(output) => output,
+        Poll::Pending => unreachable!("an in-process check waited"),
+    }
+}
+
+/// Checks a plan through the store's futures ([`Reach::Later`]): resolves
+/// its pending policies, checks the lock-out, then [`decide`]s and
+/// [`settle`]s, waiting and deciding again in delay mode. `reply` is the
+/// request's protocol.
+pub(crate) async fn later<St: Store>(
+    shared: Arc<LayerState<St>>,
+    mut plan: Plan,
+    reply: Reply,
+) -> Verdict<St> {
+    plan.resolve_pending(&shared).await;
+    let (shared, plan, reach, reply) = (&*shared, &plan, Reach::Later, &move || reply);
+    let mut locked = match &shared.settings.lockout {
+        Some(penalty) => lockout::locked(shared, penalty, plan, reach)
+            .await
+            .flatten(),
+        None => None,
+    };
+    let delay = match shared.settings.mode {
+        Mode::Delay { max_wait } => Some(max_wait),
+        _ => None,
+    };
+    let mut waited = Duration::ZERO;
+    let mut attempts = 0;
+    loop {
+        let reserve = delay
+            .filter(|_| shared.store.reserves_slots() && plan.reservable(shared))
+            .map(|max_wait| max_wait.saturating_sub(waited));
+        // Registered before the check, so a release between the check and
+        // the wait still wakes this request.
+        let concurrency = plan
+            .actives()
+            .iter()
+            .filter(|a| plan.policy(shared, a).is_concurrency())
+            .map(|a| plan.key(a));
+        let mut released = std::pin::pin!(shared.holds.released(concurrency).notified());
+        released.as_mut().enable();
+        let answer = match locked.take() {
+            Some(answer) => answer,
+            None => decide(shared, plan, reserve).await,
+        };
+        let slot_wait = match &answer {
+            Answer::Decided(_, wait) => *wait,
+            _ => Duration::ZERO,
+        };
+        let retry = match settle(shared, plan, answer, waited, attempts, reply).await {
+            ControlFlow::Break(verdict) => {
+                if let (false, Verdict::Forward { info, .. }) = (slot_wait.is_zero(), &verdict) {
+                    // Admitted into a reserved slot: wait for it, then go. A
+                    // waiter dropped before its time gives the slot back.
+                    count(shared, "delayed", None);
+                    let reserved = Reserved::new(shared, plan, info.as_ref());
+                    tokio::time::sleep(slot_wait).await;
+                    reserved.keep();
+                }
+                return verdict;
+            }
+            ControlFlow::Continue(retry) => retry,
+        };
+        if retry.on_release {
+            // Woken by this layer's next release, or by the estimate
+            // running out (a permit of another instance, a lapsed lease).
+            // Only the timeouts count as attempts: each wake-up is a permit
+            // freed, so they are as many as the releases.
+            let started = tokio::time::Instant::now();
+            if tokio::time::timeout(retry.wait, released).await.is_err() {
+                attempts += 1;
+            }
+            waited += started.elapsed();
+        } else {
+            attempts += 1;
+            waited += retry.wait;
+            tokio::time::sleep(retry.wait).await;
+        }
+    }
 }
 
 /// Counts a request's outcome (feature `metrics`), labelled with the

@@ -1,32 +1,34 @@
-//! The first stage: every rule's key, cost and policy for one request, in
-//! one buffer ([`Plan`]), or the request's answer when a key is missing.
+//! The first stage, [`plan`]: every rule's key, cost and policy for one
+//! request, in one buffer ([`Plan`]), or the request's answer when it is
+//! not limited or a key is missing.
 
 use std::cell::Cell;
+use std::ops::ControlFlow;
 
 use bytes::Bytes;
 use http::Response;
 
+use super::choose::{apply, choose, resolve};
 use super::planned::{PlannedRule, PlannedRules};
-use super::{count, LayerState, Stage};
-use crate::decision::{Decision, Receipt};
+use super::{count, LayerState, Verdict};
+use crate::decision::Receipt;
 use crate::grpc::{respond, Reply};
-use crate::info::{RateLimitInfo, RuleDecision};
+use crate::info::RateLimitInfo;
 use crate::key::{bound_key_part, KeyWriter, MissingKey, RequestHead, MAX_KEY_PART};
 use crate::mode::OnMissingKey;
 use crate::policy::Policy;
 use crate::response::Rejection;
-use crate::store::{Charge, Store, StoreError};
+use crate::rule::RuleCfg;
+use crate::store::{Charge, Store};
 
 /// The keys and costs of one request, owned so the check can outlive it.
 pub(crate) struct Plan {
-    pub(super) keys: Vec<u8>,
+    keys: Vec<u8>,
     pub(super) rules: PlannedRules,
-    /// The protocol a rejection is answered in.
-    pub(super) reply: Reply,
     /// Some rule's policy is still to be resolved.
     pub(super) pending: bool,
     /// The policies requests chose (see `PlannedRule::chosen`); empty for static ones.
-    pub(super) chosen: Vec<Policy>,
+    chosen: Vec<Policy>,
 }
 
 thread_local! {
@@ -51,9 +53,27 @@ pub(super) fn recycle_keys(mut keys: Vec<u8>) {
 }
 
 impl Plan {
+    /// The plan of the one rule of a layer's fast lane, its key in `keys`.
+    pub(super) fn one(keys: Vec<u8>, cost: u64) -> Self {
+        let end = keys.len();
+        Plan {
+            keys,
+            rules: PlannedRules::One(PlannedRule {
+                rule: 0,
+                start: 0,
+                end,
+                cost,
+                chosen: None,
+                pending: false,
+            }),
+            pending: false,
+            chosen: Vec::new(),
+        }
+    }
+
     /// Returns the key buffer for the next request on this thread.
     #[inline]
-    pub(crate) fn recycle(self) {
+    pub(super) fn recycle(self) {
         recycle_keys(self.keys);
     }
 
@@ -67,6 +87,30 @@ impl Plan {
     #[inline]
     pub(super) fn key(&self, a: &PlannedRule) -> &[u8] {
         &self.keys[a.start..a.end]
+    }
+
+    /// The key part of `a` (its key without the rule's `prefix:name:`).
+    fn key_part(&self, rule: &RuleCfg, a: &PlannedRule) -> &[u8] {
+        &self.keys[a.start + rule.key_head.len()..a.end]
+    }
+
+    /// The policy `a` applies: the request's, or its rule's.
+    pub(super) fn policy<'a, St>(
+        &'a self,
+        shared: &'a LayerState<St>,
+        a: &PlannedRule,
+    ) -> &'a Policy {
+        match a.chosen {
+            Some(i) => &self.chosen[i as usize],
+            None => &shared.rules[a.rule].policy,
+        }
+    }
+
+    /// What the store charges `a`, under `policy` (the applied one, or the
+    /// one a delayed request reserves with).
+    #[inline]
+    pub(super) fn charge<'a>(&'a self, a: &PlannedRule, policy: &'a Policy) -> Charge<'a> {
+        Charge::new(self.key(a), policy, a.cost)
     }
 
     /// What the admitted request was charged that a refund can give back:
@@ -97,29 +141,49 @@ impl Plan {
         counting.count() <= 1
     }
 
-    /// The policy `a` applies: the request's, or its rule's.
-    pub(super) fn policy<'a, St>(
-        &'a self,
-        shared: &'a LayerState<St>,
-        a: &PlannedRule,
-    ) -> &'a Policy {
-        match a.chosen {
-            Some(i) => &self.chosen[i as usize],
-            None => &shared.rules[a.rule].policy,
+    /// Asks the resolvers of the plan's pending rules (within the layer's
+    /// store timeout, if any). A resolver that fails or times out leaves the
+    /// rule's own policy, with a warning.
+    pub(super) async fn resolve_pending<St>(&mut self, shared: &LayerState<St>) {
+        if !self.pending {
+            return;
         }
-    }
-
-    pub(super) fn actives_mut(&mut self) -> &mut [PlannedRule] {
-        match &mut self.rules {
-            PlannedRules::One(a) => std::slice::from_mut(a),
-            PlannedRules::Many(v) => v,
+        self.pending = false;
+        // How far the keys moved: a chosen policy may tag an earlier key.
+        let mut shift = 0;
+        for i in 0..self.actives().len() {
+            let mut active = self.actives()[i];
+            active.start += shift;
+            active.end += shift;
+            if active.pending {
+                active.pending = false;
+                let rule = &shared.rules[active.rule];
+                if let Some(policy) = resolve(shared, rule, self.key_part(rule, &active)).await {
+                    shift += apply(rule, policy, &mut self.keys, &mut self.chosen, &mut active);
+                }
+            }
+            match &mut self.rules {
+                PlannedRules::One(a) => *a = active,
+                PlannedRules::Many(v) => v[i] = active,
+            }
         }
     }
 }
 
-/// Builds every rule's key in one buffer.
+/// Builds every rule's key in one buffer and picks its policy; `Break` is
+/// the request's answer when it is not limited (`skip_if`, every rule
+/// skipped for want of a key) or a key is missing.
 #[inline]
-pub(crate) fn plan<St: Store>(shared: &LayerState<St>, req: &RequestHead<'_>) -> Stage<St> {
+pub(super) fn plan<St: Store>(
+    shared: &LayerState<St>,
+    req: &RequestHead<'_>,
+) -> ControlFlow<Verdict<St>, Plan> {
+    if let Some(skip) = &shared.settings.skip {
+        if skip(req) {
+            count(shared, "bypassed", None);
+            return ControlFlow::Break(Verdict::forward());
+        }
+    }
     let n = shared.rules.len();
     let mut keys = take_key_buffer();
     keys.reserve(48 * n);
@@ -134,9 +198,9 @@ pub(crate) fn plan<St: Store>(shared: &LayerState<St>, req: &RequestHead<'_>) ->
         if let Err(missing) = rule.key.extract(req, &mut KeyWriter::new(&mut keys)) {
             keys.truncate(start);
             match missing_key(shared, req, i, &missing) {
-                Some(response) => {
+                Some(verdict) => {
                     recycle_keys(keys);
-                    return Stage::Answered(response);
+                    return ControlFlow::Break(verdict);
                 }
                 None => continue,
             }
@@ -151,7 +215,7 @@ pub(crate) fn plan<St: Store>(shared: &LayerState<St>, req: &RequestHead<'_>) ->
             pending: false,
         };
         if let Some(source) = &rule.source {
-            super::choose::choose(rule, source, req, &mut keys, &mut chosen, &mut active);
+            choose(rule, source, req, &mut keys, &mut chosen, &mut active);
             pending |= active.pending;
         }
         if n == 1 {
@@ -164,17 +228,14 @@ pub(crate) fn plan<St: Store>(shared: &LayerState<St>, req: &RequestHead<'_>) ->
         (Some(a), _) => PlannedRules::One(a),
         (None, 0) => {
             recycle_keys(keys);
-            return Stage::Skipped;
+            return ControlFlow::Break(Verdict::forward());
         }
         (None, 1) => PlannedRules::One(actives[0]),
         (None, _) => PlannedRules::Many(actives),
     };
-    Stage::Check(Plan {
+    ControlFlow::Continue(Plan {
         keys,
         rules,
-        // Set off the admitted fast path (see `evaluate::evaluate_now`), which never
-        // answers itself and so need not read the `content-type`.
-        reply: Reply::Http,
         pending,
         chosen,
     })
@@ -184,17 +245,18 @@ pub(crate) fn plan<St: Store>(shared: &LayerState<St>, req: &RequestHead<'_>) ->
 /// request's answer (a rejection, or the 500 of a misconfiguration).
 #[cold]
 #[inline(never)]
-pub(super) fn missing_key<St>(
+pub(super) fn missing_key<St: Store>(
     shared: &LayerState<St>,
     req: &RequestHead<'_>,
     i: usize,
     missing: &MissingKey,
-) -> Option<Box<Response<Bytes>>> {
+) -> Option<Verdict<St>> {
     let name = &*shared.meta.rules[i].name;
     tracing::debug!(target: "tower_throttle", rule = name, reason = missing.reason(), "no rate-limit key");
     let reply = || shared.settings.protocol.reply(req.headers());
     if missing.is_misconfiguration() {
-        return Some(misconfigured(shared, reply(), i, name, missing.reason()));
+        let response = misconfigured(shared, reply(), i, name, missing.reason());
+        return Some(Verdict::Reject(response));
     }
     match shared.settings.on_missing {
         OnMissingKey::Skip => {
@@ -208,7 +270,8 @@ pub(super) fn missing_key<St>(
                 reason: missing.reason(),
                 status,
             };
-            Some(respond(&shared.settings.body, reply(), &rejection, false))
+            let response = respond(&shared.settings.body, reply(), &rejection, false);
+            Some(Verdict::Reject(response))
         }
     }
 }
@@ -234,98 +297,4 @@ fn misconfigured<St>(
         &Rejection::Misconfigured { rule },
         true,
     )
-}
-
-/// A plan's rules as the store takes them: one, or all in one call.
-pub(super) enum StoreRules<'a> {
-    One(Charge<'a>),
-    Many(Vec<Charge<'a>>),
-}
-
-/// The store's decisions for a plan's rules, in the plan's order.
-pub(super) enum Decisions {
-    One(Decision),
-    Many(Vec<Decision>),
-}
-
-impl Plan {
-    /// The plan's rules for the store, each with `policy(i, rule)`: the
-    /// applied policy, or the one a delayed request reserves with.
-    pub(super) fn store_rules<'a>(
-        &'a self,
-        policy: impl Fn(usize, &PlannedRule) -> &'a Policy,
-    ) -> StoreRules<'a> {
-        match &self.rules {
-            PlannedRules::One(a) => StoreRules::One(Charge::new(self.key(a), policy(0, a), a.cost)),
-            PlannedRules::Many(actives) => StoreRules::Many(
-                actives
-                    .iter()
-                    .enumerate()
-                    .map(|(i, a)| Charge::new(self.key(a), policy(i, a), a.cost))
-                    .collect(),
-            ),
-        }
-    }
-}
-
-impl StoreRules<'_> {
-    /// Asks the store in process; `None` when it needs a future.
-    #[inline]
-    pub(super) fn check_now<St: Store>(&self, store: &St) -> Option<Result<Decisions, StoreError>> {
-        match self {
-            StoreRules::One(rule) => store.check_now(*rule).map(|d| d.map(Decisions::One)),
-            StoreRules::Many(rules) => store.check_all_now(rules).map(|d| d.map(Decisions::Many)),
-        }
-    }
-
-    /// Asks the store through its future.
-    pub(super) async fn check<St: Store>(&self, store: &St) -> Result<Decisions, StoreError> {
-        match self {
-            StoreRules::One(rule) => store.check(*rule).await.map(Decisions::One),
-            StoreRules::Many(rules) => store.check_all(rules).await.map(Decisions::Many),
-        }
-    }
-}
-
-impl Decisions {
-    pub(super) fn as_mut_slice(&mut self) -> &mut [Decision] {
-        match self {
-            Decisions::One(d) => std::slice::from_mut(d),
-            Decisions::Many(v) => v,
-        }
-    }
-
-    /// The decisions with their rules and applied policies; an error when
-    /// the store answered for another number of rules.
-    pub(super) fn into_info<St>(
-        self,
-        shared: &LayerState<St>,
-        plan: &Plan,
-    ) -> Result<RateLimitInfo, StoreError> {
-        let actives = plan.actives();
-        let decided = |a: &PlannedRule, decision| RuleDecision {
-            rule: a.rule,
-            policy: *plan.policy(shared, a),
-            decision,
-        };
-        match (self, actives) {
-            (Decisions::One(d), [a]) => Ok(RateLimitInfo::one(shared.meta.clone(), decided(a, d))),
-            (Decisions::Many(v), _) if v.len() == actives.len() => {
-                let entries = actives.iter().zip(v).map(|(a, d)| decided(a, d)).collect();
-                Ok(RateLimitInfo::many(shared.meta.clone(), entries))
-            }
-            (decisions, _) => Err(StoreError::Protocol(format!(
-                "{} decisions for {} rules",
-                decisions.len(),
-                actives.len()
-            ))),
-        }
-    }
-
-    fn len(&self) -> usize {
-        match self {
-            Decisions::One(_) => 1,
-            Decisions::Many(v) => v.len(),
-        }
-    }
 }

@@ -1,12 +1,15 @@
-//! The last stage: what one store answer means for the request under the
-//! layer's mode ([`settle`]), as a [`Verdict`] or a wait.
+//! The last stage, [`settle`]: what one answer of the store means for the
+//! request under the layer's mode, as a [`Verdict`] or a wait.
 
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::Response;
 
-use super::{count, HeldCharge, HeldPermits, LayerState, Plan};
+use super::{
+    count, decide, lockout, poll_now, Answer, HeldCharge, HeldPermits, LayerState, Plan, Reach,
+};
 use crate::grpc::{respond, Reply};
 use crate::info::RateLimitInfo;
 use crate::mode::{FailMode, Mode, MAX_DELAY_ATTEMPTS};
@@ -28,33 +31,94 @@ pub(crate) enum Verdict<St: Store> {
     Reject(Box<Response<Bytes>>),
 }
 
-/// What to do after one store answer.
-#[allow(clippy::large_enum_variant)]
-pub(super) enum Step<St: Store> {
-    Done(Verdict<St>),
-    /// Delay mode: wait this long (or, with `on_release`, until this layer
-    /// releases a permit, if sooner), then check again.
-    Wait {
-        wait: Duration,
-        on_release: bool,
-    },
-    /// A rejection under a lock-out: its denial is to be recorded first
-    /// (see [`super::lockout`]), which may lock the key.
-    Strike(RateLimitInfo),
+impl<St: Store> Verdict<St> {
+    /// Forward with nothing to carry: admitted, or not limited.
+    pub(crate) fn forward() -> Self {
+        Verdict::Forward {
+            info: None,
+            permits: None,
+            charge: None,
+        }
+    }
 }
 
-/// Applies the mode to one store answer; `waited` and `attempts` count the
-/// delays so far.
-pub(super) fn settle<St: Store>(
+/// Delay mode's next step: wait this long (or, with `on_release`, until
+/// this layer releases a permit, if sooner), then decide again.
+pub(super) struct Retry {
+    pub(super) wait: Duration,
+    pub(super) on_release: bool,
+}
+
+/// Applies the mode to one answer of the store, through the store's
+/// futures: the request's [`Verdict`], or in delay mode a [`Retry`]. A
+/// rejection under a lock-out first records its strikes (see
+/// [`super::lockout`]), which may lock the key. `waited` and `attempts`
+/// count the delays so far; `reply` gives the protocol a rejection is
+/// answered in.
+pub(super) async fn settle<St: Store>(
     shared: &LayerState<St>,
     plan: &Plan,
-    answer: Result<RateLimitInfo, StoreError>,
+    answer: Answer,
     waited: Duration,
     attempts: u32,
-) -> Step<St> {
+    reply: &impl Fn() -> Reply,
+) -> ControlFlow<Verdict<St>, Retry> {
+    match judge(shared, plan, answer, waited, attempts, reply) {
+        Ok(settled) => settled,
+        Err(mut info) => {
+            // Boxed: a rare path, kept out of the future of every check.
+            Box::pin(lockout::strike(shared, plan, &mut info, Reach::Later)).await;
+            ControlFlow::Break(limited(shared, reply(), &info))
+        }
+    }
+}
+
+/// [`settle`] in process, where nothing waits: the same judgement, and a
+/// lock-out's strikes recorded at once (or in the background, should the
+/// store need a future).
+#[inline]
+pub(super) fn settle_now<St: Store>(
+    shared: &LayerState<St>,
+    plan: &Plan,
+    answer: Answer,
+    reply: &impl Fn() -> Reply,
+) -> Verdict<St> {
+    match judge(shared, plan, answer, Duration::ZERO, 0, reply) {
+        Ok(ControlFlow::Break(verdict)) => verdict,
+        Ok(ControlFlow::Continue(_)) => unreachable!("only delay mode waits, never in process"),
+        Err(mut info) => {
+            let striking = lockout::strike(shared, plan, &mut info, Reach::Now);
+            poll_now(std::pin::pin!(striking));
+            limited(shared, reply(), &info)
+        }
+    }
+}
+
+/// The mode applied to one answer; `Err` is a denial under a lock-out,
+/// rejected once its strikes are recorded.
+#[allow(clippy::result_large_err)] // on the stack for one call
+#[inline]
+fn judge<St: Store>(
+    shared: &LayerState<St>,
+    plan: &Plan,
+    answer: Answer,
+    waited: Duration,
+    attempts: u32,
+    reply: &impl Fn() -> Reply,
+) -> Result<ControlFlow<Verdict<St>, Retry>, RateLimitInfo> {
     let mut info = match answer {
-        Ok(info) => info,
-        Err(error) => return Step::Done(store_failed(shared, plan.reply, error)),
+        Answer::Admitted => {
+            count(shared, "allowed", None);
+            return Ok(ControlFlow::Break(Verdict::forward()));
+        }
+        Answer::Decided(decided, _) => decide::info(shared, plan, decided),
+        Answer::Locked(info) => {
+            count(shared, "locked", Some(info.binding().rule));
+            return Ok(ControlFlow::Break(reject(shared, reply(), &info)));
+        }
+        Answer::Failed(error) => {
+            return Ok(ControlFlow::Break(store_failed(shared, reply(), error)))
+        }
     };
     if !info.allowed() {
         // The store's retry for a concurrency denial is the lease ceiling.
@@ -65,21 +129,21 @@ pub(super) fn settle<St: Store>(
         count(shared, "allowed", None);
         let permits = HeldPermits::collect(shared, plan, &info);
         let charge = HeldCharge::collect(shared, plan, &info);
-        return Step::Done(Verdict::Forward {
+        return Ok(ControlFlow::Break(Verdict::Forward {
             info: Some(info),
             permits,
             charge,
-        });
+        }));
     }
     match shared.settings.mode {
         Mode::DryRun => {
             count(shared, "dry_run_limited", Some(info.binding().rule));
             tracing::info!(target: "tower_throttle", retry_after = ?info.retry_after(), "dry run: request would be rate-limited");
-            return Step::Done(Verdict::Forward {
+            return Ok(ControlFlow::Break(Verdict::Forward {
                 info: Some(info),
                 permits: None,
                 charge: None,
-            });
+            }));
         }
         Mode::Delay { max_wait } => {
             let left = max_wait.saturating_sub(waited);
@@ -88,38 +152,39 @@ pub(super) fn settle<St: Store>(
                 // estimate, so wait for it within whatever budget is left.
                 if only_concurrency_denies(&info) && !left.is_zero() {
                     count(shared, "delayed", Some(info.binding().rule));
-                    return Step::Wait {
+                    return Ok(ControlFlow::Continue(Retry {
                         wait: wait.min(left),
                         on_release: true,
-                    };
+                    }));
                 }
                 if wait <= left {
                     count(shared, "delayed", Some(info.binding().rule));
-                    return Step::Wait {
+                    return Ok(ControlFlow::Continue(Retry {
                         wait,
                         on_release: false,
-                    };
+                    }));
                 }
             }
         }
         Mode::Reject => {}
     }
     if shared.settings.lockout.is_some() {
-        return Step::Strike(info);
+        return Err(info);
     }
-    Step::Done(limited(shared, plan, &info))
+    Ok(ControlFlow::Break(limited(shared, reply(), &info)))
 }
 
-/// The rejection of a denied request.
-pub(super) fn limited<St: Store>(
-    shared: &LayerState<St>,
-    plan: &Plan,
-    info: &RateLimitInfo,
-) -> Verdict<St> {
+/// The rejection of a denied request, counted.
+fn limited<St: Store>(shared: &LayerState<St>, reply: Reply, info: &RateLimitInfo) -> Verdict<St> {
     count(shared, "limited", Some(info.binding().rule));
+    reject(shared, reply, info)
+}
+
+/// The rejection of a request denied (or locked out) by `info`.
+fn reject<St: Store>(shared: &LayerState<St>, reply: Reply, info: &RateLimitInfo) -> Verdict<St> {
     Verdict::Reject(respond(
         &shared.settings.body,
-        plan.reply,
+        reply,
         &Rejection::Limited(info),
         false,
     ))
@@ -133,7 +198,8 @@ fn only_concurrency_denies(info: &RateLimitInfo) -> bool {
         .all(|e| e.policy.is_concurrency())
 }
 
-pub(super) fn store_failed<St: Store>(
+/// The fail mode's answer to a store that failed.
+fn store_failed<St: Store>(
     shared: &LayerState<St>,
     reply: Reply,
     error: StoreError,
@@ -142,11 +208,7 @@ pub(super) fn store_failed<St: Store>(
     let fail = shared.settings.fail;
     tracing::warn!(target: "tower_throttle", %error, fail_mode = ?fail, "rate-limit store failed");
     match fail {
-        FailMode::Open => Verdict::Forward {
-            info: None,
-            permits: None,
-            charge: None,
-        },
+        FailMode::Open => Verdict::forward(),
         FailMode::Closed => Verdict::Reject(respond(
             &shared.settings.body,
             reply,

@@ -1,0 +1,139 @@
+//! The middle stage, [`decide`] (through the store's futures) or
+//! [`decide_now`] (in process): the store's decisions for a plan's rules,
+//! all or nothing, as an [`Answer`] for `settle`.
+
+use std::time::Duration;
+
+use super::planned::{PlannedRule, PlannedRules};
+use super::{Answer, Decided, LayerState, Plan};
+use crate::decision::Decision;
+use crate::info::{RateLimitInfo, RuleDecision};
+use crate::policy::{effective_policy, rebase, Policy};
+use crate::store::{budget, Store, StoreError};
+
+/// Asks the store for the plan's decisions through its futures, within the
+/// layer's timeout; with `reserve` (delay mode), a GCRA rule reserves its
+/// slot within that budget.
+pub(super) async fn decide<St: Store>(
+    shared: &LayerState<St>,
+    plan: &Plan,
+    reserve: Option<Duration>,
+) -> Answer {
+    #[cfg(feature = "metrics")]
+    let started = std::time::Instant::now();
+    let call = decide_later(shared, plan, reserve);
+    let answer = match shared.settings.timeout {
+        Some(limit) => budget::within(limit, call).await,
+        None => call.await,
+    };
+    #[cfg(feature = "metrics")]
+    metrics::histogram!("tower_throttle_store_latency_seconds")
+        .record(started.elapsed().as_secs_f64());
+    answer.unwrap_or_else(Answer::Failed)
+}
+
+/// [`decide`] in process; `None` when the store cannot answer so. Its
+/// answers are made as [`decide`]'s, by [`one`] and `many`.
+#[inline]
+pub(super) fn decide_now<St: Store>(shared: &LayerState<St>, plan: &Plan) -> Option<Answer> {
+    let answer = match &plan.rules {
+        PlannedRules::One(a) => {
+            let charge = plan.charge(a, plan.policy(shared, a));
+            shared
+                .store
+                .check_now(charge)?
+                .map(|d| one(shared, d, Duration::ZERO))
+        }
+        PlannedRules::Many(actives) => {
+            let charges: Vec<_> = actives
+                .iter()
+                .map(|a| plan.charge(a, plan.policy(shared, a)))
+                .collect();
+            let decisions = shared.store.check_all_now(&charges)?;
+            decisions.and_then(|v| many(plan, v, Duration::ZERO))
+        }
+    };
+    Some(answer.unwrap_or_else(Answer::Failed))
+}
+
+/// [`decide`] through the store's futures, reserving with `reserve`.
+async fn decide_later<St: Store>(
+    shared: &LayerState<St>,
+    plan: &Plan,
+    reserve: Option<Duration>,
+) -> Result<Answer, StoreError> {
+    let policies: Vec<Policy> = plan
+        .actives()
+        .iter()
+        .map(|a| effective_policy(plan.policy(shared, a), a.cost, reserve))
+        .collect();
+    match &plan.rules {
+        PlannedRules::One(a) => {
+            let mut d = shared.store.check(plan.charge(a, &policies[0])).await?;
+            let wait = rebase(plan.policy(shared, a), &policies[0], &mut d);
+            Ok(one(shared, d, wait))
+        }
+        PlannedRules::Many(actives) => {
+            let charges: Vec<_> = actives
+                .iter()
+                .zip(&policies)
+                .map(|(a, used)| plan.charge(a, used))
+                .collect();
+            let mut decisions = shared.store.check_all(&charges).await?;
+            let mut wait = Duration::ZERO;
+            for ((a, used), d) in actives.iter().zip(&policies).zip(&mut decisions) {
+                wait = wait.max(rebase(plan.policy(shared, a), used, d));
+            }
+            many(plan, decisions, wait)
+        }
+    }
+}
+
+/// The answer of one rule's decision; `wait` is the one of its reserved slot.
+#[inline]
+pub(super) fn one<St>(shared: &LayerState<St>, d: Decision, wait: Duration) -> Answer {
+    if d.allowed && d.permit.is_none() && wait.is_zero() && nothing_carried(shared) {
+        // The common case: no `RateLimitInfo` (and no shared-meta
+        // reference count) at all.
+        return Answer::Admitted;
+    }
+    Answer::Decided(Decided::One(d), wait)
+}
+
+/// The answer of every rule's decision, in the plan's order; an error when
+/// the store answered for another number of rules.
+fn many(plan: &Plan, decisions: Vec<Decision>, wait: Duration) -> Result<Answer, StoreError> {
+    let rules = plan.actives().len();
+    if decisions.len() != rules {
+        return Err(StoreError::Protocol(format!(
+            "{} decisions for {rules} rules",
+            decisions.len(),
+        )));
+    }
+    Ok(Answer::Decided(Decided::Many(decisions), wait))
+}
+
+/// The headers' and extensions' view of the store's decisions.
+pub(super) fn info<St>(shared: &LayerState<St>, plan: &Plan, decided: Decided) -> RateLimitInfo {
+    let entry = |a: &PlannedRule, d| RuleDecision {
+        rule: a.rule,
+        policy: *plan.policy(shared, a),
+        decision: d,
+    };
+    let actives = plan.actives();
+    match decided {
+        Decided::One(d) => RateLimitInfo::one(shared.meta.clone(), entry(&actives[0], d)),
+        Decided::Many(decisions) => {
+            let entries = actives.iter().zip(decisions).map(|(a, d)| entry(a, d));
+            RateLimitInfo::many(shared.meta.clone(), entries.collect())
+        }
+    }
+}
+
+/// Whether an admission carries nothing forward: no headers, request
+/// extension or charge to settle, and no debug log of its figures.
+#[inline]
+fn nothing_carried<St>(shared: &LayerState<St>) -> bool {
+    !shared.settings.info_on_allowed()
+        && !tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG)
+}

@@ -1,0 +1,69 @@
+//! The fast lane of a simple layer (see `LayerState::simple`): one rule
+//! with its own policy and nothing to do on an admission but forward. Its
+//! key is built and the store asked with `Store::admit_now`, which spares
+//! an admission's figures, with no [`Plan`] until an answer needs one;
+//! that answer is settled like any other.
+
+use std::ops::ControlFlow;
+use std::time::Duration;
+
+use super::decide::one;
+use super::plan::{missing_key, recycle_keys, take_key_buffer};
+use super::{count, settled_now, Answer, LayerState, Plan, Verdict};
+use crate::decision::Decision;
+use crate::key::{bound_key_part, KeyWriter, RequestHead, MAX_KEY_PART};
+use crate::store::{Charge, Store, StoreError};
+
+/// [`now`](super::now) for a simple layer.
+#[inline]
+pub(super) fn check<St: Store>(
+    shared: &LayerState<St>,
+    req: &RequestHead<'_>,
+) -> ControlFlow<Verdict<St>, Plan> {
+    let rule = &shared.rules[0];
+    let mut keys = take_key_buffer();
+    keys.extend_from_slice(&rule.key_head);
+    let part = keys.len();
+    if let Err(missing) = rule.key.extract(req, &mut KeyWriter::new(&mut keys)) {
+        recycle_keys(keys);
+        let verdict = missing_key(shared, req, 0, &missing).unwrap_or_else(Verdict::forward);
+        return ControlFlow::Break(verdict);
+    }
+    bound_key_part(&mut keys, part, MAX_KEY_PART);
+    let cost = rule.cost.of(req);
+    let charge = Charge::new(&keys, &rule.policy, cost);
+    // An admission's figures are read only by the debug log.
+    let answer = if tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG) {
+        shared.store.check_now(charge)
+    } else {
+        match shared.store.admit_now(charge) {
+            Some(Ok(Some(d))) if !(d.allowed && d.permit.is_none()) => Some(Ok(d)),
+            Some(Ok(_)) => {
+                recycle_keys(keys);
+                count(shared, "allowed", None);
+                return ControlFlow::Break(Verdict::forward());
+            }
+            Some(Err(e)) => Some(Err(e)),
+            None => None,
+        }
+    };
+    let plan = Plan::one(keys, cost);
+    settled(shared, plan, req, answer)
+}
+
+/// What the fast lane's plan comes to after the store's answer (`None`:
+/// the store needs a future), off the admitted path.
+#[inline(never)]
+fn settled<St: Store>(
+    shared: &LayerState<St>,
+    plan: Plan,
+    req: &RequestHead<'_>,
+    answer: Option<Result<Decision, StoreError>>,
+) -> ControlFlow<Verdict<St>, Plan> {
+    let answer = match answer {
+        None => return ControlFlow::Continue(plan),
+        Some(Ok(d)) => one(shared, d, Duration::ZERO),
+        Some(Err(error)) => Answer::Failed(error),
+    };
+    settled_now(shared, plan, req, answer)
+}
