@@ -9,6 +9,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use axum::serve::ListenerExt;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -174,7 +175,8 @@ pub async fn start(settings: &Settings, mut hooks: TestHooks) -> Result<Running,
         .add_service(health_service)
         .add_service(RateLimitServiceServer::new(RateLimitGrpc(limiter.clone())))
         .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(grpc),
+            // Small replies must not wait for delayed ACKs.
+            tonic::transport::server::TcpIncoming::from(grpc).with_nodelay(Some(true)),
             signal(stopped.clone()),
         );
     listeners.push(tokio::spawn(async move {
@@ -190,6 +192,9 @@ pub async fn start(settings: &Settings, mut hooks: TestHooks) -> Result<Running,
         routers.push((l, http::metrics_router(shared, &path)));
     }
     for (listener, router) in routers {
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         let serve = axum::serve(listener, router).with_graceful_shutdown(signal(stopped.clone()));
         listeners.push(tokio::spawn(async move {
             if let Err(e) = serve.await {
