@@ -31,6 +31,8 @@ impl Clock for DynClock {
 pub struct TestHooks {
     /// The clock.
     pub clock: Option<Arc<dyn Clock>>,
+    /// A store to use instead of the one the settings describe.
+    pub store: Option<BoxStore>,
 }
 
 /// Why no store could be made: the setting and the reason, no secret.

@@ -104,9 +104,16 @@ pub async fn start(settings: &Settings, mut hooks: TestHooks) -> Result<Running,
     }
     let test_clock = hooks.clock.is_some();
     let clock: Arc<dyn Clock> = hooks.clock.unwrap_or_else(|| Arc::new(SystemClock::new()));
-    let built = backend::build(settings, clock.clone(), test_clock)
-        .await
-        .map_err(StartError::Backend)?;
+    let built = match hooks.store {
+        Some(store) => backend::Built {
+            store,
+            healthy: true,
+            memory: None,
+        },
+        None => backend::build(settings, clock.clone(), test_clock)
+            .await
+            .map_err(StartError::Backend)?,
+    };
     let (store, store_ok) = (built.store, built.healthy);
     let health = Health::new(store_ok, settings.healthy_with_at_least_one_config_loaded);
     let metrics = Arc::new(Metrics::default());

@@ -75,3 +75,75 @@ async fn healthy_with_at_least_one_config_loaded() {
     assert_eq!(http(addr, "GET", "/healthcheck", "").await.0, 200);
     rls.stop().await;
 }
+
+/// A memory store whose checks wait at a gate: a call can be held in
+/// flight for as long as a test needs.
+#[derive(Clone)]
+struct Gated {
+    inner: tower_throttle::MemoryStore,
+    entered: std::sync::Arc<tokio::sync::Notify>,
+    open: std::sync::Arc<tokio::sync::Semaphore>,
+}
+
+impl tower_throttle::Store for Gated {
+    async fn check_all(
+        &self,
+        rules: &[tower_throttle::store::Charge<'_>],
+    ) -> Result<Vec<tower_throttle::Decision>, tower_throttle::StoreError> {
+        self.entered.notify_one();
+        let _pass = self.open.acquire().await;
+        self.inner.check_all(rules).await
+    }
+
+    async fn refund(
+        &self,
+        key: &[u8],
+        policy: &tower_throttle::Policy,
+        receipt: &tower_throttle::decision::Receipt,
+    ) -> Result<(), tower_throttle::StoreError> {
+        self.inner.refund(key, policy, receipt).await
+    }
+
+    async fn reset(
+        &self,
+        key: &[u8],
+        policy: &tower_throttle::Policy,
+    ) -> Result<(), tower_throttle::StoreError> {
+        self.inner.reset(key, policy).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_in_flight_finish_after_shutdown_begins() {
+    let gated = Gated {
+        inner: tower_throttle::MemoryStore::new(),
+        entered: Default::default(),
+        open: std::sync::Arc::new(tokio::sync::Semaphore::new(0)),
+    };
+    let dir = Dir::new();
+    dir.write("d.yaml", CFG);
+    let settings = settings(&dir, &[]);
+    let store = tower_throttle::store::BoxStore::new(gated.clone());
+    let mut rls = Rls::start_hooked(dir, &settings, Some(store)).await;
+    let mut client = rls.client.clone();
+    let call = tokio::spawn(async move {
+        client
+            .should_rate_limit(request("d", vec![d(&[("k", "v")])]))
+            .await
+    });
+    gated.entered.notified().await;
+    let running = rls.running.take().unwrap();
+    running.shutdown();
+    assert!(!running.health.is_healthy(), "unhealthy at once");
+    let http_addr = running.http_addr;
+    let done = tokio::spawn(running.wait());
+    gated.open.add_permits(1_000);
+    let answer = call
+        .await
+        .unwrap()
+        .expect("the call in flight is answered")
+        .into_inner();
+    assert_eq!(codes(&answer), vec![(OK, 4)]);
+    done.await.unwrap();
+    assert!(tokio::net::TcpStream::connect(http_addr).await.is_err());
+}

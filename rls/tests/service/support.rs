@@ -102,9 +102,19 @@ impl Rls {
     }
 
     pub async fn start_with(dir: Dir, settings: &Settings) -> Rls {
+        Self::start_hooked(dir, settings, None).await
+    }
+
+    /// With a store of the test's own.
+    pub async fn start_hooked(
+        dir: Dir,
+        settings: &Settings,
+        store: Option<tower_throttle::store::BoxStore>,
+    ) -> Rls {
         let clock = ManualClock::starting_at(T0 * 1_000_000_000);
         let hooks = TestHooks {
             clock: Some(Arc::new(clock.clone())),
+            store,
         };
         let running = start(settings, hooks).await.expect("the server starts");
         let client = RateLimitServiceClient::connect(format!("http://{}", running.grpc_addr))
