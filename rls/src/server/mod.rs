@@ -53,9 +53,21 @@ impl std::fmt::Display for StartError {
 
 impl std::error::Error for StartError {}
 
+/// The gRPC listener: TCP, or a unix socket (`GRPC_UDS`).
+enum Grpc {
+    Tcp(TcpListener),
+    #[cfg(unix)]
+    Unix(tokio::net::UnixListener),
+}
+
+/// The gRPC server, whichever listener it has.
+type GrpcServe = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<(), tonic::transport::Error>> + Send>,
+>;
+
 /// A started server.
 pub struct Running {
-    /// The gRPC listener's address.
+    /// The gRPC listener's address (unspecified with `GRPC_UDS`).
     pub grpc_addr: SocketAddr,
     /// The HTTP listener's address.
     pub http_addr: SocketAddr,
@@ -142,7 +154,20 @@ pub async fn start(settings: &Settings, mut hooks: TestHooks) -> Result<Running,
     // "no rate limit configuration loaded" until a good one arrives.
     let _ = reloader.load().await;
 
-    let grpc = bind("GRPC_HOST/GRPC_PORT", &settings.grpc_addr).await?;
+    let grpc = match &settings.grpc_uds {
+        #[cfg(unix)]
+        Some(path) => {
+            // A socket left by a previous run would refuse the bind.
+            let _ = std::fs::remove_file(path);
+            let l = tokio::net::UnixListener::bind(path).map_err(|error| StartError::Bind {
+                what: "GRPC_UDS",
+                addr: path.display().to_string(),
+                error,
+            })?;
+            Grpc::Unix(l)
+        }
+        _ => Grpc::Tcp(bind("GRPC_HOST/GRPC_PORT", &settings.grpc_addr).await?),
+    };
     let main = bind("HOST/PORT", &settings.http_addr).await?;
     let debug = bind("DEBUG_HOST/DEBUG_PORT", &settings.debug_addr).await?;
     let prometheus = match &settings.prometheus {
@@ -150,7 +175,12 @@ pub async fn start(settings: &Settings, mut hooks: TestHooks) -> Result<Running,
         None => None,
     };
     let (stop, stopped) = watch::channel(false);
-    let (grpc_addr, http_addr, debug_addr) = (local(&grpc), local(&main), local(&debug));
+    let grpc_addr = match &grpc {
+        Grpc::Tcp(l) => local(l),
+        #[cfg(unix)]
+        Grpc::Unix(..) => SocketAddr::from(([0, 0, 0, 0], 0)),
+    };
+    let (http_addr, debug_addr) = (local(&main), local(&debug));
     let metrics_addr = prometheus.as_ref().map(|(l, _)| local(l));
 
     let (reporter, health_service) = tonic_health::server::health_reporter();
@@ -176,16 +206,23 @@ pub async fn start(settings: &Settings, mut hooks: TestHooks) -> Result<Running,
         let _ = rx.wait_for(|s| *s).await;
     };
     let (age, grace) = settings.grpc_max_connection_age;
-    let grpc_server = tonic::transport::Server::builder()
+    let grpc_router = tonic::transport::Server::builder()
         .max_connection_age(age)
         .max_connection_age_grace(grace)
         .add_service(health_service)
-        .add_service(RateLimitServiceServer::new(RateLimitGrpc(limiter.clone())))
-        .serve_with_incoming_shutdown(
+        .add_service(RateLimitServiceServer::new(RateLimitGrpc(limiter.clone())));
+    let grpc_server: GrpcServe = match grpc {
+        Grpc::Tcp(l) => Box::pin(grpc_router.serve_with_incoming_shutdown(
             // Small replies must not wait for delayed ACKs.
-            tonic::transport::server::TcpIncoming::from(grpc).with_nodelay(Some(true)),
+            tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true)),
             signal(stopped.clone()),
-        );
+        )),
+        #[cfg(unix)]
+        Grpc::Unix(l) => Box::pin(grpc_router.serve_with_incoming_shutdown(
+            tokio_stream::wrappers::UnixListenerStream::new(l),
+            signal(stopped.clone()),
+        )),
+    };
     listeners.push(tokio::spawn(async move {
         if let Err(e) = grpc_server.await {
             tracing::error!(error = %e, "the gRPC server stopped");

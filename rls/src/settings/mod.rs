@@ -76,6 +76,8 @@ impl fmt::Debug for RedisSettings {
 pub struct Settings {
     /// `GRPC_HOST`:`GRPC_PORT` (default `0.0.0.0:8081`).
     pub grpc_addr: String,
+    /// `GRPC_UDS`: when set, gRPC listens on this unix socket instead.
+    pub grpc_uds: Option<PathBuf>,
     /// `HOST`:`PORT` (default `0.0.0.0:8080`): `/json`, `/healthcheck`.
     pub http_addr: String,
     /// `DEBUG_HOST`:`DEBUG_PORT` (default `0.0.0.0:6070`): `/rlconfig`.
@@ -277,6 +279,9 @@ impl Settings {
         };
         Ok(Settings {
             grpc_addr: addr("GRPC_HOST", "GRPC_PORT", "0.0.0.0", 8081)?,
+            grpc_uds: Some(env.string("GRPC_UDS", ""))
+                .filter(|s| !s.is_empty())
+                .map(PathBuf::from),
             http_addr: addr("HOST", "PORT", "0.0.0.0", 8080)?,
             debug_addr: addr("DEBUG_HOST", "DEBUG_PORT", "0.0.0.0", 6070)?,
             runtime_root: env

@@ -99,10 +99,24 @@ fn unsupported_upstream_features_are_refused_at_start() {
         ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
         ("BACKEND_TYPE", "memcache"),
         ("REDIS_PERSECOND", "true"),
-        ("GRPC_UDS", "/tmp/x.sock"),
+        ("GRPC_SERVER_USE_TLS", "true"),
     ] {
         let err = settings(&[(name, value)]).unwrap_err();
         assert_eq!(err.name, name);
         assert!(err.to_string().contains("not supported"), "{err}");
     }
+}
+
+#[test]
+fn grpc_connection_age_and_uds() {
+    let s = settings(&[
+        ("GRPC_MAX_CONNECTION_AGE", "1h30m"),
+        ("GRPC_UDS", "/run/rls.sock"),
+    ])
+    .unwrap();
+    assert_eq!(
+        s.grpc_max_connection_age,
+        (Duration::from_secs(5_400), Duration::from_secs(3_600))
+    );
+    assert_eq!(s.grpc_uds, Some(PathBuf::from("/run/rls.sock")));
 }

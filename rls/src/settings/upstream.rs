@@ -31,12 +31,6 @@ pub(super) fn refuse_unsupported(env: &Env<'_>) -> Result<(), SettingsError> {
             return Err(SettingsError::unsupported(name, what));
         }
     }
-    if !env.string("GRPC_UDS", "").is_empty() {
-        return Err(SettingsError::unsupported(
-            "GRPC_UDS",
-            "a unix-socket gRPC listener",
-        ));
-    }
     Ok(())
 }
 

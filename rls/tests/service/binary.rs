@@ -81,3 +81,37 @@ async fn sigterm_fails_health_then_exits_cleanly() {
     };
     assert!(status.success(), "{status}");
 }
+
+#[cfg(unix)]
+#[tokio::test]
+async fn grpc_on_a_unix_socket_with_grpc_uds() {
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+    let dir = Dir::new();
+    dir.write("d.yaml", "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 5}\n");
+    let socket = dir.0.join("rls.sock");
+    let settings = settings(&dir, &[("GRPC_UDS", socket.to_str().unwrap())]);
+    let running = throttle_rls::server::start(&settings, Default::default())
+        .await
+        .unwrap();
+    let path = socket.clone();
+    let channel = tonic::transport::Endpoint::from_static("http://localhost")
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            let path = path.clone();
+            async move {
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                    tokio::net::UnixStream::connect(path).await?,
+                ))
+            }
+        }))
+        .await
+        .unwrap();
+    let mut client = RateLimitServiceClient::new(channel);
+    let r = client
+        .should_rate_limit(request("d", vec![d(&[("k", "v")])]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(codes(&r), vec![(OK, 4)]);
+    running.shutdown();
+    running.wait().await;
+}
