@@ -169,6 +169,31 @@ pub async fn count_all(
     items: &[Item<'_>],
     now_s: u64,
 ) -> Result<Vec<Counted>, StoreError> {
+    // A shadow-mode limit never refuses a request, so it must not leave the
+    // others uncounted: each is checked on its own, the rest together.
+    let (shadow, real): (Vec<_>, Vec<_>) = items
+        .iter()
+        .enumerate()
+        .partition(|(_, i)| i.limit.shadow_mode);
+    let mut out = vec![None; items.len()];
+    let refs: Vec<&Item<'_>> = real.iter().map(|(_, i)| *i).collect();
+    for ((at, _), c) in real.iter().zip(count_atomic(store, &refs, now_s).await?) {
+        out[*at] = Some(c);
+    }
+    for (at, item) in shadow {
+        out[at] = count_atomic(store, &[item], now_s).await?.pop();
+    }
+    Ok(out
+        .into_iter()
+        .map(|c| c.unwrap_or_else(unreachable_policy))
+        .collect())
+}
+
+async fn count_atomic(
+    store: &BoxStore,
+    items: &[&Item<'_>],
+    now_s: u64,
+) -> Result<Vec<Counted>, StoreError> {
     // `requests_per_unit: 0` has no policy: over whenever it is hit.
     let refused = items.iter().any(|i| i.limit.policy.is_none() && i.hits > 0);
     let mut slots: Vec<usize> = Vec::with_capacity(items.len());

@@ -118,3 +118,18 @@ async fn strict_mode_refuses_extension_keys_at_load() {
     );
     rls.stop().await;
 }
+
+#[tokio::test]
+async fn all_or_nothing_never_lets_a_shadow_rule_freeze_the_others() {
+    let cfg = "domain: s\ndescriptors:\n  - key: trial\n    shadow_mode: true\n    rate_limit: {unit: minute, requests_per_unit: 1}\n  - key: real\n    rate_limit: {unit: minute, requests_per_unit: 5}\n";
+    let mut rls = Rls::start(&[("s.yaml", cfg)], &[("RLS_ALL_OR_NOTHING", "true")]).await;
+    let both = || vec![d(&[("trial", "x")]), d(&[("real", "x")])];
+    assert_eq!(codes(&rls.ask("s", both()).await), vec![(OK, 0), (OK, 4)]);
+    let r = rls.ask("s", both()).await;
+    assert_eq!(
+        (r.overall_code, codes(&r)),
+        (OK, vec![(OK, 0), (OK, 3)]),
+        "admitted, so charged"
+    );
+    rls.stop().await;
+}
