@@ -66,6 +66,25 @@ async fn upstream_counting_on_redis() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counter_keys_are_built_as_upstream_builds_them() {
+    let redis = RedisServer::start();
+    let mut rls = start(&redis, &[("CACHE_KEY_PREFIX", "pfx:")]).await;
+    rls.advance(75);
+    rls.ask("d", vec![d(&[("k", "v")])]).await;
+    let keys: Vec<String> = ::redis::cmd("KEYS")
+        .arg("*")
+        .query(&mut redis.conn())
+        .unwrap();
+    // The store adds its prefix, hash tag and algorithm before the key.
+    let want = format!("=pfx:d_k_v_{}", T0 + 60);
+    assert!(
+        keys.iter().any(|k| k.ends_with(&want)),
+        "no key ending {want} in {keys:?}"
+    );
+    rls.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn all_or_nothing_on_redis() {
     let redis = RedisServer::start();
     let mut rls = start(
