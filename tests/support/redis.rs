@@ -1,6 +1,8 @@
 //! Private Redis servers for tests: a single server and a 3-master cluster,
-//! started from `redis-server` on PATH on free loopback ports, without
-//! persistence, and killed (with their temp dirs removed) on drop.
+//! started from `redis-server` on PATH (or the server named by
+//! `TOWER_THROTTLE_REDIS_SERVER`, e.g. a `valkey-server`) on free loopback
+//! ports, without persistence, and killed (with their temp dirs removed) on
+//! drop.
 //!
 //! Include with `#[path = "support/redis.rs"] mod redis_support;`.
 #![allow(dead_code)]
@@ -11,8 +13,15 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-const INSTALL: &str = "redis-server not found on PATH: install it (Debian/Ubuntu: \
-    `sudo apt-get install redis-server`; macOS: `brew install redis`)";
+const INSTALL: &str = "not found: install redis-server (Debian/Ubuntu: \
+    `sudo apt-get install redis-server`; macOS: `brew install redis`), or set \
+    TOWER_THROTTLE_REDIS_SERVER to the path of a valkey-server";
+
+/// The server binary: `TOWER_THROTTLE_REDIS_SERVER` (a path or a name on
+/// PATH, e.g. `valkey-server`), `redis-server` when unset.
+pub fn server_binary() -> String {
+    std::env::var("TOWER_THROTTLE_REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_owned())
+}
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
@@ -115,7 +124,8 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) {
-        let child = Command::new("redis-server")
+        let binary = server_binary();
+        let child = Command::new(&binary)
             .args(["--port", &self.port.to_string()])
             .args(["--bind", "127.0.0.1"])
             .args(["--save", ""])
@@ -129,8 +139,10 @@ impl RedisServer {
             .spawn();
         let child = match child {
             Ok(c) => c,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => panic!("{INSTALL}"),
-            Err(e) => panic!("cannot start redis-server: {e}"),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                panic!("{binary}: {INSTALL}")
+            }
+            Err(e) => panic!("cannot start {binary}: {e}"),
         };
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);

@@ -369,4 +369,64 @@ mod tests {
         }
         assert!(ScriptId::Release.sources().contains(&lua::CONCURRENCY));
     }
+
+    /// Globals of Lua 5.1 that 5.2+ engines dropped: a script naming one
+    /// fails there on first use (traefik/traefik#13824). `unpack` is
+    /// allowed only through common.lua's alias (`SCRIPTS` prepends common.lua
+    /// to every script).
+    #[test]
+    fn the_scripts_use_no_global_that_lua_5_4_dropped() {
+        const DROPPED: [&str; 10] = [
+            "setfenv",
+            "getfenv",
+            "loadstring",
+            "module",
+            "table.getn",
+            "table.setn",
+            "table.maxn",
+            "math.mod",
+            "math.pow",
+            "string.gfind",
+        ];
+        const ALIAS: &str = "local unpack = table.unpack or unpack\n";
+        assert_eq!(
+            lua::COMMON.matches(ALIAS).count(),
+            1,
+            "common.lua defines the alias"
+        );
+        let mut found = Vec::new();
+        for (n, source) in super::lua_sources().iter().enumerate() {
+            let source = source.replacen(ALIAS, "", 1);
+            for line in source.lines() {
+                let code = line.split("--").next().unwrap_or("");
+                let bytes = code.as_bytes();
+                for name in DROPPED.iter().chain(&["unpack"]) {
+                    for (i, _) in code.match_indices(name) {
+                        let before = i.checked_sub(1).map(|j| bytes[j]);
+                        let after = bytes.get(i + name.len()).copied();
+                        let word = |b: Option<u8>| {
+                            b.is_some_and(|b| b.is_ascii_alphanumeric() || b == b'_')
+                        };
+                        // A global, not a field (`x.unpack`) or a longer name.
+                        if word(before) || before == Some(b'.') || word(after) {
+                            continue;
+                        }
+                        // `unpack(…)` through the alias is fine; a new
+                        // 5.1-only name is not.
+                        if *name == "unpack" && after == Some(b'(') {
+                            continue;
+                        }
+                        found.push(format!("source {n}: {name} in `{}`", line.trim()));
+                    }
+                }
+            }
+        }
+        assert!(
+            found.is_empty(),
+            "Lua 5.1-only globals:\n{}",
+            found.join("\n")
+        );
+        // The scan sees what it looks for.
+        assert!(super::lua_sources().iter().any(|s| s.contains("unpack(")));
+    }
 }
