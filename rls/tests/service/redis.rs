@@ -159,3 +159,37 @@ async fn fallback_to_memory_keeps_answering() {
     );
     rls.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn starts_unhealthy_until_redis_answers() {
+    let port = redis_support::free_port(false);
+    let url = format!("127.0.0.1:{port}");
+    let env = [
+        ("REDIS_URL", url.as_str()),
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_TIMEOUT", "500ms"),
+    ];
+    let mut rls = Rls::start(&[("d.yaml", CFG)], &env).await;
+    let grpc = rls.running().grpc_addr;
+    assert_eq!(
+        crate::health::grpc_status(grpc, "ratelimit").await,
+        ServingStatus::NotServing as i32
+    );
+    assert_eq!(
+        http(rls.running().http_addr, "GET", "/healthcheck", "")
+            .await
+            .0,
+        500
+    );
+    let e = rls
+        .try_ask(request("d", vec![d(&[("k", "v")])]))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unavailable);
+    let _redis = RedisServer::start_on(port, &[]);
+    assert_eq!(
+        until_status(grpc, ServingStatus::Serving).await,
+        ServingStatus::Serving as i32
+    );
+    rls.stop().await;
+}
