@@ -50,6 +50,15 @@ async fn healthcheck_and_rlconfig() {
         text,
         "d.k: unit=MINUTE requests_per_unit=2, shadow_mode: false, quota_mode: false\n"
     );
+    // The test clock exists only with RLS_TEST_CLOCK=true.
+    let (status, _, _) = http(
+        rls.running().debug_addr,
+        "POST",
+        "/test/clock?now_unix=5",
+        "",
+    )
+    .await;
+    assert_eq!(status, 404);
     rls.stop().await;
 }
 
