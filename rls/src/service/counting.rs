@@ -189,13 +189,53 @@ pub async fn count_all(
         .collect())
 }
 
+/// One all-or-nothing check of `items`. The store's multi-rule check takes
+/// one policy per key; a key repeated with another policy (two overrides of
+/// one descriptor) goes to a later round, charged only if the first round
+/// was not refused (the one case not all or nothing).
 async fn count_atomic(
     store: &BoxStore,
     items: &[&Item<'_>],
     now_s: u64,
 ) -> Result<Vec<Counted>, StoreError> {
     // `requests_per_unit: 0` has no policy: over whenever it is hit.
-    let refused = items.iter().any(|i| i.limit.policy.is_none() && i.hits > 0);
+    let mut refused = items.iter().any(|i| i.limit.policy.is_none() && i.hits > 0);
+    let mut out = vec![None; items.len()];
+    let mut pending: Vec<usize> = (0..items.len()).collect();
+    while !pending.is_empty() {
+        let (mut round, mut rest) = (Vec::new(), Vec::new());
+        for i in pending {
+            let clash = round.iter().any(|&j: &usize| {
+                items[j].key == items[i].key && items[j].limit.policy != items[i].limit.policy
+            });
+            if clash {
+                rest.push(i)
+            } else {
+                round.push(i)
+            }
+        }
+        let batch: Vec<&Item<'_>> = round.iter().map(|&i| items[i]).collect();
+        let (counted, round_refused) = one_round(store, &batch, refused, now_s).await?;
+        refused |= round_refused;
+        for (i, c) in round.into_iter().zip(counted) {
+            out[i] = Some(c);
+        }
+        pending = rest;
+    }
+    Ok(out
+        .into_iter()
+        .map(|c| c.unwrap_or_else(unreachable_policy))
+        .collect())
+}
+
+/// One store call over keys with one policy each; `refused`: only peek.
+/// Returns the statuses and whether this round refused the request.
+async fn one_round(
+    store: &BoxStore,
+    items: &[&Item<'_>],
+    refused: bool,
+    now_s: u64,
+) -> Result<(Vec<Counted>, bool), StoreError> {
     let mut slots: Vec<usize> = Vec::with_capacity(items.len());
     let mut unique: Vec<(&[u8], &Policy, u64)> = Vec::new();
     for item in items {
@@ -227,7 +267,7 @@ async fn count_atomic(
         store.check_all(&charges).await?
     };
     let refused = refused || decisions.iter().any(|d| !d.allowed);
-    Ok(items
+    let counted = items
         .iter()
         .zip(&slots)
         .map(|(item, &slot)| {
@@ -256,5 +296,6 @@ async fn count_atomic(
                 _ => other(d),
             }
         })
-        .collect())
+        .collect();
+    Ok((counted, refused))
 }

@@ -169,7 +169,10 @@ impl RateLimiter {
         };
         let counted = counted.map_err(|e| {
             tracing::error!(error = %e, "the rate-limit store could not decide");
-            self.health.store_failed();
+            // Only an outage is the store's health; a defect is logged.
+            if e.is_unavailable() {
+                self.health.store_failed();
+            }
             RequestError::StoreUnavailable
         })?;
         self.health.store_ok();

@@ -133,3 +133,21 @@ async fn all_or_nothing_never_lets_a_shadow_rule_freeze_the_others() {
     );
     rls.stop().await;
 }
+
+#[tokio::test]
+async fn all_or_nothing_takes_one_descriptor_with_two_overrides() {
+    let mut rls = Rls::start(&[("a.yaml", TWO_RULES)], &[("RLS_ALL_OR_NOTHING", "true")]).await;
+    // One counter, two limits: no store error, upstream's answer (1 <= 3; 2 > 1).
+    let r = rls
+        .ask(
+            "a",
+            vec![dl(&[("x", "y")], 3, MINUTE), dl(&[("x", "y")], 1, MINUTE)],
+        )
+        .await;
+    assert_eq!(
+        (r.overall_code, codes(&r)),
+        (OVER, vec![(OK, 2), (OVER, 0)])
+    );
+    assert!(rls.running().health.is_healthy());
+    rls.stop().await;
+}
