@@ -1,0 +1,90 @@
+//! Health as upstream's `HealthChecker` keeps it: components that must all
+//! be OK (the store; not yet shutting down; with
+//! `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`, a loaded config). It answers
+//! `GET /healthcheck` and the gRPC health service `ratelimit`; service `""`
+//! stays SERVING, as grpc-go's default does upstream.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::Notify;
+use tonic_health::server::HealthReporter;
+use tonic_health::ServingStatus;
+
+/// The gRPC health service name upstream registers.
+pub const SERVICE: &str = "ratelimit";
+
+/// The health components.
+#[derive(Debug)]
+pub struct Health {
+    store: AtomicBool,
+    config: AtomicBool,
+    need_config: bool,
+    stopping: AtomicBool,
+    changed: Notify,
+}
+
+impl Health {
+    /// `store_ok`: whether the store starts healthy (a Redis store starts
+    /// unhealthy until it answers); `need_config`: whether a loaded
+    /// config is a component.
+    pub fn new(store_ok: bool, need_config: bool) -> Arc<Health> {
+        Arc::new(Health {
+            store: AtomicBool::new(store_ok),
+            config: AtomicBool::new(!need_config),
+            need_config,
+            stopping: AtomicBool::new(false),
+            changed: Notify::new(),
+        })
+    }
+
+    /// Whether every component is OK.
+    pub fn is_healthy(&self) -> bool {
+        self.store.load(Ordering::SeqCst)
+            && self.config.load(Ordering::SeqCst)
+            && !self.stopping.load(Ordering::SeqCst)
+    }
+
+    fn set(&self, flag: &AtomicBool, value: bool) {
+        if flag.swap(value, Ordering::SeqCst) != value {
+            self.changed.notify_one();
+        }
+    }
+
+    /// The store answered.
+    pub fn store_ok(&self) {
+        self.set(&self.store, true);
+    }
+
+    /// The store failed.
+    pub fn store_failed(&self) {
+        self.set(&self.store, false);
+    }
+
+    /// A configuration was loaded: with `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`,
+    /// healthy iff it has a domain (upstream's `IsEmptyDomains`).
+    pub fn config_loaded(&self, has_domains: bool) {
+        if self.need_config {
+            self.set(&self.config, has_domains);
+        }
+    }
+
+    /// SIGTERM: unhealthy from now on.
+    pub fn stopping(&self) {
+        self.set(&self.stopping, true);
+    }
+
+    /// Keeps the gRPC health service `ratelimit` in step, until dropped.
+    pub async fn drive(self: Arc<Self>, reporter: HealthReporter) {
+        loop {
+            let changed = self.changed.notified();
+            let status = if self.is_healthy() {
+                ServingStatus::Serving
+            } else {
+                ServingStatus::NotServing
+            };
+            reporter.set_service_status(SERVICE, status).await;
+            changed.await;
+        }
+    }
+}

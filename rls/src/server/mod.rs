@@ -1,0 +1,320 @@
+//! Starting and stopping the listeners: gRPC (`GRPC_HOST:GRPC_PORT`: the
+//! rate-limit service and `grpc.health.v1`), HTTP (`HOST:PORT`), debug
+//! (`DEBUG_HOST:DEBUG_PORT`) and Prometheus (`PROMETHEUS_ADDR`).
+//!
+//! Shutdown (SIGTERM or SIGINT in [`run`]; [`Running::shutdown`] in tests)
+//! first turns health unhealthy, then stops accepting; calls in flight
+//! finish, for at most `RLS_SHUTDOWN_GRACE`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::serve::ListenerExt;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tower_throttle::clock::{Clock, SystemClock};
+
+use crate::backend::{self, BackendError, TestHooks};
+use crate::health::Health;
+use crate::http::{self, Shared};
+use crate::metrics::Metrics;
+use crate::reload::Reloader;
+use crate::service::{self, RateLimitGrpc, RateLimiter};
+use crate::settings::{Backend, Settings};
+
+/// Why the server could not start.
+#[derive(Debug)]
+pub enum StartError {
+    /// A listener could not bind.
+    Bind {
+        /// Which listener (`GRPC_HOST/GRPC_PORT`, ...).
+        what: &'static str,
+        /// The address.
+        addr: String,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// The store could not be set up.
+    Backend(BackendError),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::Bind { what, addr, error } => {
+                write!(f, "{what}: cannot listen on {addr}: {error}")
+            }
+            StartError::Backend(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
+/// The gRPC listener: TCP, or a unix socket (`GRPC_UDS`).
+enum Grpc {
+    Tcp(TcpListener),
+    #[cfg(unix)]
+    Unix(tokio::net::UnixListener),
+}
+
+/// The gRPC server, whichever listener it has.
+type GrpcServe = std::pin::Pin<
+    Box<dyn std::future::Future<Output = Result<(), tonic::transport::Error>> + Send>,
+>;
+
+/// A started server.
+pub struct Running {
+    /// The gRPC listener's address (unspecified with `GRPC_UDS`).
+    pub grpc_addr: SocketAddr,
+    /// The HTTP listener's address.
+    pub http_addr: SocketAddr,
+    /// The debug listener's address.
+    pub debug_addr: SocketAddr,
+    /// The Prometheus listener's address, if enabled.
+    pub metrics_addr: Option<SocketAddr>,
+    /// The service.
+    pub limiter: Arc<RateLimiter>,
+    /// Health.
+    pub health: Arc<Health>,
+    /// The configuration watcher (call [`Reloader::check`] to look now).
+    pub reloader: Arc<Reloader>,
+    /// The memory store, when it is the backend.
+    pub memory: Option<tower_throttle::MemoryStore<backend::DynClock>>,
+    stop: watch::Sender<bool>,
+    listeners: Vec<JoinHandle<()>>,
+    background: Vec<JoinHandle<()>>,
+    grace: std::time::Duration,
+}
+
+async fn bind(what: &'static str, addr: &str) -> Result<TcpListener, StartError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|error| StartError::Bind {
+            what,
+            addr: addr.to_owned(),
+            error,
+        })
+}
+
+fn local(l: &TcpListener) -> SocketAddr {
+    l.local_addr()
+        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
+}
+
+/// Starts every listener, loads the configuration and starts watching it.
+pub async fn start(settings: &Settings, mut hooks: TestHooks) -> Result<Running, StartError> {
+    let manual = settings.test_clock.then(|| {
+        let now = SystemClock::new().now_ns();
+        // Whole seconds, as the hook sets them.
+        tower_throttle::clock::ManualClock::starting_at(now - now % 1_000_000_000)
+    });
+    if let (Some(m), None) = (&manual, &hooks.clock) {
+        hooks.clock = Some(Arc::new(m.clone()));
+    }
+    let test_clock = hooks.clock.is_some();
+    let clock: Arc<dyn Clock> = hooks.clock.unwrap_or_else(|| Arc::new(SystemClock::new()));
+    let built = match hooks.store {
+        Some(store) => backend::Built {
+            store,
+            healthy: true,
+            memory: None,
+        },
+        None => backend::build(settings, clock.clone(), test_clock)
+            .await
+            .map_err(StartError::Backend)?,
+    };
+    let (store, store_ok) = (built.store, built.healthy);
+    let health = Health::new(store_ok, settings.healthy_with_at_least_one_config_loaded);
+    let metrics = Arc::new(Metrics::default());
+    let options = service::Options {
+        cache_key_prefix: settings.cache_key_prefix.clone(),
+        shadow_mode: settings.shadow_mode,
+        quota_mode: settings.quota_mode,
+        all_or_nothing: settings.all_or_nothing,
+        near_limit_ratio: settings.near_limit_ratio,
+        response_headers: settings.response_headers.clone(),
+        bounds: service::Bounds {
+            max_descriptors: settings.max_descriptors,
+            max_entries: settings.max_entries,
+            max_value_bytes: settings.max_value_bytes,
+        },
+    };
+    let limiter = Arc::new(RateLimiter::new(
+        store.clone(),
+        clock,
+        options,
+        metrics,
+        health.clone(),
+    ));
+    let reloader = Arc::new(Reloader::new(settings, limiter.clone()));
+    // A bad initial config is not fatal (as upstream): requests fail with
+    // "no rate limit configuration loaded" until a good one arrives.
+    let _ = reloader.load().await;
+
+    let grpc = match &settings.grpc_uds {
+        #[cfg(unix)]
+        Some(path) => {
+            // A socket left by a previous run would refuse the bind.
+            let _ = std::fs::remove_file(path);
+            let l = tokio::net::UnixListener::bind(path).map_err(|error| StartError::Bind {
+                what: "GRPC_UDS",
+                addr: path.display().to_string(),
+                error,
+            })?;
+            Grpc::Unix(l)
+        }
+        _ => Grpc::Tcp(bind("GRPC_HOST/GRPC_PORT", &settings.grpc_addr).await?),
+    };
+    let main = bind("HOST/PORT", &settings.http_addr).await?;
+    let debug = bind("DEBUG_HOST/DEBUG_PORT", &settings.debug_addr).await?;
+    let prometheus = match &settings.prometheus {
+        Some((addr, path)) => Some((bind("PROMETHEUS_ADDR", addr).await?, path.clone())),
+        None => None,
+    };
+    let (stop, stopped) = watch::channel(false);
+    let grpc_addr = match &grpc {
+        Grpc::Tcp(l) => local(l),
+        #[cfg(unix)]
+        Grpc::Unix(..) => SocketAddr::from(([0, 0, 0, 0], 0)),
+    };
+    let (http_addr, debug_addr) = (local(&main), local(&debug));
+    let metrics_addr = prometheus.as_ref().map(|(l, _)| local(l));
+
+    let (reporter, health_service) = tonic_health::server::health_reporter();
+    let mut background = vec![tokio::spawn(health.clone().drive(reporter))];
+    background.push(tokio::spawn(
+        reloader.clone().watch(settings.reload_interval),
+    ));
+    if matches!(settings.backend, Backend::Redis(_)) {
+        background.push(tokio::spawn(backend::probe(
+            store,
+            health.clone(),
+            std::time::Duration::from_secs(1),
+        )));
+    }
+
+    let shared = Shared {
+        limiter: limiter.clone(),
+        health: health.clone(),
+        test_clock: manual,
+    };
+    let mut listeners = Vec::new();
+    let signal = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let (age, grace) = settings.grpc_max_connection_age;
+    let grpc_router = tonic::transport::Server::builder()
+        .max_connection_age(age)
+        .max_connection_age_grace(grace)
+        .add_service(health_service)
+        .add_service(RateLimitServiceServer::new(RateLimitGrpc(limiter.clone())));
+    let grpc_server: GrpcServe = match grpc {
+        Grpc::Tcp(l) => Box::pin(grpc_router.serve_with_incoming_shutdown(
+            // Small replies must not wait for delayed ACKs.
+            tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true)),
+            signal(stopped.clone()),
+        )),
+        #[cfg(unix)]
+        Grpc::Unix(l) => Box::pin(grpc_router.serve_with_incoming_shutdown(
+            tokio_stream::wrappers::UnixListenerStream::new(l),
+            signal(stopped.clone()),
+        )),
+    };
+    listeners.push(tokio::spawn(async move {
+        if let Err(e) = grpc_server.await {
+            tracing::error!(error = %e, "the gRPC server stopped");
+        }
+    }));
+    let mut routers = vec![
+        (main, http::main_router(shared.clone())),
+        (debug, http::debug_router(shared.clone())),
+    ];
+    if let Some((l, path)) = prometheus {
+        routers.push((l, http::metrics_router(shared, &path)));
+    }
+    for (listener, router) in routers {
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        let serve = axum::serve(listener, router).with_graceful_shutdown(signal(stopped.clone()));
+        listeners.push(tokio::spawn(async move {
+            if let Err(e) = serve.await {
+                tracing::error!(error = %e, "an HTTP server stopped");
+            }
+        }));
+    }
+    Ok(Running {
+        grpc_addr,
+        http_addr,
+        debug_addr,
+        metrics_addr,
+        limiter,
+        health,
+        reloader,
+        memory: built.memory,
+        stop,
+        listeners,
+        background,
+        grace: settings.shutdown_grace,
+    })
+}
+
+impl Running {
+    /// Starts shutting down: unhealthy at once, then no new connections.
+    pub fn shutdown(&self) {
+        self.health.stopping();
+        let _ = self.stop.send(true);
+    }
+
+    /// Waits for the listeners to finish their calls in flight (at most
+    /// the grace period), then stops the background tasks.
+    pub async fn wait(self) {
+        let all = futures_join(self.listeners);
+        if tokio::time::timeout(self.grace, all).await.is_err() {
+            tracing::warn!("calls still in flight after the shutdown grace period were dropped");
+        }
+        for task in self.background {
+            task.abort();
+        }
+    }
+}
+
+async fn futures_join(tasks: Vec<JoinHandle<()>>) {
+    for t in tasks {
+        let _ = t.await;
+    }
+}
+
+/// The binary: starts, then shuts down gracefully on SIGTERM or SIGINT.
+pub async fn run(settings: Settings) -> Result<(), StartError> {
+    let running = start(&settings, TestHooks::default()).await?;
+    tracing::warn!(
+        grpc = %running.grpc_addr,
+        http = %running.http_addr,
+        debug = %running.debug_addr,
+        "throttle-rls listening"
+    );
+    wait_for_signal().await;
+    tracing::warn!("shutting down: health is now failing, calls in flight finish");
+    running.shutdown();
+    running.wait().await;
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}

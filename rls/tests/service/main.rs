@@ -1,0 +1,18 @@
+//! throttle-rls over real sockets: a tonic client through `envoy-types`,
+//! HTTP, health, reload, metrics, the binary, a real redis-server, and the
+//! foreign (Python grpcio + xds-protos) client.
+//!
+//! One test binary for the service (`cargo test -p tower-throttle-rls`).
+
+mod support;
+
+mod binary;
+mod extension;
+mod health;
+mod http;
+mod python;
+mod redis;
+mod reload;
+mod requests;
+mod topologies;
+mod upstream;
