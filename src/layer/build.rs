@@ -58,7 +58,7 @@ impl<St: Store> ThrottleLayer<St> {
     }
 
     /// `prefix:rule-name:`, the start of every key of `limit`.
-    fn key_head(&self, limit: &Rule) -> Vec<u8> {
+    pub(super) fn key_head(&self, limit: &Rule) -> Vec<u8> {
         let mut key_head = Vec::new();
         if let Some(prefix) = &self.prefix {
             key_head.extend_from_slice(prefix.as_bytes());

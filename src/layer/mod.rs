@@ -99,6 +99,7 @@ impl<St> fmt::Debug for ThrottleLayer<St> {
 
 mod behaviour;
 mod build;
+mod inspect;
 mod responses;
 mod rules;
 

@@ -63,6 +63,21 @@ pub struct RuleDecisions {
 }
 
 impl RuleDecisions {
+    /// The decisions of `rules` (name and policy), in their order.
+    pub(crate) fn of_rules(
+        rules: impl Iterator<Item = (Arc<str>, Policy)>,
+        decisions: Vec<Decision>,
+    ) -> Self {
+        let rules = rules.map(|(name, policy)| NamedPolicy {
+            name: Some(name),
+            policy,
+        });
+        RuleDecisions {
+            rules: rules.collect(),
+            decisions,
+        }
+    }
+
     /// True when every rule admitted the check (and its cost was consumed).
     pub fn allowed(&self) -> bool {
         all_allowed(&self.decisions)

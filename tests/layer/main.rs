@@ -24,6 +24,7 @@ mod fields;
 mod hostile_input;
 #[cfg(feature = "axum")]
 mod http_layer;
+mod inspect;
 mod layer_service;
 #[cfg(feature = "redis")]
 mod lockout_layer;

@@ -150,3 +150,54 @@ fn a_reported_cost_settles_through_the_redis_refund_script() {
         assert_eq!(response.headers()["x-remaining"], "0");
     });
 }
+
+/// `ThrottleLayer::peek` and `reset` on a real `redis-server`: the state
+/// requests left under both rules, read without a charge, then forgotten.
+#[test]
+fn a_layer_peeks_and_resets_a_key_on_redis() {
+    use http::{Request, Response};
+    use tower::{Layer, ServiceExt};
+    use tower_throttle::key::HeaderKey;
+    use tower_throttle::{Rule, ThrottleLayer};
+
+    let server = RedisServer::start();
+    current_thread_runtime().block_on(async {
+        let clock = ManualClock::starting_at(1_700_000_000_000_000_000);
+        let layer = ThrottleLayer::new(
+            store(&server, &clock, "inspect").await,
+            Policy::fixed_window(3, MIN).unwrap(),
+        )
+        .name("minute")
+        .key(HeaderKey::new(http::HeaderName::from_static("x-user")))
+        .and(Rule::new("hour", Policy::token_bucket(10, 1.0).unwrap()));
+        let svc = layer
+            .clone()
+            .layer(tower::service_fn(|_: Request<()>| async {
+                Ok::<_, std::convert::Infallible>(Response::new(http_body_util::Empty::<
+                    bytes::Bytes,
+                >::new()))
+            }));
+        for _ in 0..2 {
+            let req = Request::builder()
+                .header("x-user", "alice")
+                .body(())
+                .unwrap();
+            assert!(svc
+                .clone()
+                .oneshot(req)
+                .await
+                .unwrap()
+                .status()
+                .is_success());
+        }
+        for _ in 0..2 {
+            let state = layer.peek("alice").await.unwrap();
+            assert_eq!(state.get("minute").unwrap().remaining, 1);
+            assert_eq!(state.get("hour").unwrap().remaining, 8);
+        }
+        layer.reset("alice").await.unwrap();
+        let state = layer.peek("alice").await.unwrap();
+        assert_eq!(state.get("minute").unwrap().remaining, 3);
+        assert_eq!(state.get("hour").unwrap().remaining, 10);
+    });
+}
