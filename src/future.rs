@@ -146,7 +146,9 @@ where
             } => {
                 let headers = match info {
                     Some(info) => {
-                        let headers = forwarding.headers.then(|| info.clone());
+                        // An unchecked request's response gets no fields.
+                        let headers =
+                            (forwarding.headers && info.is_limited()).then(|| info.clone());
                         if forwarding.request_info {
                             request.extensions_mut().insert(info);
                         }

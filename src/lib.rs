@@ -96,7 +96,7 @@ pub mod config;
 mod fields;
 pub mod future;
 pub mod grpc;
-mod info;
+pub mod info;
 pub mod key;
 mod layer;
 pub mod mode;

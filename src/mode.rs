@@ -60,9 +60,10 @@ pub use crate::limiter::MAX_DELAY_ATTEMPTS;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum FailMode {
-    /// Forward the request unlimited (availability first). No
-    /// [`RateLimitInfo`](crate::RateLimitInfo) is inserted: handlers should
-    /// extract it as optional.
+    /// Forward the request unlimited (availability first), with no
+    /// rate-limit fields; its [`RateLimitInfo`](crate::RateLimitInfo), if
+    /// requested, says so
+    /// ([`NotLimited::StoreFailed`](crate::info::NotLimited::StoreFailed)).
     Open,
     /// Answer `503 Service Unavailable` (default: an attacker who can break
     /// the store does not get unlimited access).
@@ -98,7 +99,11 @@ pub enum OnMissingKey {
     /// Answer with this status and a body naming what was missing (default
     /// `401 Unauthorized`: the client did not identify itself).
     Reject(StatusCode),
-    /// Do not apply that rule to the request (other rules still apply).
+    /// Do not apply that rule to the request (other rules still apply, and
+    /// the rule is absent from its [`RateLimitInfo`](crate::RateLimitInfo)).
+    /// A request no rule applies to is forwarded with no rate-limit fields,
+    /// and its info says so
+    /// ([`NotLimited::NoKey`](crate::info::NotLimited::NoKey)).
     Skip,
 }
 

@@ -13,7 +13,7 @@ use super::planned::{PlannedRule, PlannedRules};
 use super::{count, LayerState, Verdict};
 use crate::decision::Receipt;
 use crate::grpc::{respond, Reply};
-use crate::info::RateLimitInfo;
+use crate::info::{NotLimited, RateLimitInfo};
 use crate::key::{bound_key_part, KeyWriter, MissingKey, RequestHead, MAX_KEY_PART};
 use crate::mode::OnMissingKey;
 use crate::policy::Policy;
@@ -181,7 +181,7 @@ pub(super) fn plan<St: Store>(
     if let Some(skip) = &shared.settings.skip {
         if skip(req) {
             count(shared, "bypassed", None);
-            return ControlFlow::Break(Verdict::forward());
+            return ControlFlow::Break(Verdict::unchecked(shared, NotLimited::Skipped));
         }
     }
     let n = shared.rules.len();
@@ -228,7 +228,7 @@ pub(super) fn plan<St: Store>(
         (Some(a), _) => PlannedRules::One(a),
         (None, 0) => {
             recycle_keys(keys);
-            return ControlFlow::Break(Verdict::forward());
+            return ControlFlow::Break(Verdict::unchecked(shared, NotLimited::NoKey));
         }
         (None, 1) => PlannedRules::One(actives[0]),
         (None, _) => PlannedRules::Many(actives),

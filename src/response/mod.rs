@@ -223,7 +223,7 @@ fn limited_plain_text(info: &RateLimitInfo) -> Option<Box<Response<Bytes>>> {
             || name == X_RATELIMIT_REMAINING
             || name == X_RATELIMIT_RESET
         {
-            let d = info.decision();
+            let d = info.binding().decision;
             *value = if name == X_RATELIMIT_LIMIT {
                 int_value(d.limit)
             } else if name == X_RATELIMIT_REMAINING {
@@ -298,7 +298,7 @@ fn add_ietf(headers: &mut HeaderMap, info: &RateLimitInfo) {
 }
 
 fn add_legacy(headers: &mut HeaderMap, info: &RateLimitInfo) {
-    let d = info.decision();
+    let d = info.binding().decision;
     headers.insert(X_RATELIMIT_LIMIT, int_value(d.limit));
     headers.insert(X_RATELIMIT_REMAINING, int_value(d.remaining));
     headers.insert(

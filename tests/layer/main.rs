@@ -8,6 +8,9 @@ mod counting_store;
 #[cfg(feature = "redis")]
 #[path = "../support/redis.rs"]
 mod redis_support;
+#[cfg(feature = "axum")]
+#[path = "../support/served.rs"]
+mod served;
 #[path = "../support/tokio_clock.rs"]
 mod tokio_clock;
 
@@ -27,6 +30,8 @@ mod layer_service;
 mod lockout_layer;
 #[cfg(feature = "redis")]
 mod lockout_seams;
+#[cfg(feature = "axum")]
+mod not_limited;
 mod per_request;
 #[cfg(feature = "redis")]
 mod policy_change;
