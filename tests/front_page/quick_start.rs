@@ -3,17 +3,18 @@
 //! this checkout), the snippet as `src/main.rs`, then `cargo run`; then the
 //! same with the hand-written `[dependencies]` instead. Builds a crate from
 //! scratch (about a minute), so it runs on request and in CI:
-//! `cargo test --test quick_start -- --ignored`.
+//! `cargo test --test front_page -- --ignored`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use crate::read;
 
 const CLONE: &str = "../tower-throttle";
 
 /// The README's quick-start section.
 fn section() -> String {
-    let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md");
-    let readme = std::fs::read_to_string(readme).unwrap();
+    let readme = read("README.md");
     let start = readme
         .find("## Quick start\n")
         .expect("a Quick start section");
@@ -53,7 +54,7 @@ fn run(dir: &Path, target: &Path) {
 }
 
 #[test]
-#[ignore = "builds a new crate: cargo test --test quick_start -- --ignored"]
+#[ignore = "builds a new crate: cargo test --test front_page -- --ignored"]
 fn the_quick_start_works_from_the_repository_alone() {
     let section = section();
     let here = env!("CARGO_MANIFEST_DIR");
