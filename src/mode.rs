@@ -79,8 +79,9 @@ pub enum FailMode {
 /// A key the *server* cannot build (no peer address because the server was
 /// not set up to record it, see
 /// [`MissingKey::misconfigured`](crate::key::MissingKey::misconfigured)) is
-/// not the client's fault: it is answered `500 Internal Server Error` with a
-/// generic body whatever this setting, and the fix is logged once.
+/// not the client's fault: it is answered `500 Internal Server Error`
+/// whatever this setting, with a body that says the rate limiting is
+/// misconfigured and why, without internals; the fix is logged once.
 ///
 /// ```
 /// use http::StatusCode;

@@ -255,7 +255,7 @@ pub(super) fn missing_key<St: Store>(
     tracing::debug!(target: "tower_throttle", rule = name, reason = missing.reason(), "no rate-limit key");
     let reply = || shared.settings.protocol.reply(req.headers());
     if missing.is_misconfiguration() {
-        let response = misconfigured(shared, reply(), i, name, missing.reason());
+        let response = misconfigured(shared, reply(), i, name, missing);
         return Some(Verdict::Reject(response));
     }
     match shared.settings.on_missing {
@@ -284,9 +284,10 @@ fn misconfigured<St>(
     reply: Reply,
     i: usize,
     rule: &str,
-    fix: &str,
+    missing: &MissingKey,
 ) -> Box<Response<Bytes>> {
     static LOGGED: std::sync::Once = std::sync::Once::new();
+    let fix = missing.reason();
     LOGGED.call_once(|| {
         tracing::error!(target: "tower_throttle", rule, fix, "rate limiting is misconfigured: every request of this rule is answered 500");
     });
@@ -294,7 +295,10 @@ fn misconfigured<St>(
     respond(
         &shared.settings.body,
         reply,
-        &Rejection::Misconfigured { rule },
+        &Rejection::Misconfigured {
+            rule,
+            explanation: missing.explanation(),
+        },
         true,
     )
 }

@@ -76,10 +76,13 @@ pub enum Rejection<'a> {
     /// The store failed or timed out and the layer fails closed (503).
     Unavailable(&'a StoreError),
     /// A rule's key cannot be built because of the server's configuration
-    /// (no peer address): 500, with a generic body.
+    /// (no peer address): 500, with a body that says so without internals.
     Misconfigured {
         /// The rule's name.
         rule: &'a str,
+        /// What is wrong, for the client
+        /// ([`MissingKey::explanation`](crate::key::MissingKey::explanation)).
+        explanation: &'static str,
     },
     /// A rule found no key and the layer rejects such requests.
     MissingKey {
@@ -120,7 +123,11 @@ impl fmt::Display for Rejection<'_> {
             Rejection::MissingKey { reason, .. } => {
                 write!(f, "Cannot rate-limit this request: {reason}.")
             }
-            Rejection::Misconfigured { .. } => f.write_str("Internal server error."),
+            Rejection::Misconfigured { explanation, .. } => write!(
+                f,
+                "Internal server error: rate limiting is misconfigured ({explanation}); \
+                 the server's log says how to fix it."
+            ),
         }
     }
 }

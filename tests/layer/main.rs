@@ -31,6 +31,8 @@ mod lockout_layer;
 #[cfg(feature = "redis")]
 mod lockout_seams;
 #[cfg(feature = "axum")]
+mod no_peer_address;
+#[cfg(feature = "axum")]
 mod not_limited;
 mod per_request;
 #[cfg(feature = "redis")]
