@@ -149,7 +149,9 @@ where
                         // An unchecked request's response gets no fields.
                         let headers =
                             (forwarding.headers && info.is_limited()).then(|| info.clone());
-                        if forwarding.request_info {
+                        // An outer layer's decisions say more than "not checked".
+                        let outer = || request.extensions().get::<RateLimitInfo>().is_some();
+                        if forwarding.request_info && (info.is_limited() || !outer()) {
                             request.extensions_mut().insert(info);
                         }
                         headers

@@ -23,7 +23,8 @@ use crate::policy::Policy;
 /// ([`RateLimitInfo::not_limited`]): it has no decision, and its response
 /// gets no rate-limit fields. In [dry-run](crate::Mode::DryRun) mode,
 /// [`RateLimitInfo::allowed`] tells whether the request would have been
-/// rejected. When layers are nested, a handler sees the innermost layer's.
+/// rejected. When layers are nested, a handler sees the innermost layer's
+/// that checked the request (an unchecked info only if none did).
 ///
 /// ```
 /// use axum::{routing::get, Extension, Router};

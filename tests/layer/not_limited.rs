@@ -9,7 +9,6 @@ use axum::extract::Extension;
 use axum::routing::get;
 use axum::Router;
 use http::StatusCode;
-use tower_throttle::info::NotLimited;
 use tower_throttle::key::HeaderKey;
 use tower_throttle::lockout::Penalty;
 use tower_throttle::mode::OnMissingKey;
@@ -135,11 +134,6 @@ async fn a_store_that_failed_open_says_so() {
     );
 }
 
-#[test]
-fn the_unchecked_reasons_compare() {
-    assert_ne!(NotLimited::Skipped, NotLimited::NoKey);
-}
-
 #[tokio::test]
 async fn a_missing_extension_names_a_public_path() {
     // The path axum prints is one a user can write.
@@ -152,4 +146,43 @@ async fn a_missing_extension_names_a_public_path() {
     let (status, _, body) = request(addr, "/", &[("x-user", "ann")]).await;
     assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
     assert!(body.contains(printed), "{body}");
+}
+
+#[tokio::test]
+async fn nested_layers_show_the_innermost_that_checked() {
+    let outer = ThrottleLayer::new(MemoryStore::new(), minute(10))
+        .name("outer")
+        .prefix("outer")
+        .key(by_user())
+        .request_info(true)
+        .skip_if(|req| req.uri().path() == "/both-skip");
+    let inner = ThrottleLayer::new(MemoryStore::new(), minute(10))
+        .name("inner")
+        .prefix("inner")
+        .key(by_user())
+        .request_info(true)
+        .skip_if(|req| req.uri().path() != "/inner");
+    let named = |Extension(info): Extension<RateLimitInfo>| async move {
+        match info.iter().next() {
+            Some((name, _, _)) => name.to_owned(),
+            None => format!("{:?}", info.not_limited()),
+        }
+    };
+    let app = Router::new()
+        .route("/inner", get(named))
+        .route("/outer", get(named))
+        .route("/both-skip", get(named))
+        .layer(inner)
+        .layer(outer);
+    let addr = serve(app, true).await;
+    let user = [("x-user", "ann")];
+    for (path, seen) in [
+        ("/inner", "inner"),
+        // The inner layer skipped: the outer layer's decision stays.
+        ("/outer", "outer"),
+        ("/both-skip", "Some(Skipped)"),
+    ] {
+        let (status, _, body) = request(addr, path, &user).await;
+        assert_eq!((status, body.as_str()), (StatusCode::OK, seen), "{path}");
+    }
 }
