@@ -1,4 +1,4 @@
-//! The classic `is_action_allowed` demo: "may laoqian reply?" checked 20 times in a row.
+//! The classic `is_action_allowed` demo: "may user-42 reply?" checked 20 times in a row.
 //!
 //! Run with `cargo run --example is_action_allowed`. Each line prints the
 //! decision and the reply redis-cell's `CL.THROTTLE` gives for the same call:
@@ -12,7 +12,7 @@ use tower_throttle::{Limiter, MemoryStore, Policy, StoreError};
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let store = MemoryStore::new();
 
-    println!("CL.THROTTLE laoqian:reply 15 30 60  (GCRA: bursts of 16, then 30 a minute)");
+    println!("CL.THROTTLE user-42:reply 15 30 60  (GCRA: bursts of 16, then 30 a minute)");
     let cell = Limiter::new(
         store.clone(),
         Policy::cell(15, 30, Duration::from_secs(60))?,
@@ -30,7 +30,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
 async fn run(limiter: &Limiter) -> Result<(), StoreError> {
     for i in 1..=20 {
-        let d = limiter.check("laoqian:reply").await?;
+        let d = limiter.check("user-42:reply").await?;
         println!(
             "{i:>2} {:<7} {:?}  remaining {:>2}  retry_after {:>9}  reset_after {:?}",
             if d.allowed { "allowed" } else { "denied" },

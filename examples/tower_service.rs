@@ -1,8 +1,10 @@
 //! The layer on a plain tower service served by hyper, without axum.
 //!
-//! `cargo run --example tower_service` starts a server on 127.0.0.1, sends it
-//! five requests with hyper's client and prints what came back: three admitted,
-//! then 429s with `Retry-After` and the `RateLimit` fields.
+//! `cargo run --example tower_service` starts a server on 127.0.0.1, port
+//! `PORT` (default 3000), sends it five requests with hyper's client and
+//! prints what came back: three admitted, then 429s with `Retry-After` and
+//! the `RateLimit` fields. It then keeps serving, and prints a `curl` line
+//! to try (Ctrl-C ends it).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -35,9 +37,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Build the throttled service once; connections share clones of it.
     let throttled = ServiceBuilder::new().layer(limit).service_fn(hello);
 
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let port: u16 = match std::env::var("PORT") {
+        Ok(p) => p.parse()?,
+        Err(_) => 3000,
+    };
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
     let addr = listener.local_addr()?;
-    tokio::spawn(async move {
+    let server = tokio::spawn(async move {
         loop {
             let Ok((stream, peer)) = listener.accept().await else {
                 continue;
@@ -73,5 +79,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             String::from_utf8_lossy(&body).trim_end(),
         );
     }
+    println!("still serving (Ctrl-C to stop); the same limit holds for curl:");
+    println!("  for i in 1 2 3 4; do curl -si http://{addr}/ | grep -i -e '^HTTP' -e '^ratelimit:'; done");
+    server.await?;
     Ok(())
 }

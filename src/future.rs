@@ -145,8 +145,12 @@ where
             } => {
                 let headers = match info {
                     Some(info) => {
-                        let headers = forwarding.headers.then(|| info.clone());
-                        if forwarding.request_info {
+                        // An unchecked request's response gets no fields.
+                        let headers =
+                            (forwarding.headers && info.is_limited()).then(|| info.clone());
+                        // An outer layer's decisions say more than "not checked".
+                        let outer = || request.extensions().get::<RateLimitInfo>().is_some();
+                        if forwarding.request_info && (info.is_limited() || !outer()) {
                             request.extensions_mut().insert(info);
                         }
                         headers

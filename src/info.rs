@@ -1,4 +1,8 @@
-//! The decisions of a request's rules, for headers and for handlers.
+//! What a layer decided for one request, for headers and for handlers:
+//! [`RateLimitInfo`], and [`NotLimited`] for a request it let through
+//! without checking. (The root re-exports `RateLimitInfo`; this module is
+//! public so the path axum prints for a missing extension is one you can
+//! write.)
 
 use std::fmt;
 use std::sync::Arc;
@@ -11,18 +15,55 @@ use crate::policy::Policy;
 
 /// What every rule of a layer decided for one request.
 ///
-/// Inserted in the request extensions before the inner service runs when
-/// the layer is built with
-/// [`request_info(true)`](crate::ThrottleLayer::request_info), so handlers
-/// can read each rule's [`Decision`] and the binding one
-/// ([`RateLimitInfo::decision`]) (axum: `Extension<RateLimitInfo>`). In
-/// [dry-run](crate::Mode::DryRun) mode, [`RateLimitInfo::allowed`] tells
-/// whether the request would have been rejected. When layers are nested, a
-/// handler sees the innermost layer's.
+/// With [`request_info(true)`](crate::ThrottleLayer::request_info) every
+/// request the layer forwards carries one in its extensions (axum:
+/// `Extension<RateLimitInfo>`), so handlers can read each rule's
+/// [`Decision`] and the binding one ([`RateLimitInfo::decision`]). A
+/// request the layer let through unchecked carries one too, saying why
+/// ([`RateLimitInfo::not_limited`]): it has no decision, and its response
+/// gets no rate-limit fields. In [dry-run](crate::Mode::DryRun) mode,
+/// [`RateLimitInfo::allowed`] tells whether the request would have been
+/// rejected. When layers are nested, a handler sees the innermost layer's
+/// that checked the request (an unchecked info only if none did).
+///
+/// ```
+/// use axum::{routing::get, Extension, Router};
+/// use tower_throttle::{MemoryStore, Policy, RateLimitInfo, ThrottleLayer};
+///
+/// async fn handler(Extension(info): Extension<RateLimitInfo>) -> String {
+///     match info.decision() {
+///         Some(d) => format!("{} left", d.remaining),
+///         None => format!("not limited: {:?}", info.not_limited()),
+///     }
+/// }
+///
+/// let layer = ThrottleLayer::new(MemoryStore::new(), Policy::fixed_window(10, std::time::Duration::from_secs(60))?)
+///     .request_info(true)
+///     // Health checks pass unchecked, and still carry their info.
+///     .skip_if(|req| req.uri().path() == "/health");
+/// let app: Router = Router::new().route("/", get(handler)).route("/health", get(handler)).layer(layer);
+/// # let _ = app;
+/// # Ok::<(), tower_throttle::PolicyError>(())
+/// ```
 #[derive(Clone)]
 pub struct RateLimitInfo {
     meta: Arc<Meta>,
     entries: Entries,
+}
+
+/// Why a layer forwarded a request without checking it: the
+/// [`RateLimitInfo`] of such a request has no decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum NotLimited {
+    /// The layer's [`skip_if`](crate::ThrottleLayer::skip_if) matched it.
+    Skipped,
+    /// No rule found its key and the layer lets such requests through
+    /// ([`OnMissingKey::Skip`](crate::mode::OnMissingKey::Skip)).
+    NoKey,
+    /// The store failed and the layer fails open
+    /// ([`FailMode::Open`](crate::FailMode::Open)).
+    StoreFailed,
 }
 
 /// Per-layer data the headers need, shared by every request: built by
@@ -57,6 +98,8 @@ pub(crate) struct RuleSummary {
 enum Entries {
     One(RuleDecision),
     Many(Vec<RuleDecision>),
+    /// No rule was checked.
+    None(NotLimited),
 }
 
 #[derive(Clone, Copy)]
@@ -84,6 +127,15 @@ impl RateLimitInfo {
         }
     }
 
+    /// The info of a request forwarded unchecked (no allocation: the meta
+    /// is shared).
+    pub(crate) fn unchecked(meta: Arc<Meta>, why: NotLimited) -> Self {
+        RateLimitInfo {
+            meta,
+            entries: Entries::None(why),
+        }
+    }
+
     pub(crate) fn meta(&self) -> &Meta {
         &self.meta
     }
@@ -92,6 +144,7 @@ impl RateLimitInfo {
         match &mut self.entries {
             Entries::One(e) => std::slice::from_mut(e),
             Entries::Many(v) => v,
+            Entries::None(_) => &mut [],
         }
     }
 
@@ -99,17 +152,36 @@ impl RateLimitInfo {
         match &self.entries {
             Entries::One(e) => std::slice::from_ref(e),
             Entries::Many(v) => v,
+            Entries::None(_) => &[],
         }
     }
 
-    /// True when every rule admitted the request.
+    /// True when the layer checked the request against its rules; false
+    /// when it let the request through unchecked (see
+    /// [`RateLimitInfo::not_limited`]).
+    pub fn is_limited(&self) -> bool {
+        !matches!(self.entries, Entries::None(_))
+    }
+
+    /// Why the layer let the request through unchecked; `None` when its
+    /// rules decided.
+    pub fn not_limited(&self) -> Option<NotLimited> {
+        match self.entries {
+            Entries::None(why) => Some(why),
+            _ => None,
+        }
+    }
+
+    /// True when every rule admitted the request (and when none was
+    /// checked).
     pub fn allowed(&self) -> bool {
         self.entries().iter().all(|e| e.decision.allowed)
     }
 
     /// Each rule's name, the policy applied to this request (the rule's
     /// own, or one chosen per request: see [`crate::resolve`]) and decision
-    /// (rules skipped for want of a key are absent).
+    /// (rules skipped for want of a key are absent; none when the request
+    /// was [not limited](RateLimitInfo::not_limited)).
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Policy, &Decision)> + '_ {
         self.entries()
             .iter()
@@ -135,10 +207,12 @@ impl RateLimitInfo {
 
     /// The binding decision: the denial with the longest wait ("never" is
     /// longest) if any rule denied, else the rule with the least remaining.
-    pub fn decision(&self) -> Decision {
-        self.binding().decision
+    /// `None` when the request was [not limited](RateLimitInfo::not_limited).
+    pub fn decision(&self) -> Option<Decision> {
+        self.is_limited().then(|| self.binding().decision)
     }
 
+    /// The binding rule of a checked request (see [`RateLimitInfo::decision`]).
     pub(crate) fn binding(&self) -> &RuleDecision {
         let entries = self.entries();
         let denied = entries
@@ -172,28 +246,21 @@ impl RateLimitInfo {
     /// How long until the request would be admitted: the longest wait of the
     /// denying rules. `None` when allowed, or when some rule can never admit it.
     pub fn retry_after(&self) -> Option<Duration> {
-        let d = self.binding().decision;
-        if d.allowed {
-            None
-        } else {
-            d.retry_after
-        }
+        self.decision().filter(|d| !d.allowed)?.retry_after
     }
 
     /// [`RateLimitInfo::retry_after`] in whole seconds, rounded up, never 0:
     /// the `Retry-After` value.
     pub fn retry_after_secs(&self) -> Option<u64> {
-        let d = self.binding().decision;
-        if d.allowed {
-            None
-        } else {
-            d.retry_after_secs()
-        }
+        self.decision().filter(|d| !d.allowed)?.retry_after_secs()
     }
 }
 
 impl fmt::Debug for RateLimitInfo {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(why) = self.not_limited() {
+            return f.debug_tuple("NotLimited").field(&why).finish();
+        }
         f.debug_map()
             .entries(self.iter().map(|(n, _, d)| (n, d)))
             .finish()

@@ -15,9 +15,9 @@
 //! # tokio_test_block_on(async {
 //! let replies = Limiter::new(MemoryStore::new(), Policy::sliding_log(5, Duration::from_secs(60))?);
 //! for _ in 0..5 {
-//!     assert!(replies.check("laoqian:reply").await?.allowed);
+//!     assert!(replies.check("user-42:reply").await?.allowed);
 //! }
-//! let sixth = replies.check("laoqian:reply").await?;
+//! let sixth = replies.check("user-42:reply").await?;
 //! assert!(!sixth.allowed);
 //! assert!(sixth.retry_after.unwrap() <= Duration::from_secs(60));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -53,6 +53,49 @@
 //! # let _ = app;
 //! # Ok::<(), tower_throttle::PolicyError>(())
 //! ```
+//!
+//! # Limits shared by every instance: Redis
+//!
+//! With the `redis` feature a [`RedisStore`] keeps the counters in Redis
+//! (one server, Sentinel, or a cluster; `rediss://` with `tls`), so every
+//! instance of an app enforces one limit. Each check is one atomic script
+//! on the server's clock, and a layer or limiter takes it like any store:
+//! see [`store::redis`] for failures, timeouts and batching.
+//!
+//! ```no_run
+//! # #[cfg(feature = "redis")]
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use tower_throttle::{key::BearerToken, Policy, RedisStore, ThrottleLayer};
+//!
+//! let store = RedisStore::builder()
+//!     .prefix("myapp")
+//!     .timeout(Duration::from_millis(50))
+//!     .connect("redis://127.0.0.1:6379")
+//!     .await?;
+//! let posts = ThrottleLayer::new(store, Policy::cell(15, 30, Duration::from_secs(3600))?)
+//!     .key(BearerToken)
+//!     .prefix("post");
+//! # let _ = posts;
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Cargo features
+//!
+//! On docs.rs every item that needs a feature carries its badge.
+//!
+//! | feature | what it adds |
+//! |---|---|
+//! | `axum` (default) | [`key::MatchedPathKey`], and [`key::PeerIp`] reads axum's `ConnectInfo` |
+//! | `redis` | [`RedisStore`], [`store::RedisClusterStore`], [`store::CellStore`] (Redis with the redis-cell module): [`store::redis`] |
+//! | `tls` | `redis`, and `rediss://` for every Redis store (rustls) |
+//! | `governor` | [`store::GovernorStore`]: GCRA on governor's keyed limiter, in memory |
+//! | `metrics` | request counters and a store-latency histogram through the `metrics` facade |
+//! | `grpc` | [`key::PeerIp`] reads tonic's peer address (the gRPC answers of [`grpc`] need no feature) |
+//! | `grpc-tls` | `grpc`, and tonic's peer address on TLS connections |
+//! | `config` | [`config`]: layers read from YAML, TOML or JSON, checked before traffic, reloaded while serving |
+//! | `conformance` | [`store::conformance`]: the suite a store of your own passes with one call |
 //!
 //! # The algorithms
 //!
@@ -96,7 +139,7 @@ pub mod config;
 mod fields;
 pub mod future;
 pub mod grpc;
-mod info;
+pub mod info;
 pub mod key;
 mod layer;
 pub mod meter;

@@ -60,9 +60,10 @@ pub use crate::limiter::MAX_DELAY_ATTEMPTS;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum FailMode {
-    /// Forward the request unlimited (availability first). No
-    /// [`RateLimitInfo`](crate::RateLimitInfo) is inserted: handlers should
-    /// extract it as optional.
+    /// Forward the request unlimited (availability first), with no
+    /// rate-limit fields; its [`RateLimitInfo`](crate::RateLimitInfo), if
+    /// requested, says so
+    /// ([`NotLimited::StoreFailed`](crate::info::NotLimited::StoreFailed)).
     Open,
     /// Answer `503 Service Unavailable` (default: an attacker who can break
     /// the store does not get unlimited access).
@@ -78,8 +79,9 @@ pub enum FailMode {
 /// A key the *server* cannot build (no peer address because the server was
 /// not set up to record it, see
 /// [`MissingKey::misconfigured`](crate::key::MissingKey::misconfigured)) is
-/// not the client's fault: it is answered `500 Internal Server Error` with a
-/// generic body whatever this setting, and the fix is logged once.
+/// not the client's fault: it is answered `500 Internal Server Error`
+/// whatever this setting, with a body that says the rate limiting is
+/// misconfigured and why, without internals; the fix is logged once.
 ///
 /// ```
 /// use http::StatusCode;
@@ -98,7 +100,11 @@ pub enum OnMissingKey {
     /// Answer with this status and a body naming what was missing (default
     /// `401 Unauthorized`: the client did not identify itself).
     Reject(StatusCode),
-    /// Do not apply that rule to the request (other rules still apply).
+    /// Do not apply that rule to the request (other rules still apply, and
+    /// the rule is absent from its [`RateLimitInfo`](crate::RateLimitInfo)).
+    /// A request no rule applies to is forwarded with no rate-limit fields,
+    /// and its info says so
+    /// ([`NotLimited::NoKey`](crate::info::NotLimited::NoKey)).
     Skip,
 }
 

@@ -1,7 +1,8 @@
 //! The concurrency limit: leased permits, released when the work finishes.
 //!
-//! A Java `@EntryTimes`-style guard that deletes a shared counter in `finally` lets one
-//! finishing request wipe the count of every other. Here each admission is a
+//! A guard that counts requests in flight in one shared counter, and
+//! deletes it when a request finishes, lets one finishing request wipe the
+//! count of every other. Here each admission is a
 //! permit with its own id and lease: releasing one removes only that one, and
 //! a holder that crashed loses its permit when the lease runs out.
 

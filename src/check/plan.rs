@@ -13,7 +13,7 @@ use super::planned::{PlannedRule, PlannedRules};
 use super::{count, LayerState, Verdict};
 use crate::decision::Receipt;
 use crate::grpc::{respond, Reply};
-use crate::info::RateLimitInfo;
+use crate::info::{NotLimited, RateLimitInfo};
 use crate::key::{bound_key_part, KeyWriter, MissingKey, RequestHead, MAX_KEY_PART};
 use crate::mode::OnMissingKey;
 use crate::policy::Policy;
@@ -191,7 +191,7 @@ pub(super) fn plan<St: Store>(
     if let Some(skip) = &shared.settings.skip {
         if skip(req) {
             count(shared, "bypassed", None);
-            return ControlFlow::Break(Verdict::forward());
+            return ControlFlow::Break(Verdict::unchecked(shared, NotLimited::Skipped));
         }
     }
     let n = shared.rules.len();
@@ -238,7 +238,7 @@ pub(super) fn plan<St: Store>(
         (Some(a), _) => PlannedRules::One(a),
         (None, 0) => {
             recycle_keys(keys);
-            return ControlFlow::Break(Verdict::forward());
+            return ControlFlow::Break(Verdict::unchecked(shared, NotLimited::NoKey));
         }
         (None, 1) => PlannedRules::One(actives[0]),
         (None, _) => PlannedRules::Many(actives),
@@ -265,7 +265,7 @@ pub(super) fn missing_key<St: Store>(
     tracing::debug!(target: "tower_throttle", rule = name, reason = missing.reason(), "no rate-limit key");
     let reply = || shared.settings.protocol.reply(req.headers());
     if missing.is_misconfiguration() {
-        let response = misconfigured(shared, reply(), i, name, missing.reason());
+        let response = misconfigured(shared, reply(), i, name, missing);
         return Some(Verdict::Reject(response));
     }
     match shared.settings.on_missing {
@@ -294,9 +294,10 @@ fn misconfigured<St>(
     reply: Reply,
     i: usize,
     rule: &str,
-    fix: &str,
+    missing: &MissingKey,
 ) -> Box<Response<Bytes>> {
     static LOGGED: std::sync::Once = std::sync::Once::new();
+    let fix = missing.reason();
     LOGGED.call_once(|| {
         tracing::error!(target: "tower_throttle", rule, fix, "rate limiting is misconfigured: every request of this rule is answered 500");
     });
@@ -304,7 +305,10 @@ fn misconfigured<St>(
     respond(
         &shared.settings.body,
         reply,
-        &Rejection::Misconfigured { rule },
+        &Rejection::Misconfigured {
+            rule,
+            explanation: missing.explanation(),
+        },
         true,
     )
 }

@@ -11,7 +11,7 @@ use super::{
     count, decide, lockout, poll_now, Answer, HeldCharge, HeldPermits, LayerState, Plan, Reach,
 };
 use crate::grpc::{respond, Reply};
-use crate::info::RateLimitInfo;
+use crate::info::{NotLimited, RateLimitInfo};
 use crate::mode::{FailMode, Mode, MAX_DELAY_ATTEMPTS};
 use crate::response::Rejection;
 use crate::store::{Store, StoreError};
@@ -36,6 +36,21 @@ impl<St: Store> Verdict<St> {
     pub(crate) fn forward() -> Self {
         Verdict::Forward {
             info: None,
+            permits: None,
+            charge: None,
+        }
+    }
+
+    /// Forward a request the layer did not check, carrying an info that
+    /// says why when handlers read it (a shared reference, no allocation).
+    #[cold]
+    pub(crate) fn unchecked(shared: &LayerState<St>, why: NotLimited) -> Self {
+        let info = shared
+            .settings
+            .request_info
+            .then(|| RateLimitInfo::unchecked(shared.meta.clone(), why));
+        Verdict::Forward {
+            info,
             permits: None,
             charge: None,
         }
@@ -208,7 +223,7 @@ fn store_failed<St: Store>(
     let fail = shared.settings.fail;
     tracing::warn!(target: "tower_throttle", %error, fail_mode = ?fail, "rate-limit store failed");
     match fail {
-        FailMode::Open => Verdict::forward(),
+        FailMode::Open => Verdict::unchecked(shared, NotLimited::StoreFailed),
         FailMode::Closed => Verdict::Reject(respond(
             &shared.settings.body,
             reply,

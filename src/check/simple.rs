@@ -11,6 +11,7 @@ use super::decide::one;
 use super::plan::{missing_key, recycle_keys, take_key_buffer};
 use super::{count, settled_now, Answer, LayerState, Plan, Verdict};
 use crate::decision::Decision;
+use crate::info::NotLimited;
 use crate::key::{bound_key_part, KeyWriter, RequestHead, MAX_KEY_PART};
 use crate::store::{Charge, Store, StoreError};
 
@@ -26,7 +27,8 @@ pub(super) fn check<St: Store>(
     let part = keys.len();
     if let Err(missing) = rule.key.extract(req, &mut KeyWriter::new(&mut keys)) {
         recycle_keys(keys);
-        let verdict = missing_key(shared, req, 0, &missing).unwrap_or_else(Verdict::forward);
+        let verdict = missing_key(shared, req, 0, &missing)
+            .unwrap_or_else(|| Verdict::unchecked(shared, NotLimited::NoKey));
         return ControlFlow::Break(verdict);
     }
     bound_key_part(&mut keys, part, MAX_KEY_PART);

@@ -44,7 +44,7 @@ pub struct LayerConfig {
     /// only on 429s).
     #[serde(default)]
     pub headers_on_allowed: bool,
-    /// [`RateLimitInfo`](crate::RateLimitInfo) in admitted requests'
+    /// [`RateLimitInfo`](crate::RateLimitInfo) in every forwarded request's
     /// extensions, for handlers (default off).
     #[serde(default)]
     pub request_info: bool,

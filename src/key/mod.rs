@@ -122,7 +122,12 @@ impl<'a> RequestHead<'a> {
 pub struct MissingKey {
     reason: &'static str,
     misconfigured: bool,
+    /// What a misconfiguration's 500 says: no internals.
+    explanation: &'static str,
 }
+
+/// What a misconfiguration's 500 says unless its key says more.
+const UNEXPLAINED: &str = "the server cannot build this request's rate-limit key";
 
 impl MissingKey {
     /// A key the client failed to supply (no credential, no header), with a
@@ -131,19 +136,36 @@ impl MissingKey {
         MissingKey {
             reason,
             misconfigured: false,
+            explanation: UNEXPLAINED,
         }
     }
 
     /// A key the server cannot build because of its own configuration (no
     /// peer address: the server was not set up to record it). The client
-    /// gets a `500` with a generic body, whatever the layer's
-    /// [`OnMissingKey`](crate::mode::OnMissingKey); `reason`, the fix, is logged
-    /// once at error level, never sent.
+    /// gets a `500` whose body says the rate limiting is misconfigured and
+    /// why in general terms ([`MissingKey::explained`]), whatever the
+    /// layer's [`OnMissingKey`](crate::mode::OnMissingKey); `reason`, the
+    /// fix, is logged once at error level, never sent.
     pub const fn misconfigured(reason: &'static str) -> Self {
         MissingKey {
             reason,
             misconfigured: true,
+            explanation: UNEXPLAINED,
         }
+    }
+
+    /// What a misconfiguration's `500` tells the client, in place of the
+    /// generic "the server cannot build this request's rate-limit key":
+    /// what is wrong in the server's own terms, free of code, types and
+    /// secrets (the fix stays in the log).
+    pub const fn explained(mut self, explanation: &'static str) -> Self {
+        self.explanation = explanation;
+        self
+    }
+
+    /// What a misconfiguration's `500` tells the client.
+    pub fn explanation(&self) -> &'static str {
+        self.explanation
     }
 
     /// Whether the server's configuration, not the client, is at fault.

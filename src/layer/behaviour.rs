@@ -21,8 +21,10 @@ impl<St: Store> ThrottleLayer<St> {
     /// address of a direct connection, a path, or a header your own trusted
     /// proxy sets (and strips from client requests) are fine; a header the
     /// client sends is not — anyone who learns `X-Internal: 1` bypasses the
-    /// limit. Skipped requests get no rate-limit headers or
-    /// [`RateLimitInfo`](crate::RateLimitInfo).
+    /// limit. Skipped requests get no rate-limit headers; with
+    /// [`request_info(true)`](crate::ThrottleLayer::request_info) their
+    /// [`RateLimitInfo`](crate::RateLimitInfo) says they were skipped
+    /// ([`NotLimited::Skipped`](crate::info::NotLimited::Skipped)).
     ///
     /// ```
     /// use std::time::Duration;

@@ -23,7 +23,7 @@ use crate::store::Store;
 ///
 /// Every rule's key is `prefix:rule-name:key-part` (no `prefix:` unless set):
 /// give each route's layer its own [`prefix`](Self::prefix) so routes do not
-/// share counters (like the `@EntryTimes` annotation's prefix). Two distinct
+/// share counters. Two distinct
 /// layers on one memory or Redis store with a rule of the same
 /// `prefix:rule-name` would share that rule's counters: building the second
 /// one panics, naming the namespace, unless it opts in with

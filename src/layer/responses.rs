@@ -19,12 +19,14 @@ impl<St: Store> ThrottleLayer<St> {
         self
     }
 
-    /// Inserts the [`RateLimitInfo`](crate::RateLimitInfo) of admitted
-    /// requests into their extensions for handlers (default off: it costs
-    /// two allocations per request, about a third of the layer's time on
-    /// the in-process path). Turn it on when a handler reads it; in axum
-    /// take `Option<Extension<RateLimitInfo>>` or a handler of a layer
-    /// without it answers 500.
+    /// Inserts a [`RateLimitInfo`](crate::RateLimitInfo) into the
+    /// extensions of every request the layer forwards, for handlers
+    /// (default off: it costs two allocations per checked request, about a
+    /// third of the layer's time on the in-process path). Requests let
+    /// through unchecked (`skip_if`, no key, a store failed open) get one
+    /// too, saying why, at no allocation. Turn it on when a handler reads
+    /// it: in axum, `Extension<RateLimitInfo>` behind a layer without it
+    /// answers 500.
     pub fn request_info(mut self, enabled: bool) -> Self {
         self.settings.request_info = enabled;
         self

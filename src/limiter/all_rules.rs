@@ -20,7 +20,7 @@ use crate::store::{all_allowed, Charge, RuleSpec, Store, StoreError};
 /// let replies = Limiter::new(MemoryStore::new(), Policy::sliding_log(5, Duration::from_secs(60))?)
 ///     .named("minute")
 ///     .and("day", Policy::fixed_window(100, Duration::from_secs(86_400))?);
-/// let d = replies.check("laoqian").await?;
+/// let d = replies.check("user-42").await?;
 /// assert!(d.allowed());
 /// assert_eq!(d.get("minute").unwrap().remaining, 4);
 /// assert_eq!(d.get("day").unwrap().remaining, 99);

@@ -47,11 +47,11 @@ pub const MAX_DELAY_ATTEMPTS: u32 = 8;
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// let posts = Limiter::new(MemoryStore::new(), Policy::cell(15, 30, Duration::from_secs(60))?)
 ///     .with_prefix("post");
-/// let d = posts.check("laoqian").await?;
+/// let d = posts.check("user-42").await?;
 /// assert_eq!(d.to_cell_reply(), [0, 16, 15, -1, 2]);
 /// // The post failed: give its unit back, where it was taken.
-/// posts.refund("laoqian", &d.receipt().expect("admitted")).await?;
-/// assert_eq!(posts.peek("laoqian").await?.remaining, 16);
+/// posts.refund("user-42", &d.receipt().expect("admitted")).await?;
+/// assert_eq!(posts.peek("user-42").await?.remaining, 16);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// # }).unwrap();
 /// ```
@@ -102,10 +102,10 @@ impl<S: Store, R> Limiter<S, R> {
     ///     .lockout(Penalty::new(2, Duration::from_secs(900), Duration::from_secs(3600))?)
     ///     .with_prefix("login");
     /// for _ in 0..3 {
-    ///     assert!(logins.check("laoqian").await?.allowed);
+    ///     assert!(logins.check("user-42").await?.allowed);
     /// }
-    /// assert!(!logins.check("laoqian").await?.allowed); // strike 1
-    /// let locked = logins.check("laoqian").await?; // strike 2: locked
+    /// assert!(!logins.check("user-42").await?.allowed); // strike 1
+    /// let locked = logins.check("user-42").await?; // strike 2: locked
     /// assert_eq!(locked.retry_after, Some(Duration::from_secs(3600)));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// # }).unwrap();
@@ -130,8 +130,7 @@ impl<S: Store, R> Limiter<S, R> {
     }
 
     /// Prepends `prefix:` to every key (a penalty's keys included), so
-    /// several limiters can share a store (like the `@EntryTimes`
-    /// annotation's prefix).
+    /// several limiters can share a store without sharing counters.
     #[must_use]
     pub fn with_prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
         self.prefix = KeyPrefix::new(prefix.as_ref());

@@ -79,10 +79,13 @@ pub enum Rejection<'a> {
     /// The store failed or timed out and the layer fails closed (503).
     Unavailable(&'a StoreError),
     /// A rule's key cannot be built because of the server's configuration
-    /// (no peer address): 500, with a generic body.
+    /// (no peer address): 500, with a body that says so without internals.
     Misconfigured {
         /// The rule's name.
         rule: &'a str,
+        /// What is wrong, for the client
+        /// ([`MissingKey::explanation`](crate::key::MissingKey::explanation)).
+        explanation: &'static str,
     },
     /// A rule found no key and the layer rejects such requests.
     MissingKey {
@@ -123,7 +126,11 @@ impl fmt::Display for Rejection<'_> {
             Rejection::MissingKey { reason, .. } => {
                 write!(f, "Cannot rate-limit this request: {reason}.")
             }
-            Rejection::Misconfigured { .. } => f.write_str("Internal server error."),
+            Rejection::Misconfigured { explanation, .. } => write!(
+                f,
+                "Internal server error: rate limiting is misconfigured ({explanation}); \
+                 the server's log says how to fix it."
+            ),
         }
     }
 }
@@ -226,7 +233,7 @@ fn limited_plain_text(info: &RateLimitInfo) -> Option<Box<Response<Bytes>>> {
             || name == X_RATELIMIT_REMAINING
             || name == X_RATELIMIT_RESET
         {
-            let d = info.decision();
+            let d = info.binding().decision;
             *value = if name == X_RATELIMIT_LIMIT {
                 int_value(d.limit)
             } else if name == X_RATELIMIT_REMAINING {
@@ -301,7 +308,7 @@ fn add_ietf(headers: &mut HeaderMap, info: &RateLimitInfo) {
 }
 
 fn add_legacy(headers: &mut HeaderMap, info: &RateLimitInfo) {
-    let d = info.decision();
+    let d = info.binding().decision;
     headers.insert(X_RATELIMIT_LIMIT, int_value(d.limit));
     headers.insert(X_RATELIMIT_REMAINING, int_value(d.remaining));
     headers.insert(

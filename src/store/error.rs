@@ -11,9 +11,9 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 #[non_exhaustive]
 pub enum StoreError {
     /// The memory store could not decide a new key: its namespace is at its
-    /// cap and the store already holds its bound of distinct overflow states
+    /// cap and the store already holds its bound of distinct shared counters
     /// (1,024 (prefix, policy) pairs, reached only by building policies per
-    /// request). A full store otherwise decides new keys on overflow states
+    /// request). A full store otherwise decides new keys on shared counters
     /// (see [`memory`](crate::store::memory#when-the-store-is-full)) and no
     /// longer returns this.
     Full {

@@ -47,7 +47,7 @@ pub struct Charge<'a> {
     /// Lock-out state (a [`Penalty`](crate::lockout::Penalty)'s strikes
     /// or lock): a lock that was announced must hold, so a store that caps
     /// its keys never decides this key on state shared with other keys (the
-    /// memory store's overflow states: it keeps such keys in a room of
+    /// memory store's shared counters for new keys: it keeps such keys in a room of
     /// their own, see [`MemoryStoreBuilder::max_penalty_keys`]), and a
     /// [`FallbackStore`] keeps it in both of its stores.
     pub penalty: bool,

@@ -43,7 +43,10 @@ async fn auth(mut req: Request, next: Next) -> Response {
 
 async fn remaining(info: Option<Extension<RateLimitInfo>>) -> String {
     match info {
-        Some(Extension(info)) if info.allowed() => format!("ok {}", info.decision().remaining),
+        Some(Extension(info)) if !info.is_limited() => format!("{:?}", info.not_limited()),
+        Some(Extension(info)) if info.allowed() => {
+            format!("ok {}", info.decision().unwrap().remaining)
+        }
         Some(Extension(_)) => "would be limited".to_owned(),
         None => "unchecked".to_owned(),
     }
@@ -282,7 +285,7 @@ async fn missing_identity_is_handled_as_configured() {
 
     for _ in 0..3 {
         let r = http.post("/skip", &[]).await;
-        assert_eq!((r.status, r.body.as_str()), (StatusCode::OK, "unchecked"));
+        assert_eq!((r.status, r.body.as_str()), (StatusCode::OK, "Some(NoKey)"));
     }
 
     assert_eq!(http.post("/fallback", &[]).await.status, 200);
@@ -401,9 +404,9 @@ async fn dry_run_never_rejects() {
     }
 }
 
-/// A store that always fails, or never answers.
-struct Broken {
-    hang: bool,
+/// A store that always fails, or never answers (`not_limited` uses it too).
+pub(crate) struct Broken {
+    pub(crate) hang: bool,
 }
 
 impl Broken {

@@ -45,7 +45,8 @@ impl Service<Request<()>> for Counting {
         let remaining = req
             .extensions()
             .get::<RateLimitInfo>()
-            .map(|i| i.decision().remaining);
+            .and_then(|i| i.decision())
+            .map(|d| d.remaining);
         Box::pin(async move {
             if let Some(hold) = hold {
                 tokio::time::sleep(hold).await;

@@ -8,6 +8,9 @@ mod counting_store;
 #[cfg(feature = "redis")]
 #[path = "../support/redis.rs"]
 mod redis_support;
+#[cfg(feature = "axum")]
+#[path = "../support/served.rs"]
+mod served;
 #[path = "../support/tokio_clock.rs"]
 mod tokio_clock;
 
@@ -31,6 +34,10 @@ mod lockout_layer;
 #[cfg(feature = "redis")]
 mod lockout_seams;
 mod metered;
+#[cfg(feature = "axum")]
+mod no_peer_address;
+#[cfg(feature = "axum")]
+mod not_limited;
 mod per_request;
 #[cfg(feature = "redis")]
 mod policy_change;

@@ -147,7 +147,7 @@ async fn every_response_kind_has_its_status_and_leaks_nothing() {
         // 500: no peer address is the server's configuration, not the client.
         let (status, text) = run(&limited, request(None, None)).await;
         assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
-        assert!(text.contains("Internal server error."), "{text}");
+        assert!(text.contains("Internal server error: rate limiting is misconfigured (the server does not pass the client's network address"), "{text}");
         assert_no_leak("500", &text);
 
         // 401: a missing credential is the client's.

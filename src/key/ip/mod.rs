@@ -32,7 +32,8 @@ const MAX_HOPS: usize = 64;
 const NO_PEER: MissingKey = MissingKey::misconfigured(
     "the peer address is unknown (serve with axum's `into_make_service_with_connect_info::<SocketAddr>()` \
      or insert a `SocketAddr` request extension)",
-);
+)
+.explained("the server does not pass the client's network address to its rate limiter");
 
 /// The TCP peer's address, from axum's `ConnectInfo<SocketAddr>` (feature
 /// `axum`), tonic's `TcpConnectInfo` (feature `grpc`; `TlsConnectInfo` with

@@ -128,7 +128,7 @@ pub const DEFAULT_PROBE_INTERVAL: Duration = Duration::from_secs(1);
 ///     .await?;
 /// let store = FallbackStore::new(redis, MemoryStore::new());
 /// let replies = Limiter::new(store, Policy::sliding_log(5, Duration::from_secs(60))?);
-/// let d = replies.check("laoqian").await?; // Redis, or memory while Redis is down
+/// let d = replies.check("user-42").await?; // Redis, or memory while Redis is down
 /// # let _ = d;
 /// # Ok(())
 /// # }

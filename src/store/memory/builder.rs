@@ -51,14 +51,14 @@ impl<C: Clock> MemoryStoreBuilder<C> {
 
     /// Cap on live keys (default [`DEFAULT_MAX_KEYS`]; at least 1) that
     /// match no [`max_keys_for`](Self::max_keys_for) prefix. New keys beyond
-    /// it are decided on overflow states (see [the module](super#when-the-store-is-full)).
+    /// it are decided on shared counters (see [the module](super#when-the-store-is-full)).
     pub fn max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = max_keys.max(1);
         self
     }
 
     /// Gives the keys that start with `prefix` their own cap (at least 1)
-    /// and their own overflow states, apart from [`max_keys`](Self::max_keys)
+    /// and their own shared counters, apart from [`max_keys`](Self::max_keys)
     /// and from every other prefix: a flood of new keys under one prefix
     /// cannot take the room of another.
     ///
@@ -94,7 +94,7 @@ impl<C: Clock> MemoryStoreBuilder<C> {
     /// Cap on keys of lock-out state (default
     /// [`DEFAULT_MAX_PENALTY_KEYS`]; at least 1): the strikes and locks of
     /// a [`Penalty`](crate::lockout::Penalty) ([`Charge::penalty`]). They
-    /// have a room of their own and are never decided on an overflow state,
+    /// have a room of their own and are never decided on a shared counter,
     /// so a lock announced while the store is full is kept for its whole
     /// duration. Should that room fill too (a flood of denied clients), a
     /// new strike or lock is refused with [`StoreError::Full`] and logged

@@ -18,7 +18,7 @@
 //! default [`DEFAULT_MAX_KEYS`]). A live key is never evicted to make room:
 //! that would hand whoever floods the store a fresh quota on every key it
 //! pushes out. Instead, a check whose key is new while the store is at its
-//! cap (and no cold key can be swept) is decided on an **overflow state**:
+//! cap (and no cold key can be swept) is decided on a **shared counter**:
 //! one per rule policy (per namespace, below), with that policy's own limit,
 //! shared by every new key that arrives while the store is full. So:
 //!
@@ -31,14 +31,14 @@
 //!   with legitimate newcomers for it: until keys go cold (the rule's window
 //!   or burst time after their last admission) and new keys get their own
 //!   state again, a new legitimate client can be denied by the attacker's
-//!   traffic on the same rule. Rules with different policies do not share an
-//!   overflow state.
+//!   traffic on the same rule. Rules with different policies have separate
+//!   shared counters.
 //! - A multi-rule check stays all or nothing, whichever rules land on their
-//!   own keys and whichever on overflow states; rules of one check that land
-//!   on one overflow state are charged together. Concurrency permits taken
-//!   on an overflow state are released by [`Store::release`] as usual.
-//!   A refund of a check decided in overflow is not returned (it errs on the
-//!   strict side), and [`Store::reset`] does not touch overflow states.
+//!   own keys and whichever on shared counters; rules of one check that land
+//!   on one shared counter are charged together. Concurrency permits taken
+//!   on a shared counter are released by [`Store::release`] as usual.
+//!   A refund of a check decided on a shared counter is not returned (it errs on the
+//!   strict side), and [`Store::reset`] does not touch shared counters.
 //! - A peek (cost 0) of a new key reports a fresh state.
 //! - [`MemoryStore::overflowed_checks`] counts these checks and
 //!   [`MemoryStore::is_full`] tells whether some namespace is at its cap; the
@@ -46,7 +46,7 @@
 //!   at most one a minute per namespace, naming counts and the configured
 //!   prefix, never a key.
 //!
-//! Overflow states count toward no cap and are swept like keys. At most
+//! Shared counters count toward no cap and are swept like keys. At most
 //! 1,024 distinct (namespace, policy) states are held at once; only a
 //! program that builds a new policy per request can reach that, and then
 //! (alone) [`StoreError::Full`] is returned. The memory store returns it in
@@ -57,7 +57,7 @@
 //! [`MemoryStoreBuilder::max_keys_for`] gives keys starting with a prefix
 //! (a layer's [`prefix`](crate::ThrottleLayer::prefix), or
 //! [`Limiter::with_prefix`](crate::Limiter::with_prefix), followed by its
-//! `:`) their own cap and their own overflow states. A key counts toward the
+//! `:`) their own cap and their own shared counters. A key counts toward the
 //! longest configured prefix it starts with, or toward
 //! [`max_keys`](MemoryStoreBuilder::max_keys) if none: flooding one route
 //! then leaves the room of every other route untouched. The caps add up:
@@ -180,7 +180,7 @@ impl<C> Drop for MemoryShared<C> {
 ///
 /// let store = MemoryStore::new();
 /// let reply = Policy::sliding_log(5, Duration::from_secs(60))?;
-/// let d = store.check_sync(Charge::new(b"laoqian:reply", &reply, 1))?;
+/// let d = store.check_sync(Charge::new(b"user-42:reply", &reply, 1))?;
 /// assert!(d.allowed);
 /// assert_eq!(d.remaining, 4);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -236,7 +236,7 @@ impl<C: Clock> MemoryStore<C> {
     }
 
     /// Live keys (including any not yet swept after going cold; not counting
-    /// overflow states).
+    /// shared counters).
     pub fn len(&self) -> usize {
         self.inner.shards.iter().map(|s| read(s).slots.len()).sum()
     }

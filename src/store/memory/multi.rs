@@ -1,6 +1,6 @@
 //! Several rules in one atomic check: the write locks of every shard they
 //! touch, taken in index order, exclude all other writers to those keys, and
-//! the lock of the overflow states (always taken after the shards') excludes
+//! the lock of the shared counters (always taken after the shards') excludes
 //! every other writer to those.
 
 use std::sync::atomic::Ordering;
@@ -47,7 +47,7 @@ impl<C: Clock> MemoryStore<C> {
             .collect();
 
         // Room first: a charged rule whose key is absent takes a key of its
-        // namespace's cap, or is decided on the namespace's overflow state.
+        // namespace's cap, or is decided on the namespace's shared counter.
         let mut places = Vec::with_capacity(rules.len());
         for (rule, &(hash, shard)) in rules.iter().zip(&located) {
             let g = guard_of(shard);
@@ -77,7 +77,7 @@ impl<C: Clock> MemoryStore<C> {
             rules.iter().zip(&located).zip(&permits).enumerate()
         {
             let d = if let Place::Overflow(ns) = places[i] {
-                // Rules of this check on one overflow state are charged together.
+                // Rules of this check on one shared counter are charged together.
                 let cost = (rules.iter().zip(&places))
                     .filter(|&(r, &p)| p == places[i] && r.policy == rule.policy)
                     .fold(0u64, |sum, (r, _)| sum.saturating_add(r.cost));
@@ -182,7 +182,7 @@ enum Place {
     Own,
     /// On a new key given room in namespace `ns`: inserted if admitted.
     New(Ns),
-    /// On the overflow state of full namespace `ns`.
+    /// On the shared counter of full namespace `ns`.
     Overflow(Ns),
 }
 

@@ -103,7 +103,7 @@ impl<C: Clock> MemoryStore<C> {
     }
 
     /// Gives a charge's units back to `key`, into the slot its receipt
-    /// names (see [`Receipt`]). A charge decided on an overflow state (the
+    /// names (see [`Receipt`]). A charge decided on a shared counter (the
     /// store was full) is not given back: the error keeps the limit.
     pub fn refund_sync(&self, key: &[u8], policy: &Policy, receipt: &Receipt) {
         self.update(key, policy, |slot, now| slot.refund(policy, now, receipt));

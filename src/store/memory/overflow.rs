@@ -1,5 +1,5 @@
 //! What a full store does: per-prefix caps (namespaces), room for new keys,
-//! and the overflow states that decide new keys once their namespace is at
+//! and the shared counters that decide new keys once their namespace is at
 //! its cap. The design and its bounds are documented on the parent module.
 
 use std::collections::HashMap;
@@ -13,7 +13,7 @@ use crate::decision::{Decision, PermitId};
 use crate::policy::Policy;
 use crate::store::{Charge, StoreError};
 
-/// Distinct (namespace, policy) overflow states held at once. Policies come
+/// Distinct (namespace, policy) shared counters held at once. Policies come
 /// from configuration, so real applications hold a handful; the bound only
 /// keeps a program that builds a new policy per request from growing this
 /// map without limit.
@@ -37,7 +37,7 @@ pub(super) struct Space {
     pub(super) max_keys: usize,
     /// Keys held, for the cap.
     pub(super) live: AtomicUsize,
-    /// Checks decided on this namespace's overflow states.
+    /// Checks decided on this namespace's shared counters.
     pub(super) overflowed: AtomicU64,
     /// When the last warning was logged (0: never).
     warned_at: AtomicU64,
@@ -69,7 +69,7 @@ impl Space {
 
 type States = HashMap<(Ns, Policy), Slot>;
 
-/// The overflow states, apart from the shards: they count toward no cap.
+/// The shared counters, apart from the shards: they count toward no cap.
 #[derive(Default)]
 pub(super) struct Overflow {
     states: RwLock<States>,
@@ -79,11 +79,11 @@ pub(super) struct Overflow {
     scan_after: AtomicU64,
 }
 
-/// The overflow states, locked for a multi-rule check.
+/// The shared counters, locked for a multi-rule check.
 pub(super) type StatesGuard<'a> = RwLockWriteGuard<'a, States>;
 
 impl<C: Clock> MemoryStore<C> {
-    /// Checks decided on an overflow state since the store was built: the
+    /// Checks decided on a shared counter since the store was built: the
     /// checks of new keys that arrived while their namespace was at its cap.
     pub fn overflowed_checks(&self) -> u64 {
         let spaces = self.inner.spaces.iter();
@@ -91,7 +91,7 @@ impl<C: Clock> MemoryStore<C> {
     }
 
     /// True when some namespace holds as many keys as its cap allows, so its
-    /// new keys are decided on overflow states (until keys go cold).
+    /// new keys are decided on shared counters (until keys go cold).
     pub fn is_full(&self) -> bool {
         self.inner.spaces.iter().any(|s| !s.fits())
     }
@@ -122,7 +122,7 @@ impl<C: Clock> MemoryStore<C> {
     }
 
     /// The answer to lock-out state that finds no room: never decided on an
-    /// overflow state (a lock there would be announced and not kept).
+    /// shared counter (a lock there would be announced and not kept).
     #[cold]
     pub(super) fn penalty_room_full(&self) -> StoreError {
         let space = &self.inner.spaces[PENALTY_NS as usize];
@@ -178,7 +178,7 @@ impl<C: Clock> MemoryStore<C> {
     }
 
     /// Decides `rule`, whose key is new while namespace `ns` is full, on the
-    /// namespace's overflow state for the rule's policy.
+    /// namespace's shared counter for the rule's policy.
     pub(super) fn check_overflow(
         &self,
         ns: Ns,
@@ -199,15 +199,15 @@ impl<C: Clock> MemoryStore<C> {
         let slot = self.overflow_slot(&mut states, ns, rule.policy, now)?;
         Ok(slot
             .check(rule.policy, now, rule.cost, permit)
-            .expect("an overflow state matches its policy"))
+            .expect("a shared counter matches its policy"))
     }
 
-    /// The overflow states, for a multi-rule check that holds its shards.
+    /// The shared counters, for a multi-rule check that holds its shards.
     pub(super) fn overflow_states(&self) -> StatesGuard<'_> {
         write(&self.inner.overflow.states)
     }
 
-    /// The overflow state of (`ns`, `policy`), created if absent. Errs only
+    /// The shared counter of (`ns`, `policy`), created if absent. Errs only
     /// when [`MAX_OVERFLOW_STATES`] distinct states are live.
     pub(super) fn overflow_slot<'s>(
         &self,
@@ -251,19 +251,19 @@ impl<C: Clock> MemoryStore<C> {
                 live = space.live.load(Ordering::Relaxed),
                 max_keys = space.max_keys,
                 overflowed,
-                "rate-limit memory store is full: new keys share their rule's overflow state until keys go cold"
+                "rate-limit memory store is full: new keys share one counter per rule until keys go cold"
             );
         }
     }
 
-    /// Drops overflow states back at a fresh state.
+    /// Drops shared counters back at a fresh state.
     pub(super) fn sweep_overflow(&self, now: u64) {
         if self.inner.overflow.used.load(Ordering::Relaxed) {
             write(&self.inner.overflow.states).retain(|_, s| !s.retire_if_cold(now));
         }
     }
 
-    /// Releases `permit` if an overflow state holds it. Permit ids are unique
+    /// Releases `permit` if a shared counter holds it. Permit ids are unique
     /// per store, so trying here as well as on the key's own state is safe.
     pub(super) fn release_overflow(&self, key: &[u8], policy: &Policy, permit: PermitId) {
         if !self.inner.overflow.used.load(Ordering::Relaxed) || !policy.is_concurrency() {

@@ -47,7 +47,7 @@
 //!     .connect("redis://127.0.0.1:6379")
 //!     .await?;
 //! let posts = Limiter::new(store, Policy::cell(15, 30, Duration::from_secs(60))?);
-//! assert_eq!(posts.check("laoqian").await?.to_cell_reply(), [0, 16, 15, -1, 2]);
+//! assert_eq!(posts.check("user-42").await?.to_cell_reply(), [0, 16, 15, -1, 2]);
 //! # Ok(())
 //! # }
 //! ```
