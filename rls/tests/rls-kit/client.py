@@ -332,6 +332,15 @@ class LaunchedServer:
             os.makedirs(os.path.dirname(p), exist_ok=True)
             with open(p, "w") as fh:
                 fh.write(f["content"])
+        self.log = os.path.join(log_dir, f"{case['id']}.{variant['name']}.log")
+        # A port found free may be taken by another test before the server
+        # binds it (tests run in parallel): then start again on new ports.
+        for attempt in range(5):
+            if self._start(cmd, case, variant, extra_env, timeout):
+                return
+        raise RuntimeError(f"no free ports after 5 attempts; log: {self.log}")
+
+    def _start(self, cmd, case, variant, extra_env, timeout):
         self.grpc_port, self.http_port, self.debug_port = free_port(), free_port(), free_port()
         env = dict(os.environ)
         env.update({
@@ -345,20 +354,23 @@ class LaunchedServer:
         env.update({k: str(v) for k, v in case.get("env", {}).items()})
         env.update({k: str(v) for k, v in variant.get("env", {}).items()})
         self.env = env
-        log = os.path.join(log_dir, f"{case['id']}.{variant['name']}.log")
+        log = self.log
         self.logf = open(log, "w")
-        self.log = log
         self.proc = subprocess.Popen(shlex.split(cmd), env=env, stdout=self.logf, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         deadline = time.time() + timeout
         while time.time() < deadline:
             if self.proc.poll() is not None:
+                self.logf.close()
+                with open(log) as fh:
+                    if "Address already in use" in fh.read():
+                        return False
                 raise RuntimeError(f"server exited with {self.proc.returncode}; log: {log}")
             try:
                 with socket.create_connection(("127.0.0.1", self.grpc_port), timeout=0.5):
                     pass
                 with socket.create_connection(("127.0.0.1", self.http_port), timeout=0.5):
-                    return
+                    return True
             except OSError:
                 time.sleep(0.1)
         self.stop()
