@@ -6,6 +6,7 @@
 //! the layer, on a clock that moves only when a test says so.
 
 use std::convert::Infallible;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -328,4 +329,56 @@ async fn sequential_upper_bound_estimates_never_pass_the_limit() {
             used_in_window = 0;
         }
     }
+}
+
+/// Concurrent requests with upper-bound estimates never pass the limit
+/// either: 30 requests of estimate 10 are in flight at once on a quota of
+/// 100 (each admitted one held in its handler), so exactly 10 are
+/// admitted; they report 3 each after, and 70 is left.
+#[tokio::test]
+async fn concurrent_upper_bound_estimates_never_pass_the_limit() {
+    let clock = ManualClock::new();
+    let release = Arc::new(Notify::new());
+    let held = release.clone();
+    let svc = layer(memory(&clock), tokens(ActualCost::Reported)).layer(tower::service_fn(
+        move |req: Request<()>| {
+            let waiting = req
+                .headers()
+                .contains_key("x-hold")
+                .then(|| held.clone().notified_owned());
+            async move {
+                if let Some(waiting) = waiting {
+                    waiting.await;
+                }
+                handler(req).await
+            }
+        },
+    ));
+    // Polled once each: the memory store decides in process, so a refusal
+    // is ready at once and an admission waits in its handler.
+    let mut in_flight = Vec::new();
+    for _ in 0..30 {
+        let mut call =
+            Box::pin(
+                svc.clone()
+                    .oneshot(req(&[("x-max", 10), ("x-used", 3), ("x-hold", 1)])),
+            );
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match call.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(response) => {
+                assert_eq!(response.unwrap().status(), StatusCode::TOO_MANY_REQUESTS);
+            }
+            std::task::Poll::Pending => in_flight.push(call),
+        }
+    }
+    assert_eq!(in_flight.len(), 10, "10 estimates of 10 fit in 100");
+    release.notify_waiters();
+    for call in in_flight {
+        let response = call.await.unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        response.into_body().collect().await.unwrap();
+    }
+    let mut svc = svc;
+    let peek = send(&mut svc, &[("x-max", 0)]).await;
+    assert_eq!(peek, (StatusCode::OK, Some(70)));
 }
