@@ -367,10 +367,11 @@ class LaunchedServer:
                         return False
                 raise RuntimeError(f"server exited with {self.proc.returncode}; log: {log}")
             try:
-                with socket.create_connection(("127.0.0.1", self.grpc_port), timeout=0.5):
-                    pass
-                with socket.create_connection(("127.0.0.1", self.http_port), timeout=0.5):
-                    return True
+                # Every listener, the debug one (the test clock) included.
+                for port in (self.grpc_port, self.http_port, self.debug_port):
+                    with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                        pass
+                return True
             except OSError:
                 time.sleep(0.1)
         self.stop()
