@@ -204,9 +204,45 @@ fn two_threads(c: &mut Criterion) {
     g.finish();
 }
 
+/// What tracking the hottest keys costs a check: off, sampled (the
+/// default, one in 16) and every check, on one hot key and on 10,000 keys.
+fn hottest_keys(c: &mut Criterion) {
+    let mut g = c.benchmark_group("hottest_keys");
+    g.throughput(Throughput::Elements(1));
+    let p = policy();
+    let tracked = |every: u32| {
+        MemoryStore::builder()
+            .max_keys(8_000_000)
+            .track_hottest_keys(64, Duration::from_secs(60))
+            .sample_hottest_keys(every)
+            .build()
+    };
+    let hot = b"user:00000001:reply".to_vec();
+    let many = keys(10_000);
+    for (name, store) in [
+        ("off", store()),
+        ("sampled_16", tracked(16)),
+        ("every_check", tracked(1)),
+    ] {
+        g.bench_function(format!("hot_key_{name}"), |b| {
+            b.iter(|| black_box(store.check_sync(Charge::new(&hot, &p, 1)).unwrap().allowed))
+        });
+        let mut i = 0u64;
+        g.bench_function(format!("10k_keys_{name}"), |b| {
+            b.iter(|| {
+                i += 1;
+                let key = &many[scatter(i, many.len() as u64)];
+                black_box(store.check_sync(Charge::new(key, &p, 1)).unwrap().allowed)
+            })
+        });
+    }
+    g.finish();
+}
+
 criterion_group!(
     benches,
     hot_key,
+    hottest_keys,
     round_robin_10k,
     random_1m,
     new_key,

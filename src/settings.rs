@@ -42,6 +42,9 @@ pub(crate) struct Settings {
     pub(crate) settles_cost: bool,
     /// Locks rule keys out after repeated denials.
     pub(crate) lockout: Option<Arc<Penalty>>,
+    /// The share of a limit past which an admission counts as near it.
+    #[cfg(feature = "metrics")]
+    pub(crate) near_limit: f64,
 }
 
 /// A predicate of [`ThrottleLayer::skip_if`](crate::ThrottleLayer::skip_if).
@@ -67,9 +70,16 @@ impl Default for Settings {
             count_if: None,
             settles_cost: false,
             lockout: None,
+            #[cfg(feature = "metrics")]
+            near_limit: DEFAULT_NEAR_LIMIT_RATIO,
         }
     }
 }
+
+/// The default [`ThrottleLayer::near_limit_ratio`](crate::ThrottleLayer::near_limit_ratio):
+/// Envoy's rate-limit service's `NEAR_LIMIT_RATIO`.
+#[cfg(feature = "metrics")]
+pub(crate) const DEFAULT_NEAR_LIMIT_RATIO: f64 = 0.8;
 
 impl Settings {
     /// Whether `rules` under these settings make a simple layer (see

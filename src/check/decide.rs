@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use super::planned::{PlannedRule, PlannedRules};
-use super::{Answer, Decided, LayerState, Plan};
+use super::{near_limit, Answer, Decided, LayerState, Plan};
 use crate::decision::Decision;
 use crate::info::{RateLimitInfo, RuleDecision};
 use crate::policy::{effective_policy, rebase, Policy};
@@ -42,7 +42,7 @@ pub(super) fn decide_now<St: Store>(shared: &LayerState<St>, plan: &Plan) -> Opt
             shared
                 .store
                 .check_now(charge)?
-                .map(|d| one(shared, d, Duration::ZERO))
+                .map(|d| one(shared, a.rule, d, Duration::ZERO))
         }
         PlannedRules::Many(actives) => {
             let charges: Vec<_> = actives
@@ -50,7 +50,7 @@ pub(super) fn decide_now<St: Store>(shared: &LayerState<St>, plan: &Plan) -> Opt
                 .map(|a| plan.charge(a, plan.policy(shared, a)))
                 .collect();
             let decisions = shared.store.check_all_now(&charges)?;
-            decisions.and_then(|v| many(plan, v, Duration::ZERO))
+            decisions.and_then(|v| many(shared, plan, v, Duration::ZERO))
         }
     };
     Some(answer.unwrap_or_else(Answer::Failed))
@@ -71,7 +71,7 @@ async fn decide_later<St: Store>(
         PlannedRules::One(a) => {
             let mut d = shared.store.check(plan.charge(a, &policies[0])).await?;
             let wait = rebase(plan.policy(shared, a), &policies[0], &mut d);
-            Ok(one(shared, d, wait))
+            Ok(one(shared, a.rule, d, wait))
         }
         PlannedRules::Many(actives) => {
             let charges: Vec<_> = actives
@@ -84,14 +84,15 @@ async fn decide_later<St: Store>(
             for ((a, used), d) in actives.iter().zip(&policies).zip(&mut decisions) {
                 wait = wait.max(rebase(plan.policy(shared, a), used, d));
             }
-            many(plan, decisions, wait)
+            many(shared, plan, decisions, wait)
         }
     }
 }
 
-/// The answer of one rule's decision; `wait` is the one of its reserved slot.
+/// The answer of `rule`'s decision; `wait` is the one of its reserved slot.
 #[inline]
-pub(super) fn one<St>(shared: &LayerState<St>, d: Decision, wait: Duration) -> Answer {
+pub(super) fn one<St>(shared: &LayerState<St>, rule: usize, d: Decision, wait: Duration) -> Answer {
+    near_limit(shared, rule, &d);
     if d.allowed && d.permit.is_none() && wait.is_zero() && nothing_carried(shared) {
         // The common case: no `RateLimitInfo` (and no shared-meta
         // reference count) at all.
@@ -102,13 +103,24 @@ pub(super) fn one<St>(shared: &LayerState<St>, d: Decision, wait: Duration) -> A
 
 /// The answer of every rule's decision, in the plan's order; an error when
 /// the store answered for another number of rules.
-fn many(plan: &Plan, decisions: Vec<Decision>, wait: Duration) -> Result<Answer, StoreError> {
+fn many<St>(
+    shared: &LayerState<St>,
+    plan: &Plan,
+    decisions: Vec<Decision>,
+    wait: Duration,
+) -> Result<Answer, StoreError> {
     let rules = plan.actives().len();
     if decisions.len() != rules {
         return Err(StoreError::Protocol(format!(
             "{} decisions for {rules} rules",
             decisions.len(),
         )));
+    }
+    // A denial charged nothing: its admitted rules report peeks.
+    if crate::store::all_allowed(&decisions) {
+        for (a, d) in plan.actives().iter().zip(&decisions) {
+            near_limit(shared, a.rule, d);
+        }
     }
     Ok(Answer::Decided(Decided::Many(decisions), wait))
 }

@@ -300,6 +300,32 @@ pub(crate) async fn later<St: Store>(
     }
 }
 
+/// Counts an admission that left `rule` near its limit (feature
+/// `metrics`): more than the layer's near-limit ratio of the limit used
+/// ([`ThrottleLayer::near_limit_ratio`](crate::ThrottleLayer)), labelled
+/// with the applied limit (a resolver's tiers are as many series).
+#[inline]
+pub(super) fn near_limit<St>(shared: &LayerState<St>, rule: usize, d: &Decision) {
+    #[cfg(feature = "metrics")]
+    if d.allowed {
+        let used = d.limit.saturating_sub(d.remaining);
+        // Whole units, as Envoy's rate-limit service counts: with 0.8, the
+        // 5th of 5 and the 81st of 100.
+        let threshold = (d.limit as f64 * shared.settings.near_limit) as u64;
+        if used > threshold {
+            metrics::counter!(
+                "tower_throttle_near_limit_total",
+                "prefix" => shared.metric_prefix.clone(),
+                "rule" => shared.meta.rules[rule].name.clone(),
+                "limit" => d.limit.to_string()
+            )
+            .increment(1);
+        }
+    }
+    #[cfg(not(feature = "metrics"))]
+    let _ = (shared, rule, d);
+}
+
 /// Counts a request's outcome (feature `metrics`), labelled with the
 /// layer's prefix (empty when none) and the rule that decided it: the one
 /// that denied or found no key, or every rule's name joined with `+` when

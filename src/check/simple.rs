@@ -34,8 +34,11 @@ pub(super) fn check<St: Store>(
     bound_key_part(&mut keys, part, MAX_KEY_PART);
     let cost = rule.cost.of(req);
     let charge = Charge::new(&keys, &rule.policy, cost);
-    // An admission's figures are read only by the debug log.
-    let answer = if tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG) {
+    // An admission's figures are read only by the debug log and the
+    // near-limit count of the `metrics` feature.
+    let figures = cfg!(feature = "metrics")
+        || tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG);
+    let answer = if figures {
         shared.store.check_now(charge)
     } else {
         match shared.store.admit_now(charge) {
@@ -64,7 +67,7 @@ fn settled<St: Store>(
 ) -> ControlFlow<Verdict<St>, Plan> {
     let answer = match answer {
         None => return ControlFlow::Continue(plan),
-        Some(Ok(d)) => one(shared, d, Duration::ZERO),
+        Some(Ok(d)) => one(shared, 0, d, Duration::ZERO),
         Some(Err(error)) => Answer::Failed(error),
     };
     settled_now(shared, plan, req, answer)

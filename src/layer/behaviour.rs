@@ -195,6 +195,19 @@ impl<St: Store> ThrottleLayer<St> {
         self.mode(Mode::DryRun)
     }
 
+    /// The share of a rule's limit past which an admission is counted in
+    /// `tower_throttle_near_limit_total` (default 0.8, as Envoy's
+    /// rate-limit service: the 5th request of 5 and the 81st of 100). A
+    /// value outside `0.0..=1.0` is clamped into it; NaN keeps the default.
+    #[cfg(feature = "metrics")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+    pub fn near_limit_ratio(mut self, ratio: f64) -> Self {
+        if !ratio.is_nan() {
+            self.settings.near_limit = ratio.clamp(0.0, 1.0);
+        }
+        self
+    }
+
     /// What to do when the store fails or times out (default [`FailMode::Closed`]).
     pub fn fail_mode(mut self, fail: FailMode) -> Self {
         self.settings.fail = fail;

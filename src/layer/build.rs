@@ -69,6 +69,24 @@ impl<St: Store> ThrottleLayer<St> {
         key_head
     }
 
+    /// Sets each rule's applied limit and window as gauges (feature
+    /// `metrics`), labelled as the request counters: a resolver's
+    /// per-request policies show in the near-limit counter's `limit` label.
+    #[cfg(feature = "metrics")]
+    fn describe_limits(&self) {
+        let prefix: Arc<str> = self.prefix.clone().unwrap_or_else(|| "".into());
+        for rule in &self.limits {
+            let labels = [
+                metrics::Label::new("prefix", prefix.to_string()),
+                metrics::Label::new("rule", rule.name.to_string()),
+            ];
+            metrics::gauge!("tower_throttle_rule_limit", labels.iter())
+                .set(rule.policy.limit() as f64);
+            metrics::gauge!("tower_throttle_rule_window_seconds", labels.iter())
+                .set(rule.policy.window().as_secs_f64());
+        }
+    }
+
     pub(super) fn shared(&self) -> Arc<LayerState<St>> {
         let rules = self
             .limits
@@ -102,6 +120,8 @@ impl<St: Store> ThrottleLayer<St> {
                 exhausted: Default::default(),
             })
             .collect();
+        #[cfg(feature = "metrics")]
+        self.describe_limits();
         let meta = Arc::new(crate::response::layer_meta(metas, &self.settings));
         let mut settings = self.settings.clone();
         settings.settles_cost = rules.iter().any(|r| r.actual.is_some());

@@ -11,6 +11,7 @@ use tower_throttle::store::Charge;
 use tower_throttle::{Limiter, MemoryStore, Policy, StoreError};
 
 mod full;
+mod hottest;
 
 fn manual_store(clock: &ManualClock) -> MemoryStore<ManualClock> {
     MemoryStore::builder()

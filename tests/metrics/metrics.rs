@@ -5,14 +5,14 @@
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderName, Request, Response, StatusCode};
 use http_body_util::Full;
 use metrics::{
-    Counter, CounterFn, Gauge, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
+    Counter, CounterFn, Gauge, GaugeFn, Histogram, HistogramFn, Key, KeyName, Metadata, Recorder,
     SharedString, Unit,
 };
 use tower::{Layer, ServiceExt};
@@ -20,8 +20,12 @@ use tower_throttle::clock::ManualClock;
 use tower_throttle::key::{Global, HeaderKey};
 use tower_throttle::{MemoryStore, Policy, Rule, ThrottleLayer};
 
-/// `name{label=value,…}` (labels sorted) → the counter's total, or the
-/// number of values a histogram recorded.
+#[path = "../support/counting_store.rs"]
+mod counting_store;
+use counting_store::CountingStore;
+
+/// `name{label=value,…}` (labels sorted) → the counter's total, the
+/// number of values a histogram recorded, or a gauge's value.
 #[derive(Clone, Default)]
 struct Recorded(Arc<Mutex<BTreeMap<String, u64>>>);
 
@@ -48,6 +52,18 @@ impl CounterFn for Series {
     }
     fn absolute(&self, _: u64) {
         unreachable!("the layer only increments");
+    }
+}
+
+impl GaugeFn for Series {
+    fn increment(&self, _: f64) {
+        unreachable!("the layer only sets gauges");
+    }
+    fn decrement(&self, _: f64) {
+        unreachable!("the layer only sets gauges");
+    }
+    fn set(&self, value: f64) {
+        (self.all.0.lock().unwrap()).insert(self.name.clone(), value as u64);
     }
 }
 
@@ -82,8 +98,8 @@ impl Recorder for Recorded {
     fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
         Counter::from_arc(self.series(key))
     }
-    fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
-        Gauge::noop()
+    fn register_gauge(&self, key: &Key, _: &Metadata<'_>) -> Gauge {
+        Gauge::from_arc(self.series(key))
     }
     fn register_histogram(&self, key: &Key, _: &Metadata<'_>) -> Histogram {
         Histogram::from_arc(self.series(key))
@@ -104,10 +120,22 @@ async fn ok(_: Request<()>) -> Result<Response<Full<Bytes>>, Infallible> {
     Ok(Response::new(Full::new(Bytes::new())))
 }
 
+/// The recorder of this binary, installed once; each test reads the series
+/// of its own prefixes.
+fn recorded() -> Recorded {
+    static RECORDED: OnceLock<Recorded> = OnceLock::new();
+    RECORDED
+        .get_or_init(|| {
+            let recorded = Recorded::default();
+            metrics::set_global_recorder(recorded.clone()).unwrap();
+            recorded
+        })
+        .clone()
+}
+
 #[tokio::test(start_paused = true)]
 async fn outcomes_are_counted_with_configuration_labels_only() {
-    let recorded = Recorded::default();
-    metrics::set_global_recorder(recorded.clone()).unwrap();
+    let recorded = recorded();
     let minute = Duration::from_secs(60);
     // Stores on a clock that stands still: a minute boundary (or, below,
     // 10 ms of a stalled machine) between two requests would change which
@@ -190,5 +218,91 @@ async fn outcomes_are_counted_with_configuration_labels_only() {
     // No series carries request data.
     let all = recorded.0.lock().unwrap();
     assert!(all.keys().all(|k| !k.contains("user-1")), "{all:?}");
-    assert_eq!(all.len(), 6, "{all:?}");
+    let outcomes = all.keys().filter(|k| {
+        k.starts_with(total) && (k.contains("prefix=api") || k.contains("prefix=slow"))
+    });
+    assert_eq!(outcomes.count(), 5, "{all:?}");
+}
+
+/// Sends `n` requests of `user`; the statuses.
+async fn send<S>(svc: &S, user: &str, n: usize) -> Vec<u16>
+where
+    S: tower::Service<
+            Request<()>,
+            Response = Response<tower_throttle::body::ThrottleBody<Full<Bytes>>>,
+        > + Clone,
+    S::Error: std::fmt::Debug,
+{
+    let mut statuses = Vec::new();
+    for _ in 0..n {
+        let response = svc.clone().oneshot(request(Some(user))).await.unwrap();
+        statuses.push(response.status().as_u16());
+    }
+    statuses
+}
+
+#[tokio::test(start_paused = true)]
+async fn near_limit_admissions_and_the_applied_limits_are_recorded() {
+    let recorded = recorded();
+    let minute = Duration::from_secs(60);
+    let store = || MemoryStore::builder().clock(ManualClock::new()).build();
+    let near = "tower_throttle_near_limit_total";
+
+    // One rule (the layer's fast lane): the 5th of 5 is near the limit; the
+    // 6th is denied, not near.
+    let simple = ThrottleLayer::new(store(), Policy::fixed_window(5, minute).unwrap())
+        .key(HeaderKey::new(USER))
+        .prefix("near-simple")
+        .layer(tower::service_fn(ok));
+    assert_eq!(send(&simple, "u", 6).await, [200, 200, 200, 200, 200, 429]);
+    assert_eq!(
+        recorded.get(&format!(
+            "{near}{{limit=5,prefix=near-simple,rule=default}}"
+        )),
+        1
+    );
+    assert_eq!(
+        recorded.get("tower_throttle_rule_limit{prefix=near-simple,rule=default}"),
+        5
+    );
+    assert_eq!(
+        recorded.get("tower_throttle_rule_window_seconds{prefix=near-simple,rule=default}"),
+        60
+    );
+
+    // Two rules through the store's futures, with a ratio of one half:
+    // 6..=10 of 10 are near; the hourly rule never is; a denial by the
+    // first rule counts nothing for the second.
+    let hour = Duration::from_secs(3600);
+    let two = ThrottleLayer::new(
+        CountingStore::new(store()),
+        Policy::fixed_window(10, minute).unwrap(),
+    )
+    .name("minute")
+    .and(Rule::new(
+        "hour",
+        Policy::fixed_window(1_000, hour).unwrap(),
+    ))
+    .key(HeaderKey::new(USER))
+    .prefix("near-two")
+    .near_limit_ratio(0.5)
+    .layer(tower::service_fn(ok));
+    let statuses = send(&two, "u", 12).await;
+    assert_eq!(statuses.iter().filter(|&&s| s == 200).count(), 10);
+    assert_eq!(
+        recorded.get(&format!("{near}{{limit=10,prefix=near-two,rule=minute}}")),
+        5
+    );
+    assert_eq!(
+        recorded.get(&format!("{near}{{limit=1000,prefix=near-two,rule=hour}}")),
+        0
+    );
+    assert_eq!(
+        recorded.get("tower_throttle_rule_limit{prefix=near-two,rule=hour}"),
+        1_000
+    );
+    assert_eq!(
+        recorded.get("tower_throttle_rule_window_seconds{prefix=near-two,rule=hour}"),
+        3_600
+    );
 }

@@ -25,7 +25,7 @@ impl<C: Clock> MemoryStore<C> {
         let (hash, index) = self.locate(rule.key);
         let cost = rule.cost;
         let promote = match hot::check_with(self.inner.id, hash, |c| c.admit(p, now, cost)) {
-            Lookup::Hit(brief) => return Ok(brief.decision()),
+            Lookup::Hit(brief) => return Ok(self.noted(&rule, brief.decision(), now)),
             Lookup::Miss { promote } => promote,
         };
         let found = read(self.shard(index))
@@ -37,11 +37,20 @@ impl<C: Clock> MemoryStore<C> {
             if promote {
                 self.promote(index, hash);
             }
-            return Ok(brief.decision());
+            return Ok(self.noted(&rule, brief.decision(), now));
         }
         let mut d = self.check_absent(rule, now, hash, index, None)?;
         d.stamp(now, cost);
+        self.note_hottest(&rule, !d.allowed, now);
         Ok(Some(d))
+    }
+
+    /// Counts an admission-only answer for the hottest keys.
+    #[inline]
+    fn noted(&self, rule: &Charge<'_>, d: Option<Decision>, now: u64) -> Option<Decision> {
+        let denied = d.as_ref().is_some_and(|d| !d.allowed);
+        self.note_hottest(rule, denied, now);
+        d
     }
 }
 

@@ -4,9 +4,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 use std::time::Duration;
 
+use super::hottest::{Tracker, Tracking};
 use super::{
-    MemoryShared, MemoryStore, Overflow, Shard, Space, DEFAULT_MAX_KEYS, DEFAULT_MAX_PENALTY_KEYS,
-    DEFAULT_SWEEP_INTERVAL,
+    MemoryShared, MemoryStore, Overflow, Shard, Space, DEFAULT_HOTTEST_SAMPLE, DEFAULT_MAX_KEYS,
+    DEFAULT_MAX_PENALTY_KEYS, DEFAULT_SWEEP_INTERVAL,
 };
 use crate::clock::{Clock, SystemClock};
 
@@ -21,6 +22,9 @@ pub struct MemoryStoreBuilder<C> {
     prefix_caps: Vec<(Box<[u8]>, usize)>,
     shards: usize,
     sweep_interval: Option<Duration>,
+    /// Capacity and interval of the hottest-keys summaries, when tracked.
+    hottest: Option<(usize, u64)>,
+    hottest_sample: u32,
 }
 
 impl MemoryStoreBuilder<SystemClock> {
@@ -32,6 +36,8 @@ impl MemoryStoreBuilder<SystemClock> {
             prefix_caps: Vec::new(),
             shards: 256,
             sweep_interval: Some(DEFAULT_SWEEP_INTERVAL),
+            hottest: None,
+            hottest_sample: DEFAULT_HOTTEST_SAMPLE,
         }
     }
 }
@@ -46,6 +52,8 @@ impl<C: Clock> MemoryStoreBuilder<C> {
             prefix_caps: self.prefix_caps,
             shards: self.shards,
             sweep_interval: self.sweep_interval,
+            hottest: self.hottest,
+            hottest_sample: self.hottest_sample,
         }
     }
 
@@ -120,6 +128,27 @@ impl<C: Clock> MemoryStoreBuilder<C> {
         self
     }
 
+    /// Tracks the hottest keys ([`MemoryStore::hottest_keys`]): the
+    /// `capacity` most counted keys by checks and by denials (at least 1;
+    /// memory is two summaries of `capacity` keys per interval), counted
+    /// over intervals of `interval` (at least 1 ms). Off by default. Checks
+    /// are sampled, one in [`sample_hottest_keys`](Self::sample_hottest_keys)
+    /// per thread. What it costs each check is measured in BENCHMARKS.md.
+    pub fn track_hottest_keys(mut self, capacity: usize, interval: Duration) -> Self {
+        let interval_ns = u64::try_from(interval.as_nanos()).unwrap_or(u64::MAX);
+        self.hottest = Some((capacity.clamp(1, 1 << 16), interval_ns.max(1_000_000)));
+        self
+    }
+
+    /// Counts one check in `every` (per thread, at least 1; default
+    /// [`DEFAULT_HOTTEST_SAMPLE`]) for the hottest keys, each `every` times:
+    /// 1 counts every check exactly. Has an effect only with
+    /// [`track_hottest_keys`](Self::track_hottest_keys), called before or after.
+    pub fn sample_hottest_keys(mut self, every: u32) -> Self {
+        self.hottest_sample = every.max(1);
+        self
+    }
+
     /// Builds the store, starting the janitor thread if enabled.
     pub fn build(self) -> MemoryStore<C> {
         let total = (self.prefix_caps.iter()).fold(self.max_keys, |sum, c| sum.saturating_add(c.1));
@@ -140,6 +169,7 @@ impl<C: Clock> MemoryStoreBuilder<C> {
         .chain(prefix_caps.into_iter().map(|(p, n)| Space::new(p, n)))
         .collect();
         static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        let now_ns = self.clock.now_ns();
         let inner = Arc::new(MemoryShared {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             clock: self.clock,
@@ -151,6 +181,14 @@ impl<C: Clock> MemoryStoreBuilder<C> {
             next_permit: AtomicU64::new(1),
             janitor: Mutex::new(None),
             namespaces: Default::default(),
+            hottest: self.hottest.map(|(capacity, interval_ns)| {
+                let tracking = Tracking {
+                    capacity,
+                    interval_ns,
+                    sample_every: self.hottest_sample,
+                };
+                Tracker::new(tracking, now_ns)
+            }),
         });
         if let Some(every) = self.sweep_interval {
             spawn_janitor(&inner, every);

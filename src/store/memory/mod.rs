@@ -98,6 +98,7 @@ use crate::policy::Policy;
 mod admit;
 mod builder;
 mod hot;
+mod hottest;
 mod locked;
 mod multi;
 mod one_rule;
@@ -106,6 +107,7 @@ mod shard;
 mod slot;
 
 pub use builder::MemoryStoreBuilder;
+pub use hottest::{HottestKeys, KeyActivity};
 use overflow::{Overflow, Space};
 use shard::Shard;
 use slot::{Ns, Slot};
@@ -118,6 +120,9 @@ pub const DEFAULT_MAX_KEYS: usize = 1 << 22;
 pub const DEFAULT_MAX_PENALTY_KEYS: usize = 1 << 16;
 /// Default interval of the background sweep.
 pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(10);
+/// Default sampling of the hottest keys: one check in 16 per thread
+/// ([`MemoryStoreBuilder::sample_hottest_keys`]).
+pub const DEFAULT_HOTTEST_SAMPLE: u32 = 16;
 const MIN_SWEEP_AT: usize = 64;
 
 /// The keys are already uniform 64-bit hashes: use them as they are.
@@ -154,6 +159,8 @@ struct MemoryShared<C> {
     next_permit: AtomicU64,
     janitor: Mutex<Option<std::thread::Thread>>,
     namespaces: super::Namespaces,
+    /// The hottest keys, when tracked.
+    hottest: Option<hottest::Tracker>,
 }
 
 impl<C> Drop for MemoryShared<C> {
@@ -244,6 +251,47 @@ impl<C: Clock> MemoryStore<C> {
     /// True when no key is held.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The keys with the most checks and the most denials (`n` of each,
+    /// most first) over the last whole interval and the one under way, when
+    /// the store tracks them ([`MemoryStoreBuilder::track_hottest_keys`]);
+    /// `None` otherwise. Peeks (cost 0) and lock-out state are not counted.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use tower_throttle::store::Charge;
+    /// use tower_throttle::{MemoryStore, Policy};
+    ///
+    /// let store = MemoryStore::builder()
+    ///     .track_hottest_keys(64, Duration::from_secs(60))
+    ///     .sample_hottest_keys(1)
+    ///     .build();
+    /// let reply = Policy::fixed_window(2, Duration::from_secs(60))?;
+    /// for _ in 0..3 {
+    ///     store.check_sync(Charge::new(b"reply:user-7", &reply, 1))?;
+    /// }
+    /// store.check_sync(Charge::new(b"reply:user-8", &reply, 1))?;
+    ///
+    /// let hottest = store.hottest_keys(10).expect("tracked");
+    /// assert_eq!(&*hottest.by_checks[0].key, b"reply:user-7");
+    /// assert_eq!(hottest.by_checks[0].count, 3);
+    /// assert_eq!(hottest.by_denials.len(), 1); // user-7's third reply
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn hottest_keys(&self, n: usize) -> Option<HottestKeys> {
+        let tracker = self.inner.hottest.as_ref()?;
+        Some(tracker.report(n, self.inner.clock.now_ns()))
+    }
+
+    /// Counts a check for [`hottest_keys`](Self::hottest_keys).
+    #[inline]
+    fn note_hottest(&self, rule: &Charge<'_>, denied: bool, now: u64) {
+        if let Some(tracker) = &self.inner.hottest {
+            if rule.cost > 0 && !rule.penalty {
+                tracker.note(rule.key, denied, now);
+            }
+        }
     }
 
     /// The key's hash and its shard's index.

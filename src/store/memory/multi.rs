@@ -18,6 +18,17 @@ impl<C: Clock> MemoryStore<C> {
             return self.check_sync(*rule).map(|d| vec![d]);
         }
         let now = self.inner.clock.now_ns();
+        let answer = self.check_many(rules, now);
+        if let Ok(decisions) = &answer {
+            for (rule, d) in rules.iter().zip(decisions) {
+                self.note_hottest(rule, !d.allowed, now);
+            }
+        }
+        answer
+    }
+
+    /// [`check_all_sync`](Self::check_all_sync) of two rules or more.
+    fn check_many(&self, rules: &[Charge<'_>], now: u64) -> Result<Vec<Decision>, StoreError> {
         let located: Vec<(u64, usize)> = rules.iter().map(|r| self.locate(r.key)).collect();
         let mut hashes: Vec<u64> = located.iter().map(|&(h, _)| h).collect();
         hashes.sort_unstable();

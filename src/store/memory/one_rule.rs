@@ -20,6 +20,7 @@ impl<C: Clock> MemoryStore<C> {
         // In place: the decision is not copied again on the hot path.
         if let Ok(d) = &mut answer {
             d.stamp(now, rule.cost);
+            self.note_hottest(&rule, !d.allowed, now);
         }
         answer
     }
