@@ -15,6 +15,7 @@
 
 use std::cell::Cell;
 use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
@@ -62,31 +63,63 @@ pub(super) struct Tracking {
     pub(super) sample_every: u32,
 }
 
-/// One Space-Saving summary.
+/// One Space-Saving summary: at most `capacity` keys, their counts in one
+/// array so the least counted is found by a scan that vectorizes.
 #[derive(Default)]
 struct Summary {
-    counts: HashMap<Box<[u8]>, (u64, u64)>,
+    /// A key's hash (the summary's own seed) → its index below. Two keys of
+    /// one 64-bit hash (odds 2^-64 per pair) would share an entry.
+    index: HashMap<u64, usize, foldhash::fast::RandomState>,
+    keys: Vec<Vec<u8>>,
+    counts: Vec<u64>,
+    errors: Vec<u64>,
     total: u64,
 }
 
 impl Summary {
     fn add(&mut self, key: &[u8], n: u64, capacity: usize) {
         self.total += n;
-        if let Some((count, _)) = self.counts.get_mut(key) {
-            *count += n;
+        let hash = self.index.hasher().hash_one(key);
+        if let Some(&i) = self.index.get(&hash) {
+            self.counts[i] += n;
             return;
         }
-        if self.counts.len() < capacity {
-            self.counts.insert(key.into(), (n, 0));
+        if self.keys.len() < capacity {
+            self.index.insert(hash, self.keys.len());
+            self.keys.push(key.to_vec());
+            self.counts.push(n);
+            self.errors.push(0);
             return;
         }
         // The least counted key makes room; its count becomes the error.
-        let Some((least, &(min, _))) = self.counts.iter().min_by_key(|(_, c)| c.0) else {
+        let Some((least, &min)) = self.counts.iter().enumerate().min_by_key(|(_, &c)| c) else {
             return;
         };
-        let least = least.clone();
-        self.counts.remove(&least);
-        self.counts.insert(key.into(), (min + n, min));
+        let old = self.index.hasher().hash_one(&self.keys[least]);
+        self.index.remove(&old);
+        self.index.insert(hash, least);
+        // The key's buffer is reused: no allocation once keys fit.
+        self.keys[least].clear();
+        self.keys[least].extend_from_slice(key);
+        self.counts[least] = min + n;
+        self.errors[least] = min;
+    }
+
+    fn is_full(&self, capacity: usize) -> bool {
+        self.keys.len() >= capacity
+    }
+
+    fn least(&self) -> u64 {
+        self.counts.iter().copied().min().unwrap_or(0)
+    }
+
+    fn entries(&self) -> impl Iterator<Item = (&[u8], u64, u64)> {
+        (self.keys.iter().zip(&self.counts).zip(&self.errors)).map(|((k, &c), &e)| (&k[..], c, e))
+    }
+
+    fn count_of(&self, key: &[u8]) -> Option<u64> {
+        let hash = self.index.hasher().hash_one(key);
+        self.index.get(&hash).map(|&i| self.counts[i])
     }
 }
 
@@ -201,8 +234,8 @@ impl Intervals {
 fn top(summaries: &[Summary; 2], n: usize, capacity: usize) -> Vec<KeyActivity> {
     let mut merged: HashMap<&[u8], (u64, u64)> = HashMap::new();
     for summary in summaries {
-        for (key, &(count, error)) in &summary.counts {
-            let entry = merged.entry(&**key).or_default();
+        for (key, count, error) in summary.entries() {
+            let entry = merged.entry(key).or_default();
             entry.0 += count;
             entry.1 += error;
         }
@@ -210,10 +243,10 @@ fn top(summaries: &[Summary; 2], n: usize, capacity: usize) -> Vec<KeyActivity> 
     // A key missing from a full summary may have had up to its least
     // count there (a summary never full counted every key exactly): counts
     // stay upper bounds.
-    for summary in summaries.iter().filter(|s| s.counts.len() >= capacity) {
-        let floor = summary.counts.values().map(|c| c.0).min().unwrap_or(0);
+    for summary in summaries.iter().filter(|s| s.is_full(capacity)) {
+        let floor = summary.least();
         for (key, entry) in merged.iter_mut() {
-            if !summary.counts.contains_key(*key) {
+            if summary.count_of(key).is_none() {
                 entry.0 += floor;
                 entry.1 += floor;
             }
