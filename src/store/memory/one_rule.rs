@@ -16,8 +16,34 @@ impl<C: Clock> MemoryStore<C> {
     /// Decides one rule now, synchronously. [`Store::check`](crate::store::Store::check) calls this.
     pub fn check_sync(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
         let now = self.inner.clock.now_ns();
-        let mut answer = self.decide_one(rule, now);
-        // In place: the decision is not copied again on the hot path.
+        let (hash, index) = self.locate(rule.key);
+        let mut promote = false;
+        if let Algorithm::Gcra(p) = rule.policy.algorithm() {
+            match hot::check(self.inner.id, hash, p, now, rule.cost) {
+                hot::Lookup::Hit(mut d) => {
+                    d.stamp(now, rule.cost);
+                    self.note_hottest(&rule, !d.allowed, now);
+                    return Ok(d);
+                }
+                hot::Lookup::Miss { promote: run } => promote = run,
+            }
+        }
+        self.check_in_map(rule, now, hash, index, promote)
+    }
+
+    /// [`check_sync`](Self::check_sync) of a key not on this thread's hot
+    /// cell: through its shard. Apart, so the hot cell's path keeps a
+    /// small frame and writes its decision where the caller reads it.
+    #[inline(never)]
+    fn check_in_map(
+        &self,
+        rule: Charge<'_>,
+        now: u64,
+        hash: u64,
+        index: usize,
+        promote: bool,
+    ) -> Result<Decision, StoreError> {
+        let mut answer = self.decide_in_map(rule, now, hash, index, promote);
         if let Ok(d) = &mut answer {
             d.stamp(now, rule.cost);
             self.note_hottest(&rule, !d.allowed, now);
@@ -25,17 +51,16 @@ impl<C: Clock> MemoryStore<C> {
         answer
     }
 
-    /// [`check_sync`](Self::check_sync) at `now`, without the receipt.
+    /// [`check_in_map`](Self::check_in_map) without the receipt.
     #[inline]
-    fn decide_one(&self, rule: Charge<'_>, now: u64) -> Result<Decision, StoreError> {
-        let (hash, index) = self.locate(rule.key);
-        let mut promote = false;
-        if let Algorithm::Gcra(p) = rule.policy.algorithm() {
-            match hot::check(self.inner.id, hash, p, now, rule.cost) {
-                hot::Lookup::Hit(d) => return Ok(d),
-                hot::Lookup::Miss { promote: run } => promote = run,
-            }
-        }
+    fn decide_in_map(
+        &self,
+        rule: Charge<'_>,
+        now: u64,
+        hash: u64,
+        index: usize,
+        promote: bool,
+    ) -> Result<Decision, StoreError> {
         let shard = self.shard(index);
         let permit = rule.policy.is_concurrency().then(|| self.next_permit());
         let found = read(shard)
