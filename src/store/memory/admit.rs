@@ -28,6 +28,23 @@ impl<C: Clock> MemoryStore<C> {
             Lookup::Hit(brief) => return Ok(self.noted(&rule, brief.decision(), now)),
             Lookup::Miss { promote } => promote,
         };
+        self.admit_in_map(rule, p, now, hash, index, promote)
+    }
+
+    /// [`admit_sync`](Self::admit_sync) of a key not on this thread's hot
+    /// cell: through its shard. Apart, so the hot cell's path keeps a small
+    /// frame.
+    #[inline(never)]
+    fn admit_in_map(
+        &self,
+        rule: Charge<'_>,
+        p: &GcraParams,
+        now: u64,
+        hash: u64,
+        index: usize,
+        promote: bool,
+    ) -> Result<Option<Decision>, StoreError> {
+        let cost = rule.cost;
         let found = read(self.shard(index))
             .slots
             .get(&hash)
