@@ -270,6 +270,35 @@ async fn near_limit_admissions_and_the_applied_limits_are_recorded() {
         60
     );
 
+    // 81..=100 of 100 are near, by default.
+    let hundred = ThrottleLayer::new(store(), Policy::fixed_window(100, minute).unwrap())
+        .key(HeaderKey::new(USER))
+        .prefix("near-hundred")
+        .layer(tower::service_fn(ok));
+    send(&hundred, "u", 100).await;
+    assert_eq!(
+        recorded.get(&format!(
+            "{near}{{limit=100,prefix=near-hundred,rule=default}}"
+        )),
+        20
+    );
+
+    // A policy per request (tiers): one series per limit applied.
+    let tiers = ThrottleLayer::new(store(), Policy::fixed_window(2, minute).unwrap())
+        .key(HeaderKey::new(USER))
+        .policy_fn(|req| {
+            let premium = req.headers().get(USER).is_some_and(|u| u == "premium");
+            premium.then(|| Policy::fixed_window(4, Duration::from_secs(60)).unwrap())
+        })
+        .prefix("near-tiers")
+        .layer(tower::service_fn(ok));
+    send(&tiers, "basic", 2).await;
+    send(&tiers, "premium", 4).await;
+    for limit in [2, 4] {
+        let series = format!("{near}{{limit={limit},prefix=near-tiers,rule=default}}");
+        assert_eq!(recorded.get(&series), 1, "{series}");
+    }
+
     // Two rules through the store's futures, with a ratio of one half:
     // 6..=10 of 10 are near; the hourly rule never is; a denial by the
     // first rule counts nothing for the second.
