@@ -11,6 +11,7 @@ pub(crate) mod budget;
 pub mod conformance;
 mod error;
 pub mod fallback;
+pub mod lease;
 #[cfg(feature = "governor")]
 pub mod governor;
 pub mod memory;
