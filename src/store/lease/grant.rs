@@ -60,8 +60,9 @@ pub(super) struct Lease {
     taken_at: u64,
     /// Units served and not given back.
     pub(super) spent: u64,
-    /// Units whose slot passed unspent (what shrinks the next block).
-    pub(super) wasted: u64,
+    /// GCRA: units whose slot passed unspent (window leases keep theirs
+    /// in `available`, to give back).
+    wasted: u64,
     slots: Slots,
 }
 
@@ -170,16 +171,8 @@ impl Lease {
     /// Drops the units whose slot has passed at `now`, counting them wasted.
     fn expire(&mut self, now: u64) {
         match &mut self.slots {
-            Slots::Window {
-                deadline,
-                available,
-                ..
-            } => {
-                if now >= *deadline && *available > 0 {
-                    self.wasted += *available;
-                    *available = 0;
-                }
-            }
+            // Kept in `available` past the deadline, to give back.
+            Slots::Window { .. } => {}
             Slots::Gcra {
                 first_deadline,
                 interval,
@@ -206,13 +199,32 @@ impl Lease {
     pub(super) fn unspent(&mut self, now: u64) -> u64 {
         self.expire(now);
         match &self.slots {
-            Slots::Window { available, .. } => *available,
+            Slots::Window {
+                deadline,
+                available,
+                ..
+            } => {
+                if now < *deadline {
+                    *available
+                } else {
+                    0
+                }
+            }
             Slots::Gcra {
                 units,
                 next,
                 returned,
                 ..
             } => units - next + returned.len() as u64,
+        }
+    }
+
+    /// Units that expired unspent (what shrinks the next block): call
+    /// before [`Lease::give_back`].
+    pub(super) fn wasted(&self) -> u64 {
+        match &self.slots {
+            Slots::Window { available, .. } => *available,
+            Slots::Gcra { .. } => self.wasted,
         }
     }
 

@@ -62,7 +62,7 @@ impl<S: Store> LeasingShared<S> {
                 return Plan::Ordinary;
             }
             if let Some(mut ended) = state.lease.take() {
-                state.lease_ended(&ended);
+                state.lease_ended(&ended, &self.tuning);
                 give_back.extend(
                     ended
                         .give_back(now)

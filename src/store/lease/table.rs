@@ -100,26 +100,33 @@ impl KeyState {
         if matches!(self.policy.algorithm(), Algorithm::Gcra(_)) && cost != 1 {
             return None;
         }
-        let by_rate = (rate / tuning.blocks_per_period).max(1);
+        // Sized by the last full period's rate once there is one; in the
+        // period a key turns hot, by the adaptive size alone.
+        let by_rate = if self.previous > 0 {
+            (rate / tuning.blocks_per_period).max(1)
+        } else {
+            u64::MAX
+        };
         let mut k = self
             .block
             .min(tuning.max_block)
             .min(by_rate)
             .min(self.policy.limit());
         if let Some(remaining) = self.last_remaining {
-            // A block larger than the shared room would be denied.
-            k = k.min(remaining.saturating_add(cost));
+            // A block larger than the shared room would be denied (the
+            // room reported after the key's last decision).
+            k = k.min(remaining);
         }
         (k > cost).then_some(k)
     }
 
     /// Adapts the block size to how the lease that just ended went: units
     /// that expired unspent halve it, a lease spent in full doubles it.
-    pub(super) fn lease_ended(&mut self, lease: &Lease) {
-        self.block = if lease.wasted > 0 {
+    pub(super) fn lease_ended(&mut self, lease: &Lease, tuning: &Tuning) {
+        self.block = if lease.wasted() > 0 {
             (self.block / 2).max(1)
         } else {
-            self.block.saturating_mul(2)
+            self.block.saturating_mul(2).min(tuning.max_block)
         };
     }
 
