@@ -258,7 +258,9 @@ impl Lease {
                 available,
                 refund_until,
             } => {
-                if r.at_ns() != self.receipt.at_ns() {
+                // More units than the lease has served: another charge of
+                // the same instant.
+                if r.at_ns() != self.receipt.at_ns() || r.units() > self.spent {
                     return PutBack::NotOurs;
                 }
                 if now >= *deadline {
@@ -266,9 +268,8 @@ impl Lease {
                         forward: now < *refund_until,
                     };
                 }
-                let units = r.units().min(self.spent);
-                *available += units;
-                self.spent -= units;
+                *available += r.units();
+                self.spent -= r.units();
                 PutBack::Local
             }
             Slots::Gcra {
