@@ -22,6 +22,8 @@ use crate::counting_store::CountingStore;
 
 const S: u64 = 1_000_000_000;
 const KEY: &[u8] = b"global";
+/// A time step that lands on the next multiple of the run's grid.
+const TO_GRID: u64 = u64::MAX;
 
 type Shared = Arc<CountingStore<MemoryStore<ManualClock>>>;
 
@@ -46,6 +48,10 @@ fn tuning() -> impl Strategy<Value = Tuning> {
 fn schedule(window: u64, refunds: bool) -> impl Strategy<Value = Vec<(usize, u64, Op)>> {
     let dt = prop_oneof![
         4 => Just(0u64),
+        // To the next instant on the grid (window start, GCRA slot) or
+        // the one before it: where a unit spent one ns late would show.
+        1 => Just(TO_GRID),
+        1 => Just(TO_GRID - 1),
         4 => 0..window / 50,
         2 => 0..window / 3,
         1 => 0..2 * window,
@@ -66,8 +72,10 @@ struct Run {
     calls: usize,
 }
 
-/// Runs `ops` on four leasing stores over one shared store.
-fn run(policy: &Policy, t: Tuning, ops: &[(usize, u64, Op)]) -> Run {
+/// Runs `ops` on four leasing stores over one shared store; time steps of
+/// [`TO_GRID`] (or one less) go to the next multiple of `grid` (or the ns
+/// before it).
+fn run(policy: &Policy, grid: u64, t: Tuning, ops: &[(usize, u64, Op)]) -> Run {
     let clock = ManualClock::starting_at(3_600 * S + 123_456_789);
     let shared: Shared = Arc::new(CountingStore::new(
         MemoryStore::builder().clock(clock.clone()).build(),
@@ -92,6 +100,12 @@ fn run(policy: &Policy, t: Tuning, ops: &[(usize, u64, Op)]) -> Run {
     let mut checks = 0;
     rt.block_on(async {
         for &(i, dt, op) in ops {
+            let now = clock.now_ns();
+            let dt = match dt {
+                TO_GRID => grid - now % grid,
+                d if d == TO_GRID - 1 => (grid - now % grid).saturating_sub(1),
+                d => d,
+            };
             clock.advance(Duration::from_nanos(dt));
             let store = &processes[i];
             match op {
@@ -133,7 +147,7 @@ proptest! {
         ops in schedule(S, true),
     ) {
         let policy = Policy::fixed_window(max, Duration::from_secs(1)).unwrap();
-        let run = run(&policy, t, &ops);
+        let run = run(&policy, S, t, &ops);
         let mut per_window: HashMap<u64, u64> = HashMap::new();
         for u in &run.admitted {
             *per_window.entry(u / S).or_default() += 1;
@@ -153,7 +167,7 @@ proptest! {
         // T = 1 s / limit, τ = 1 s.
         let policy = Policy::cell(limit - 1, limit, Duration::from_secs(1)).unwrap();
         let Algorithm::Gcra(g) = *policy.algorithm() else { unreachable!() };
-        let run = run(&policy, t, &ops);
+        let run = run(&policy, g.emission_interval_ns, t, &ops);
         let mut tat = 0;
         for (n, &u) in run.admitted.iter().enumerate() {
             prop_assert!(
@@ -172,7 +186,7 @@ proptest! {
     ) {
         let policy = Policy::sliding_window(max, Duration::from_secs(1)).unwrap();
         let Algorithm::SlidingWindow(p) = *policy.algorithm() else { unreachable!() };
-        let run = run(&policy, t, &ops);
+        let run = run(&policy, S, t, &ops);
         let mut state = Default::default();
         for (n, &u) in run.admitted.iter().enumerate() {
             prop_assert!(
@@ -196,7 +210,7 @@ fn hot_keys_are_served_mostly_in_process() {
     let ops: Vec<(usize, u64, Op)> = (0..9_000)
         .map(|n| (n % 4, S / 900, Op::Check))
         .collect();
-    let run = run(&policy, tuning, &ops);
+    let run = run(&policy, S, tuning, &ops);
     let denied = run.checks - run.admitted.len();
     eprintln!("{} store calls, {denied} denied, for {} checks", run.calls, run.checks);
     assert!(run.calls * 10 < run.checks, "{} store calls", run.calls);
@@ -215,7 +229,7 @@ fn gcra_leases_pay_at_the_key_s_rate() {
     // T = 1 ms.
     let policy = Policy::cell(99, 1_000, Duration::from_secs(1)).unwrap();
     let ops: Vec<(usize, u64, Op)> = (0..5_000).map(|_| (0, S / 1_000, Op::Check)).collect();
-    let run = run(&policy, Tuning(16, 8, 64, 1), &ops);
+    let run = run(&policy, S, Tuning(16, 8, 64, 1), &ops);
     assert!(run.admitted.len() >= 4_900, "admitted {}", run.admitted.len());
     assert!(run.calls * 5 < run.checks, "{} calls", run.calls);
 }
