@@ -11,9 +11,9 @@ pub(crate) mod budget;
 pub mod conformance;
 mod error;
 pub mod fallback;
-pub mod lease;
 #[cfg(feature = "governor")]
 pub mod governor;
+pub mod lease;
 pub mod memory;
 mod namespaces;
 pub(crate) mod probe;

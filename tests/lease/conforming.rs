@@ -207,12 +207,13 @@ fn hot_keys_are_served_mostly_in_process() {
     let policy = Policy::fixed_window(1_000, Duration::from_secs(1)).unwrap();
     let tuning = Tuning(16, 8, 256, 4);
     // 4 processes, 900 checks a second between them, for 10 s.
-    let ops: Vec<(usize, u64, Op)> = (0..9_000)
-        .map(|n| (n % 4, S / 900, Op::Check))
-        .collect();
+    let ops: Vec<(usize, u64, Op)> = (0..9_000).map(|n| (n % 4, S / 900, Op::Check)).collect();
     let run = run(&policy, S, tuning, &ops);
     let denied = run.checks - run.admitted.len();
-    eprintln!("{} store calls, {denied} denied, for {} checks", run.calls, run.checks);
+    eprintln!(
+        "{} store calls, {denied} denied, for {} checks",
+        run.calls, run.checks
+    );
     assert!(run.calls * 10 < run.checks, "{} store calls", run.calls);
     assert!(denied * 20 < run.checks, "{denied} denied");
     let mut per_window: HashMap<u64, u64> = HashMap::new();
@@ -230,6 +231,10 @@ fn gcra_leases_pay_at_the_key_s_rate() {
     let policy = Policy::cell(99, 1_000, Duration::from_secs(1)).unwrap();
     let ops: Vec<(usize, u64, Op)> = (0..5_000).map(|_| (0, S / 1_000, Op::Check)).collect();
     let run = run(&policy, S, Tuning(16, 8, 64, 1), &ops);
-    assert!(run.admitted.len() >= 4_900, "admitted {}", run.admitted.len());
+    assert!(
+        run.admitted.len() >= 4_900,
+        "admitted {}",
+        run.admitted.len()
+    );
     assert!(run.calls * 5 < run.checks, "{} calls", run.calls);
 }

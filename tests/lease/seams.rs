@@ -36,7 +36,11 @@ fn leasing<S: Store>(inner: S, clock: &ManualClock) -> LeasingStore<S> {
 }
 
 async fn remaining<S: Store>(store: &S, key: &[u8], policy: &Policy) -> u64 {
-    store.check(Charge::new(key, policy, 0)).await.unwrap().remaining
+    store
+        .check(Charge::new(key, policy, 0))
+        .await
+        .unwrap()
+        .remaining
 }
 
 #[tokio::test]
@@ -86,12 +90,20 @@ async fn a_block_denied_in_a_multi_rule_check_retries_with_the_checks_costs() {
     let global = Policy::fixed_window(10, Duration::from_secs(1)).unwrap();
     let user = Policy::fixed_window(100, Duration::from_secs(1)).unwrap();
     let rules = [Charge::new(b"g", &global, 1), Charge::new(b"u", &user, 1)];
-    inner.inner.check(Charge::new(b"g", &global, 3)).await.unwrap();
+    inner
+        .inner
+        .check(Charge::new(b"g", &global, 3))
+        .await
+        .unwrap();
     for _ in 0..2 {
         store.check_all(&rules).await.unwrap();
     }
     // Room for 5 seen; another process then takes 4 of them.
-    inner.inner.check(Charge::new(b"g", &global, 4)).await.unwrap();
+    inner
+        .inner
+        .check(Charge::new(b"g", &global, 4))
+        .await
+        .unwrap();
     // The block of 5 is denied with the user's charge (nothing charged),
     // and the check passes with its own costs in a second call.
     let ds = store.check_all(&rules).await.unwrap();
@@ -113,14 +125,22 @@ async fn a_limiter_s_refund_goes_back_through_the_receipt() {
         last = Some(store.check(Charge::new(b"k", &policy, 1)).await.unwrap());
     }
     let served = last.unwrap();
-    assert_eq!(store.local_units(b"k"), 6, "a block of 8 taken by the 3rd check");
+    assert_eq!(
+        store.local_units(b"k"),
+        6,
+        "a block of 8 taken by the 3rd check"
+    );
     store
         .refund(b"k", &policy, &served.receipt().unwrap())
         .await
         .unwrap();
     assert_eq!(store.local_units(b"k"), 7);
     // A receipt of another charge (not the lease's) goes to the shared store.
-    let other = inner.inner.check(Charge::new(b"k", &policy, 2)).await.unwrap();
+    let other = inner
+        .inner
+        .check(Charge::new(b"k", &policy, 2))
+        .await
+        .unwrap();
     let before = remaining(&inner.inner, b"k", &policy).await;
     store
         .refund(b"k", &policy, &other.receipt().unwrap())

@@ -440,9 +440,13 @@ impl<S: Store> Store for LeasingStore<S> {
         // passed) would give nothing back: their units lapse.
         let mut displaced = Vec::new();
         let mut table = self.shared.lock();
-        if let Some(state) =
-            table.entry(rule.key, rule.policy, &self.shared.tuning, now, &mut displaced)
-        {
+        if let Some(state) = table.entry(
+            rule.key,
+            rule.policy,
+            &self.shared.tuning,
+            now,
+            &mut displaced,
+        ) {
             state.note_check(now);
             if let Ok(d) = &answer {
                 state.saw_remaining(d.remaining);

@@ -146,7 +146,11 @@ async fn a_window_lease_expires_when_its_window_ends() {
     r.advance(S / 2 - 1);
     assert_eq!(r.store.local_units(b"hot"), 7, "last instant of the window");
     r.advance(1);
-    assert_eq!(r.store.local_units(b"hot"), 0, "expired at the window's end");
+    assert_eq!(
+        r.store.local_units(b"hot"),
+        0,
+        "expired at the window's end"
+    );
     r.check("hot", &p).await;
     assert_eq!(r.calls(), 2);
     assert_eq!(r.store.block_target(b"hot"), Some(4), "halved after waste");
@@ -202,7 +206,11 @@ async fn a_refund_of_a_served_check_goes_back_into_its_lease() {
         .await
         .unwrap();
     assert_eq!(r.store.local_units(b"hot"), 7, "back into the local lease");
-    assert_eq!(r.shared_remaining("hot", &p).await, 92, "not into the store");
+    assert_eq!(
+        r.shared_remaining("hot", &p).await,
+        92,
+        "not into the store"
+    );
     // Once the window has ended, a refund changes nothing.
     let d = r.check("hot", &p).await;
     r.advance(S);
@@ -222,20 +230,32 @@ async fn gcra_units_expire_at_their_slots() {
     // Slots t0, t0+1 s, t0+2 s, t0+3 s; unit 0 served at t0.
     assert_eq!(r.store.local_units(b"g"), 3);
     r.advance(S);
-    assert_eq!(r.store.local_units(b"g"), 3, "unit 1 up to its slot, inclusive");
+    assert_eq!(
+        r.store.local_units(b"g"),
+        3,
+        "unit 1 up to its slot, inclusive"
+    );
     r.advance(1);
     assert_eq!(r.store.local_units(b"g"), 2, "unit 1's slot passed");
     r.advance(S / 2 - 1);
     let served = r.check("g", &p).await;
     assert_eq!(r.calls(), 1);
     let t0 = d.charged_at_ns;
-    assert_eq!(served.charged_at_ns, t0 + 2 * S, "the receipt names unit 2's slot");
+    assert_eq!(
+        served.charged_at_ns,
+        t0 + 2 * S,
+        "the receipt names unit 2's slot"
+    );
     r.advance(2 * S);
     assert_eq!(r.store.local_units(b"g"), 0, "unit 3's slot passed");
     assert_eq!(r.store.block_target(b"g"), Some(4));
     r.check("g", &p).await;
     assert_eq!(r.calls(), 2);
-    assert_eq!(r.store.block_target(b"g"), Some(2), "waste halves the block");
+    assert_eq!(
+        r.store.block_target(b"g"),
+        Some(2),
+        "waste halves the block"
+    );
 }
 
 #[tokio::test]
@@ -245,15 +265,25 @@ async fn a_gcra_refund_goes_back_to_its_own_slot_only() {
     r.check("g", &p).await;
     let d1 = r.check("g", &p).await; // unit 1, slot t0 + 1 s
     assert_eq!(r.store.local_units(b"g"), 2);
-    r.store.refund(b"g", &p, &d1.receipt().unwrap()).await.unwrap();
+    r.store
+        .refund(b"g", &p, &d1.receipt().unwrap())
+        .await
+        .unwrap();
     assert_eq!(r.store.local_units(b"g"), 3);
     // Spent again, and refunded once its slot has passed: nothing comes
     // back, locally or in the shared store.
     let d1 = r.check("g", &p).await;
-    assert_eq!(d1.charged_at_ns, r.clock.now_ns() + S, "the same slot again");
+    assert_eq!(
+        d1.charged_at_ns,
+        r.clock.now_ns() + S,
+        "the same slot again"
+    );
     r.advance(S + 1);
     let before = r.shared_remaining("g", &p).await;
-    r.store.refund(b"g", &p, &d1.receipt().unwrap()).await.unwrap();
+    r.store
+        .refund(b"g", &p, &d1.receipt().unwrap())
+        .await
+        .unwrap();
     assert_eq!(r.store.local_units(b"g"), 2, "units 2 and 3 only");
     assert_eq!(r.shared_remaining("g", &p).await, before);
 }
@@ -263,13 +293,14 @@ async fn gcra_blocks_start_at_the_queue_when_it_runs_ahead() {
     let r = rig(1, 4, 4);
     let p = gcra_policy();
     // Someone else took 5 units: TAT = t0 + 5 s.
-    r.shared
-        .check(Charge::new(b"g", &p, 5))
-        .await
-        .unwrap();
+    r.shared.check(Charge::new(b"g", &p, 5)).await.unwrap();
     r.check("g", &p).await; // slots t0+5 .. t0+8
     r.advance(7 * S);
-    assert_eq!(r.store.local_units(b"g"), 2, "units 2 and 3: slots t0+7, t0+8");
+    assert_eq!(
+        r.store.local_units(b"g"),
+        2,
+        "units 2 and 3: slots t0+7, t0+8"
+    );
     let Algorithm::Gcra(g) = *p.algorithm() else {
         unreachable!()
     };
@@ -294,7 +325,11 @@ async fn blocks_grow_when_spent_and_shrink_when_units_expire() {
     assert_eq!(r.store.block_target(b"hot"), Some(16));
     r.advance(S);
     r.check("hot", &p).await;
-    assert_eq!(r.store.block_target(b"hot"), Some(8), "the ended lease wasted units");
+    assert_eq!(
+        r.store.block_target(b"hot"),
+        Some(8),
+        "the ended lease wasted units"
+    );
 }
 
 #[tokio::test]
@@ -357,7 +392,11 @@ async fn check_now_serves_from_the_lease_in_process() {
     assert!(hot.is_none(), "hot: a block, on the asynchronous path");
     r.check("hot", &p).await;
     let calls = r.calls();
-    let d = r.store.check_now(Charge::new(b"hot", &p, 1)).unwrap().unwrap();
+    let d = r
+        .store
+        .check_now(Charge::new(b"hot", &p, 1))
+        .unwrap()
+        .unwrap();
     assert!(d.allowed && d.charged == 1);
     assert_eq!(r.calls(), calls);
 }
@@ -366,15 +405,27 @@ async fn check_now_serves_from_the_lease_in_process() {
 fn bad_settings_are_typed_errors() {
     let clock = ManualClock::new();
     let inner = || MemoryStore::builder().clock(clock.clone()).build();
-    let err = LeasingStore::builder(inner()).max_block(0).build().unwrap_err();
+    let err = LeasingStore::builder(inner())
+        .max_block(0)
+        .build()
+        .unwrap_err();
     assert_eq!(err, LeaseConfigError::Zero("max_block"));
     let err = LeasingStore::builder(inner())
         .initial_block(10)
         .max_block(5)
         .build()
         .unwrap_err();
-    assert_eq!(err, LeaseConfigError::InitialAboveMax { initial: 10, max: 5 });
-    assert!(LeasingStore::builder(inner()).hot_threshold(0).build().is_err());
+    assert_eq!(
+        err,
+        LeaseConfigError::InitialAboveMax {
+            initial: 10,
+            max: 5
+        }
+    );
+    assert!(LeasingStore::builder(inner())
+        .hot_threshold(0)
+        .build()
+        .is_err());
 }
 
 /// Why GCRA leases give nothing back (module docs): a refund frees the
