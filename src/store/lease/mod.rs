@@ -142,7 +142,9 @@
 //! took. The local clock must run at the store's rate; its origin may differ.
 
 mod builder;
+mod calls;
 mod grant;
+mod plan;
 mod store_impl;
 mod table;
 

@@ -39,6 +39,10 @@ pub(super) struct KeyState {
     /// store as they are, so one process holds one lease per key.
     pub(super) acquiring: bool,
     pub(super) lease: Option<Lease>,
+    /// GCRA: the lease before `lease`, whose spent units may still be
+    /// refunded: such a refund is absorbed here, never sent to the inner
+    /// store (see the module docs, *Why GCRA units are not given back*).
+    pub(super) retired: Option<Lease>,
 }
 
 impl KeyState {
@@ -60,6 +64,7 @@ impl KeyState {
             last_remaining: None,
             acquiring: false,
             lease: None,
+            retired: None,
         }
     }
 
@@ -134,6 +139,29 @@ impl KeyState {
     pub(super) fn block_denied(&mut self, remaining: u64) {
         self.block = (self.block / 2).max(1);
         self.last_remaining = Some(remaining);
+    }
+
+    /// Ends the lease in hand (if any): adapts the block size, keeps a GCRA
+    /// lease as `retired`, and pushes what a window lease still holds to
+    /// `give_back`.
+    pub(super) fn end_lease(
+        &mut self,
+        key: &[u8],
+        tuning: &Tuning,
+        now: u64,
+        give_back: &mut Vec<GiveBack>,
+    ) {
+        let Some(mut ended) = self.lease.take() else {
+            return;
+        };
+        self.lease_ended(&ended, tuning);
+        match ended.give_back(now) {
+            Some(r) => give_back.push((key.to_vec(), ended.policy, r)),
+            None if matches!(ended.policy.algorithm(), Algorithm::Gcra(_)) => {
+                self.retired = Some(ended);
+            }
+            None => {}
+        }
     }
 
     /// Current block size target (for tests and diagnostics).

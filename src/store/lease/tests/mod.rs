@@ -1,28 +1,34 @@
 //! Unit tests of leases on a manual clock (the schedules of several
-//! processes over one shared store are in `tests/lease/`).
+//! processes over one shared store are in `tests/lease/`): windows here,
+//! GCRA in `gcra.rs`.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::{LeaseConfigError, LeasingStore};
-use crate::algorithm::gcra;
-use crate::clock::{Clock, ManualClock};
+use crate::clock::ManualClock;
 use crate::decision::{Decision, Receipt};
-use crate::policy::{Algorithm, Policy};
+use crate::policy::Policy;
 use crate::store::{Charge, MemoryStore, Store, StoreError};
 
-const S: u64 = 1_000_000_000;
+pub(super) const S: u64 = 1_000_000_000;
 
-/// Counts the checks that reach the shared store.
-struct Counting {
+/// Counts the checks that reach the shared store; while `stall` is set,
+/// checks never answer (a caller's timeout drops them).
+pub(super) struct Counting {
     inner: MemoryStore<ManualClock>,
     checks: Arc<AtomicUsize>,
+    stall: Arc<AtomicBool>,
 }
 
 impl Store for Counting {
     async fn check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
         self.checks.fetch_add(1, Ordering::SeqCst);
+        if self.stall.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
         self.inner.check(rule).await
     }
     async fn check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
@@ -41,22 +47,25 @@ impl Store for Counting {
     }
 }
 
-struct Rig {
-    clock: ManualClock,
-    shared: MemoryStore<ManualClock>,
+pub(super) struct Rig {
+    pub(super) clock: ManualClock,
+    pub(super) shared: MemoryStore<ManualClock>,
     checks: Arc<AtomicUsize>,
-    store: LeasingStore<Counting>,
+    stall: Arc<AtomicBool>,
+    pub(super) store: LeasingStore<Counting>,
 }
 
 /// A leasing store over a counted memory store, both on one manual clock
 /// set at the start of a window of every length used here.
-fn rig(hot: u64, initial: u64, max: u64) -> Rig {
+pub(super) fn rig(hot: u64, initial: u64, max: u64) -> Rig {
     let clock = ManualClock::starting_at(1_000 * 3_600 * S);
     let shared = MemoryStore::builder().clock(clock.clone()).build();
     let checks = Arc::new(AtomicUsize::new(0));
+    let stall = Arc::new(AtomicBool::new(false));
     let store = LeasingStore::builder(Counting {
         inner: shared.clone(),
         checks: checks.clone(),
+        stall: stall.clone(),
     })
     .clock(clock.clone())
     .hot_threshold(hot)
@@ -69,26 +78,27 @@ fn rig(hot: u64, initial: u64, max: u64) -> Rig {
         clock,
         shared,
         checks,
+        stall,
         store,
     }
 }
 
 impl Rig {
-    async fn check(&self, key: &str, policy: &Policy) -> Decision {
+    pub(super) async fn check(&self, key: &str, policy: &Policy) -> Decision {
         self.store
             .check(Charge::new(key.as_bytes(), policy, 1))
             .await
             .unwrap()
     }
     /// The shared store's `remaining`, read with a peek.
-    async fn shared_remaining(&self, key: &str, policy: &Policy) -> u64 {
+    pub(super) async fn shared_remaining(&self, key: &str, policy: &Policy) -> u64 {
         let peek = Charge::new(key.as_bytes(), policy, 0);
         self.shared.check(peek).await.unwrap().remaining
     }
-    fn calls(&self) -> usize {
+    pub(super) fn calls(&self) -> usize {
         self.checks.load(Ordering::SeqCst)
     }
-    fn advance(&self, ns: u64) {
+    pub(super) fn advance(&self, ns: u64) {
         self.clock.advance(Duration::from_nanos(ns));
     }
 }
@@ -98,7 +108,7 @@ fn fixed(max: u64) -> Policy {
 }
 
 /// T = 1 s, limit 10.
-fn gcra_policy() -> Policy {
+pub(super) fn gcra_policy() -> Policy {
     Policy::cell(9, 1, Duration::from_secs(1)).unwrap()
 }
 
@@ -222,98 +232,6 @@ async fn a_refund_of_a_served_check_goes_back_into_its_lease() {
 }
 
 #[tokio::test]
-async fn gcra_units_expire_at_their_slots() {
-    let r = rig(1, 4, 4);
-    let p = gcra_policy();
-    let d = r.check("g", &p).await;
-    assert!(d.allowed);
-    // Slots t0, t0+1 s, t0+2 s, t0+3 s; unit 0 served at t0.
-    assert_eq!(r.store.local_units(b"g"), 3);
-    r.advance(S);
-    assert_eq!(
-        r.store.local_units(b"g"),
-        3,
-        "unit 1 up to its slot, inclusive"
-    );
-    r.advance(1);
-    assert_eq!(r.store.local_units(b"g"), 2, "unit 1's slot passed");
-    r.advance(S / 2 - 1);
-    let served = r.check("g", &p).await;
-    assert_eq!(r.calls(), 1);
-    let t0 = d.charged_at_ns;
-    assert_eq!(
-        served.charged_at_ns,
-        t0 + 2 * S,
-        "the receipt names unit 2's slot"
-    );
-    r.advance(2 * S);
-    assert_eq!(r.store.local_units(b"g"), 0, "unit 3's slot passed");
-    assert_eq!(r.store.block_target(b"g"), Some(4));
-    r.check("g", &p).await;
-    assert_eq!(r.calls(), 2);
-    assert_eq!(
-        r.store.block_target(b"g"),
-        Some(2),
-        "waste halves the block"
-    );
-}
-
-#[tokio::test]
-async fn a_gcra_refund_goes_back_to_its_own_slot_only() {
-    let r = rig(1, 4, 4);
-    let p = gcra_policy();
-    r.check("g", &p).await;
-    let d1 = r.check("g", &p).await; // unit 1, slot t0 + 1 s
-    assert_eq!(r.store.local_units(b"g"), 2);
-    r.store
-        .refund(b"g", &p, &d1.receipt().unwrap())
-        .await
-        .unwrap();
-    assert_eq!(r.store.local_units(b"g"), 3);
-    // Spent again, and refunded once its slot has passed: nothing comes
-    // back, locally or in the shared store.
-    let d1 = r.check("g", &p).await;
-    assert_eq!(
-        d1.charged_at_ns,
-        r.clock.now_ns() + S,
-        "the same slot again"
-    );
-    r.advance(S + 1);
-    let before = r.shared_remaining("g", &p).await;
-    r.store
-        .refund(b"g", &p, &d1.receipt().unwrap())
-        .await
-        .unwrap();
-    assert_eq!(r.store.local_units(b"g"), 2, "units 2 and 3 only");
-    assert_eq!(r.shared_remaining("g", &p).await, before);
-}
-
-#[tokio::test]
-async fn gcra_blocks_start_at_the_queue_when_it_runs_ahead() {
-    let r = rig(1, 4, 4);
-    let p = gcra_policy();
-    // Someone else took 5 units: TAT = t0 + 5 s.
-    r.shared.check(Charge::new(b"g", &p, 5)).await.unwrap();
-    r.check("g", &p).await; // slots t0+5 .. t0+8
-    r.advance(7 * S);
-    assert_eq!(
-        r.store.local_units(b"g"),
-        2,
-        "units 2 and 3: slots t0+7, t0+8"
-    );
-    let Algorithm::Gcra(g) = *p.algorithm() else {
-        unreachable!()
-    };
-    // Replayed as a sequence, the spends conform.
-    let t0 = r.clock.now_ns() - 7 * S;
-    let mut tat = gcra::admit(&g, 0, t0, 5);
-    for u in [t0, t0 + 7 * S, t0 + 7 * S, t0 + 8 * S] {
-        assert!(gcra::check(&g, tat, u, 1).allowed);
-        tat = gcra::admit(&g, tat, u, 1);
-    }
-}
-
-#[tokio::test]
 async fn blocks_grow_when_spent_and_shrink_when_units_expire() {
     let r = rig(1, 2, 16);
     let p = fixed(1_000);
@@ -428,38 +346,21 @@ fn bad_settings_are_typed_errors() {
         .is_err());
 }
 
-/// Why GCRA leases give nothing back (module docs): a refund frees the
-/// tail of the queue, another process's lease. Replayed with the pure
-/// functions, the schedule of the docs admits 6 units in [2 s, 3 s] where
-/// GCRA allows 5.
-#[test]
-fn a_gcra_refund_would_free_another_lease_s_slots() {
-    let Algorithm::Gcra(g) = *gcra_policy().algorithm() else {
-        unreachable!()
-    };
-    let g = crate::algorithm::GcraParams {
-        tolerance_ns: 4 * S,
-        limit: 4,
-        cell: None,
-        ..g
-    };
-    let t0 = 100 * S;
-    let mut tat = gcra::admit(&g, 0, t0, 2); // A, ordinary
-    tat = gcra::admit(&g, tat, t0, 2); // B leases slots t0+2, t0+3
-    tat = gcra::refund(&g, tat, t0, &Receipt::new(2, t0, None)); // A refunded
-    assert!(gcra::check(&g, tat, t0, 2).allowed);
-    tat = gcra::admit(&g, tat, t0, 2); // C leases slots t0+2, t0+3
-    assert!(gcra::check(&g, tat, t0 + 2 * S, 2).allowed);
-    // D's 2 at t0+2, B's and C's at t0+2 and t0+3: replayed, one fails.
-    let spends = [2, 2, 2, 2, 3, 3].map(|s| t0 + s * S);
-    let mut replay = 0;
-    let passed = spends
-        .iter()
-        .take_while(|&&u| {
-            let ok = gcra::check(&g, replay, u, 1).allowed;
-            replay = gcra::admit(&g, replay, u, 1);
-            ok
-        })
-        .count();
-    assert_eq!(passed, 5);
+/// A check dropped while its block is asked for (a caller's timeout) does
+/// not leave the key unable to lease.
+#[tokio::test]
+async fn a_block_dropped_in_flight_does_not_stop_the_key_leasing() {
+    let r = rig(1, 8, 8);
+    let p = fixed(100);
+    r.stall.store(true, Ordering::SeqCst);
+    {
+        let mut asking = std::pin::pin!(r.check("hot", &p));
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        assert!(asking.as_mut().poll(&mut cx).is_pending());
+    }
+    r.stall.store(false, Ordering::SeqCst);
+    r.check("hot", &p).await;
+    assert_eq!(r.store.local_units(b"hot"), 7);
 }
+
+mod gcra;
