@@ -88,6 +88,8 @@ fn run(policy: &Policy, grid: u64, t: Tuning, ops: &[(usize, u64, Op)]) -> Run {
                 .initial_block(t.1)
                 .max_block(t.2)
                 .blocks_per_period(t.3)
+                // Exact, or a µs early (the first unit is the charge's own).
+                .expiry_margin(Duration::from_nanos(t.1 % 2 * 1_000))
                 .build()
                 .unwrap()
         })

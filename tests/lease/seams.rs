@@ -31,6 +31,7 @@ fn leasing<S: Store>(inner: S, clock: &ManualClock) -> LeasingStore<S> {
         .initial_block(8)
         .max_block(8)
         .blocks_per_period(1)
+        .expiry_margin(Duration::ZERO)
         .build()
         .unwrap()
 }

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use super::table::{Table, Tuning};
 use super::{LeasingShared, LeasingStore};
@@ -16,6 +17,8 @@ pub const DEFAULT_INITIAL_BLOCK: u64 = 8;
 pub const DEFAULT_MAX_BLOCK: u64 = 1024;
 /// Default [`LeasingStoreBuilder::blocks_per_period`].
 pub const DEFAULT_BLOCKS_PER_PERIOD: u64 = 8;
+/// Default [`LeasingStoreBuilder::expiry_margin`].
+pub const DEFAULT_EXPIRY_MARGIN: Duration = Duration::from_millis(1);
 /// Default [`LeasingStoreBuilder::max_tracked_keys`].
 pub const DEFAULT_MAX_TRACKED_KEYS: usize = 10_000;
 
@@ -75,6 +78,7 @@ impl<S: Store> LeasingStoreBuilder<S> {
                 blocks_per_period: DEFAULT_BLOCKS_PER_PERIOD,
                 max_keys: DEFAULT_MAX_TRACKED_KEYS,
                 lease_gcra: true,
+                margin_ns: 1_000_000,
             },
         }
     }
@@ -134,6 +138,16 @@ impl<S: Store> LeasingStoreBuilder<S> {
     /// not given back*). Windows lease either way.
     pub fn lease_gcra(mut self, lease: bool) -> Self {
         self.tuning.lease_gcra = lease;
+        self
+    }
+
+    /// How much earlier than its slot's end a leased unit expires (default
+    /// [`DEFAULT_EXPIRY_MARGIN`]): it absorbs the store's clock granularity
+    /// (the Redis stores decide in whole microseconds) and any difference in
+    /// rate between the local clock and the store's over one slot. Zero is
+    /// exact for a store on the same clock (tests with a manual clock).
+    pub fn expiry_margin(mut self, margin: Duration) -> Self {
+        self.tuning.margin_ns = u64::try_from(margin.as_nanos()).unwrap_or(u64::MAX);
         self
     }
 

@@ -68,22 +68,25 @@ pub(super) struct Lease {
 
 impl Lease {
     /// The lease of an admitted block of `units` asked for at local
-    /// `taken_at`. `None` when the decision cannot place the units in their
-    /// slots (no receipt, figures inconsistent with the algorithm), so none
-    /// is spent later than the store would allow.
+    /// `taken_at`, every deadline `margin` ns early (the store's clock
+    /// granularity and rate skew). `None` when the decision cannot place the
+    /// units in their slots (no receipt, figures inconsistent with the
+    /// algorithm), so none is spent later than the store would allow.
     pub(super) fn from_block(
         policy: &Policy,
         block: &Decision,
         units: u64,
         taken_at: u64,
+        margin: u64,
     ) -> Option<Lease> {
         let receipt = block.receipt().filter(|r| r.units() == units)?;
         let reset = u64::try_from(block.reset_after.as_nanos()).ok()?;
+        let taken_at_early = taken_at.checked_sub(margin)?;
         let slots = match *policy.algorithm() {
             // An admission leaves its window counted until the window's end:
             // `reset_after` is exactly the time left in it.
             Algorithm::FixedWindow(_) => Slots::Window {
-                deadline: taken_at.checked_add(reset)?,
+                deadline: taken_at_early.checked_add(reset)?,
                 available: units,
                 refund_until: 0,
             },
@@ -91,7 +94,7 @@ impl Lease {
             // one (the charge still weighs there); the charged window ends
             // one window earlier.
             Algorithm::SlidingWindow(p) => {
-                let deadline = taken_at.checked_add(reset.checked_sub(p.window_ns)?)?;
+                let deadline = taken_at_early.checked_add(reset.checked_sub(p.window_ns)?)?;
                 Slots::Window {
                     deadline,
                     available: units,
@@ -104,7 +107,7 @@ impl Lease {
                 let span = p.emission_interval_ns.checked_mul(units)?;
                 let ahead = reset.checked_sub(span)?;
                 Slots::Gcra {
-                    first_deadline: taken_at.checked_add(ahead)?,
+                    first_deadline: taken_at_early.checked_add(ahead)?,
                     interval: p.emission_interval_ns,
                     units,
                     next: 0,
@@ -123,6 +126,30 @@ impl Lease {
             wasted: 0,
             slots,
         })
+    }
+
+    /// Serves the check that asked for the block: admitted by the block's
+    /// own decision, at its charge (like any admission), so no deadline
+    /// applies. The first `cost` units (GCRA: unit 0, the charge's own
+    /// slot); the served receipt's `at_ns`.
+    pub(super) fn take_first(&mut self, cost: u64) -> Option<u64> {
+        let at = match &mut self.slots {
+            Slots::Window { available, .. } => {
+                *available = available.checked_sub(cost)?;
+                self.receipt.at_ns()
+            }
+            Slots::Gcra {
+                units, next, slot0, ..
+            } => {
+                if cost != 1 || *next != 0 || *units == 0 {
+                    return None;
+                }
+                *next = 1;
+                *slot0
+            }
+        };
+        self.spent += cost;
+        Some(at)
     }
 
     /// Spends `cost` units at local `now` if the lease covers them: the

@@ -139,7 +139,11 @@
 //! Leases are timed on the local clock, read before the block is asked for:
 //! a deadline is that reading plus the time left in the slot at the store's
 //! decision, which is no later than the slot's end however long the call
-//! took. The local clock must run at the store's rate; its origin may differ.
+//! took, less [`LeasingStoreBuilder::expiry_margin`] (1 ms by default: the
+//! store's clock granularity, whole microseconds on Redis, and rate skew).
+//! The local clock must run at the store's rate; its origin may differ. The
+//! check that asks for a block is admitted by the block's own decision, at
+//! its charge, like any admission.
 
 mod builder;
 mod calls;
@@ -152,8 +156,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 pub use builder::{
-    LeaseConfigError, LeasingStoreBuilder, DEFAULT_BLOCKS_PER_PERIOD, DEFAULT_HOT_THRESHOLD,
-    DEFAULT_INITIAL_BLOCK, DEFAULT_MAX_BLOCK, DEFAULT_MAX_TRACKED_KEYS,
+    LeaseConfigError, LeasingStoreBuilder, DEFAULT_BLOCKS_PER_PERIOD, DEFAULT_EXPIRY_MARGIN,
+    DEFAULT_HOT_THRESHOLD, DEFAULT_INITIAL_BLOCK, DEFAULT_MAX_BLOCK, DEFAULT_MAX_TRACKED_KEYS,
 };
 
 use self::table::{GiveBack, Table, Tuning};

@@ -122,14 +122,14 @@ impl<S: Store> LeasingShared<S> {
         let lease = if fallback {
             None
         } else {
-            Lease::from_block(rule.policy, &d, k, taken_at)
+            Lease::from_block(rule.policy, &d, k, taken_at, self.tuning.margin_ns)
         };
         if let Some(state) = table.get_mut(rule.key) {
             state.acquiring = false;
             if state.policy == *rule.policy {
                 state.saw_remaining(d.remaining);
                 if let Some(mut lease) = lease {
-                    if let Some(at) = lease.take(taken_at, rule.cost) {
+                    if let Some(at) = lease.take_first(rule.cost) {
                         let served = lease.served(taken_at, rule.cost, at, true);
                         // One lease per key (`acquiring`); a lease taken
                         // meanwhile by check_now's path cannot exist, but

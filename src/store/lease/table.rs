@@ -17,6 +17,7 @@ pub(super) struct Tuning {
     pub(super) blocks_per_period: u64,
     pub(super) max_keys: usize,
     pub(super) lease_gcra: bool,
+    pub(super) margin_ns: u64,
 }
 
 /// One tracked key.

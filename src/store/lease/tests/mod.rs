@@ -72,6 +72,7 @@ pub(super) fn rig(hot: u64, initial: u64, max: u64) -> Rig {
     .initial_block(initial)
     .max_block(max)
     .blocks_per_period(1)
+    .expiry_margin(Duration::ZERO)
     .build()
     .unwrap();
     Rig {
