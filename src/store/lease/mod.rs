@@ -75,8 +75,10 @@
 //!   lease would only strand in-flight capacity in one process (and each
 //!   release still needs the store).
 //! * **Lock-outs** ([`Charge::penalty`](crate::store::Charge::penalty)),
-//!   peeks (cost 0), and GCRA charges of more than one unit, and GCRA
-//!   altogether over a store that does not run GCRA as this crate defines
+//!   peeks (cost 0), GCRA charges of more than one unit, GCRA
+//!   reservations (delay mode and `Limiter::wait` check a policy whose
+//!   tolerance is stretched to admit a slot ahead), and GCRA altogether
+//!   over a store that does not run GCRA as this crate defines
 //!   it ([`Store::reserves_slots`] false: `CellStore`'s whole-second
 //!   replies, governor).
 //!

@@ -30,7 +30,14 @@ impl<S: Store> LeasingShared<S> {
         }
         match rule.policy.algorithm() {
             Algorithm::FixedWindow(_) | Algorithm::SlidingWindow(_) => true,
-            Algorithm::Gcra(_) => self.tuning.lease_gcra && self.inner.reserves_slots(),
+            // A reservation (delay mode, `Limiter::wait`) stretches τ past
+            // limit·T: its slots lie ahead by design, and each waiter's
+            // budget makes another policy. Those go to the store as they are.
+            Algorithm::Gcra(p) => {
+                self.tuning.lease_gcra
+                    && self.inner.reserves_slots()
+                    && p.emission_interval_ns.checked_mul(p.limit) == Some(p.tolerance_ns)
+            }
             _ => false,
         }
     }

@@ -158,3 +158,17 @@ async fn a_refund_of_a_replaced_gcra_lease_stays_in_process() {
     assert_eq!(r.shared_remaining("g", &p).await, before);
     assert_eq!(r.store.local_units(b"g"), held);
 }
+
+/// Reservations (a stretched tolerance) go to the shared store as they are.
+#[tokio::test]
+async fn gcra_reservations_are_never_leased() {
+    let r = rig(1, 4, 4);
+    let p = gcra_policy()
+        .reserving(std::time::Duration::from_secs(5))
+        .unwrap();
+    for _ in 0..3 {
+        assert!(r.check("g", &p).await.allowed);
+    }
+    assert_eq!(r.calls(), 3);
+    assert_eq!(r.store.local_units(b"g"), 0);
+}
