@@ -9,4 +9,5 @@
 mod counting_store;
 
 mod conforming;
+mod layer;
 mod seams;
