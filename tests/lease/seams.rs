@@ -153,17 +153,29 @@ async fn a_limiter_s_refund_goes_back_through_the_receipt() {
     assert_eq!(remaining(&inner.inner, b"k", &policy).await, before + 2 + 7);
 }
 
-/// A primary that fails as unavailable while `down` is set.
+/// A primary that fails as unavailable while `down` is set, and refuses
+/// every request as malformed while `refuse` is.
 #[derive(Clone)]
 struct Flaky {
     inner: Shared,
     down: Arc<AtomicBool>,
+    refuse: Arc<AtomicBool>,
 }
 
 impl Flaky {
+    fn new(inner: Shared) -> Self {
+        Flaky {
+            inner,
+            down: Arc::default(),
+            refuse: Arc::default(),
+        }
+    }
+
     fn gate(&self) -> Result<(), StoreError> {
         if self.down.load(Ordering::SeqCst) {
             Err(StoreError::Unavailable(Outage::Loading))
+        } else if self.refuse.load(Ordering::SeqCst) {
+            Err(StoreError::InvalidRequest("refused by the test"))
         } else {
             Ok(())
         }
@@ -192,10 +204,7 @@ impl Store for Flaky {
 #[tokio::test]
 async fn a_lease_ends_when_the_primary_fails() {
     let clock = ManualClock::starting_at(3_600 * S);
-    let primary = Flaky {
-        inner: shared(&clock),
-        down: Arc::default(),
-    };
+    let primary = Flaky::new(shared(&clock));
     let fallback = MemoryStore::builder().clock(clock.clone()).build();
     let pair = FallbackStore::new(primary.clone(), fallback.clone())
         .clock(clock.clone())
@@ -232,6 +241,34 @@ async fn a_lease_ends_when_the_primary_fails() {
         assert_eq!(d.decided_by, DecidedBy::Primary);
     }
     assert!(store.local_units(b"k") > 0);
+}
+
+#[tokio::test]
+async fn an_unavailable_store_ends_every_lease_and_a_bad_request_none() {
+    let clock = ManualClock::starting_at(3_600 * S);
+    let primary = Flaky::new(shared(&clock));
+    let store = leasing(primary.clone(), &clock);
+    let policy = Policy::fixed_window(100, Duration::from_secs(1)).unwrap();
+    for _ in 0..3 {
+        store.check(Charge::new(b"hot", &policy, 1)).await.unwrap();
+    }
+    assert_eq!(store.local_units(b"hot"), 7);
+    // A request the store refuses as malformed ends no lease.
+    primary.refuse.store(true, Ordering::SeqCst);
+    let err = store.check(Charge::new(b"cold", &policy, 1)).await;
+    assert!(!err.unwrap_err().is_unavailable());
+    assert_eq!(store.local_units(b"hot"), 7);
+    primary.refuse.store(false, Ordering::SeqCst);
+    primary.down.store(true, Ordering::SeqCst);
+    // Served in process while the store is down: no call, no error.
+    store.check(Charge::new(b"hot", &policy, 1)).await.unwrap();
+    let err = store.check(Charge::new(b"cold", &policy, 1)).await;
+    assert!(err.unwrap_err().is_unavailable());
+    assert_eq!(
+        store.local_units(b"hot"),
+        0,
+        "the lease ended with the store"
+    );
 }
 
 #[tokio::test]

@@ -42,8 +42,8 @@ impl<S: Store> LeasingStore<S> {
         if give_back.is_empty() {
             return;
         }
-        if give_back_all(&*self.shared.inner, give_back).await.is_err() {
-            self.shared.failed(&[]);
+        if let Err(e) = give_back_all(&*self.shared.inner, give_back).await {
+            self.shared.failed(&e, &[]);
         }
     }
 
@@ -54,7 +54,7 @@ impl<S: Store> LeasingStore<S> {
                 Ok(d)
             }
             Err(e) => {
-                self.shared.failed(&[]);
+                self.shared.failed(&e, &[]);
                 Err(e)
             }
         }
@@ -75,7 +75,7 @@ impl<S: Store> LeasingStore<S> {
         guard.disarm();
         match answer {
             Err(e) => {
-                self.shared.failed(&[&rule]);
+                self.shared.failed(&e, &[&rule]);
                 Err(e)
             }
             Ok(d) if d.allowed => {
@@ -132,18 +132,20 @@ impl<S: Store> LeasingStore<S> {
             };
             let answer = self.shared.inner.check_all(&charges).await;
             guard.disarm();
-            match answer {
-                Ok(ds) if ds.len() == charges.len() => ds,
-                Ok(_) => {
-                    self.unspend_all(rules, &plans, now);
-                    self.shared.failed(&blocks);
-                    return Err(StoreError::Protocol(
+            let answer = answer.and_then(|ds| {
+                if ds.len() == charges.len() {
+                    Ok(ds)
+                } else {
+                    Err(StoreError::Protocol(
                         "check_all answered with another number of decisions".into(),
-                    ));
+                    ))
                 }
+            });
+            match answer {
+                Ok(ds) => ds,
                 Err(e) => {
                     self.unspend_all(rules, &plans, now);
-                    self.shared.failed(&blocks);
+                    self.shared.failed(&e, &blocks);
                     return Err(e);
                 }
             }
@@ -167,13 +169,14 @@ impl<S: Store> LeasingStore<S> {
                         ..d
                     }
                 }
+                // One answer per charge sent, checked above.
                 Plan::Ordinary => {
-                    let d = answers.next().unwrap_or_else(|| unreachable!());
+                    let Some(d) = answers.next() else { break };
                     self.shared.saw(rule, &d);
                     d
                 }
                 Plan::Block(k) => {
-                    let d = answers.next().unwrap_or_else(|| unreachable!());
+                    let Some(d) = answers.next() else { break };
                     if pass {
                         self.shared.keep_block(rule, k, now, d, &mut give_back)
                     } else if !d.allowed {
@@ -190,6 +193,11 @@ impl<S: Store> LeasingStore<S> {
             out.push(d);
         }
         self.settle(give_back).await;
+        if out.len() != rules.len() {
+            return Err(StoreError::Protocol(
+                "check_all answered with another number of decisions".into(),
+            ));
+        }
         if block_denied {
             // A block larger than the room: ask again with the checks' own
             // costs (nothing was charged by this round).

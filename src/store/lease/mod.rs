@@ -131,7 +131,8 @@
 //!   one charge of the block's size) go to one inner `check_all`; when the
 //!   combined answer denies, the local units go back into their lease.
 //! * **[`FallbackStore`](crate::store::FallbackStore)**: a lease ends when
-//!   the store fails: an inner error, or a decision made by the fallback,
+//!   the store fails: an inner error that says the store is unavailable
+//!   ([`StoreError::is_unavailable`]), or a decision made by the fallback,
 //!   drops every lease (nothing is given back to a failing store). A block
 //!   the fallback decided is not leased: its units beyond the check's cost
 //!   go back at once.

@@ -9,7 +9,7 @@ use super::table::GiveBack;
 use super::LeasingShared;
 use crate::decision::{DecidedBy, Decision, Receipt};
 use crate::policy::Algorithm;
-use crate::store::{Charge, Store};
+use crate::store::{Charge, Store, StoreError};
 
 /// How one charge is decided.
 pub(super) enum Plan {
@@ -97,10 +97,14 @@ impl<S: Store> LeasingShared<S> {
         }
     }
 
-    /// The inner store failed: its leases end with it.
-    pub(super) fn failed(&self, blocks: &[&Charge<'_>]) {
+    /// The inner store answered `error`: when it is unavailable, its
+    /// leases end with it (an error of one request, a malformed key, ends
+    /// none). Either way the blocks asked for are no longer in flight.
+    pub(super) fn failed(&self, error: &StoreError, blocks: &[&Charge<'_>]) {
         let mut table = self.lock();
-        table.drop_all();
+        if error.is_unavailable() {
+            table.drop_all();
+        }
         for rule in blocks {
             if let Some(state) = table.get_mut(rule.key) {
                 state.acquiring = false;
