@@ -115,7 +115,8 @@ impl<S: Store> LeasingShared<S> {
     /// The block of `k` units for `rule`, asked for at local `taken_at`,
     /// was admitted as `d`: keeps it as the key's lease and serves the
     /// check from it. A block that cannot be leased (decided by the
-    /// fallback, or not placeable in its slots) is the check's admission;
+    /// fallback, not placeable in its slots, or after shutdown) is the
+    /// check's admission;
     /// its extra units go back where the algorithm allows.
     pub(super) fn keep_block(
         &self,
@@ -130,7 +131,8 @@ impl<S: Store> LeasingShared<S> {
         if fallback {
             table.drop_all();
         }
-        let lease = if fallback {
+        // After shutdown, a block that was in flight is not kept either.
+        let lease = if fallback || self.closed.load(Ordering::Relaxed) {
             None
         } else {
             Lease::from_block(rule.policy, &d, k, taken_at, self.tuning.margin_ns)
