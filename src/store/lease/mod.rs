@@ -110,7 +110,12 @@
 //!
 //! What degrades is **fairness** between processes, never the limit: a
 //! process holding units can admit while another is denied, until the
-//! window ends (windows) or the units' slots pass (GCRA). A GCRA lease pays
+//! window ends (windows) or the units' slots pass (GCRA). The bound: each
+//! process holds at most one lease of a key, of at most `max_block` units,
+//! so a window's count is its admissions plus at most
+//! `processes × max_block` units held, and a check is denied only once the
+//! window has admitted at least `limit − processes × max_block`
+//! (`tests/redis/redis_lease.rs` measures it on a real Redis). A GCRA lease pays
 //! only where one process spends about as fast as the key's rate (`1/T`) or
 //! the key has a backlog: units spent slower than their slots lapse, and the
 //! block shrinks.
