@@ -240,3 +240,78 @@ fn gcra_leases_pay_at_the_key_s_rate() {
     );
     assert!(run.calls * 5 < run.checks, "{} calls", run.calls);
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// All or nothing across processes: a hot global rule (leased) and a
+    /// per-user rule in one check. Admissions stay within both limits per
+    /// window, and once every process has flushed, the shared counts of the
+    /// current window are exactly the admissions in it: a check another
+    /// rule denied charged nothing anywhere.
+    #[test]
+    fn multi_rule_checks_are_all_or_nothing_and_exact(
+        global_max in 1..60u64,
+        user_max in 1..8u64,
+        t in tuning(),
+        ops in prop::collection::vec((0..4usize, 0..3usize, 0..S / 20), 1..300),
+    ) {
+        let clock = ManualClock::starting_at(3_600 * S);
+        let shared: Shared = Arc::new(CountingStore::new(
+            MemoryStore::builder().clock(clock.clone()).build(),
+        ));
+        let processes: Vec<LeasingStore<Shared>> = (0..4)
+            .map(|_| {
+                LeasingStore::builder(shared.clone())
+                    .clock(clock.clone())
+                    .hot_threshold(t.0)
+                    .initial_block(t.1)
+                    .max_block(t.2)
+                    .blocks_per_period(t.3)
+                    .expiry_margin(Duration::ZERO)
+                    .build()
+                    .unwrap()
+            })
+            .collect();
+        let global = Policy::fixed_window(global_max, Duration::from_secs(1)).unwrap();
+        let user = Policy::fixed_window(user_max, Duration::from_secs(1)).unwrap();
+        let users: Vec<Vec<u8>> = (0..3).map(|u| format!("user-{u}").into_bytes()).collect();
+        let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        // (window, user) → admissions.
+        let mut admitted: HashMap<(u64, Option<usize>), u64> = HashMap::new();
+        rt.block_on(async {
+            for &(i, u, dt) in &ops {
+                clock.advance(Duration::from_nanos(dt));
+                let rules = [Charge::new(KEY, &global, 1), Charge::new(&users[u], &user, 1)];
+                let ds = processes[i].check_all(&rules).await.unwrap();
+                prop_assert_eq!(ds.len(), 2);
+                let charged: Vec<u64> = ds.iter().map(|d| d.charged).collect();
+                let window = clock.now_ns() / S;
+                if ds.iter().all(|d| d.allowed) {
+                    prop_assert_eq!(charged, vec![1, 1]);
+                    *admitted.entry((window, None)).or_default() += 1;
+                    *admitted.entry((window, Some(u))).or_default() += 1;
+                } else {
+                    prop_assert_eq!(charged, vec![0, 0]);
+                }
+            }
+            for p in &processes {
+                p.flush().await.unwrap();
+            }
+            let window = clock.now_ns() / S;
+            let g = shared.inner.check(Charge::new(KEY, &global, 0)).await.unwrap().remaining;
+            let n = admitted.get(&(window, None)).copied().unwrap_or(0);
+            prop_assert_eq!(g, global_max - n, "global, current window");
+            for (u, key) in users.iter().enumerate() {
+                let r = shared.inner.check(Charge::new(key, &user, 0)).await.unwrap().remaining;
+                let n = admitted.get(&(window, Some(u))).copied().unwrap_or(0);
+                prop_assert_eq!(r, user_max - n, "user {}", u);
+            }
+            Ok(())
+        })?;
+        for ((w, u), n) in admitted {
+            let max = if u.is_some() { user_max } else { global_max };
+            prop_assert!(n <= max, "window {w} {u:?}: {n} > {max}");
+        }
+    }
+}
