@@ -13,6 +13,7 @@ mod error;
 pub mod fallback;
 #[cfg(feature = "governor")]
 pub mod governor;
+pub mod lease;
 pub mod memory;
 mod namespaces;
 pub(crate) mod probe;

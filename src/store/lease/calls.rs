@@ -1,0 +1,216 @@
+//! The inner store's calls of a [`LeasingStore`]: ordinary checks, blocks,
+//! and all-or-nothing rounds that mix served, ordinary and block charges.
+
+use super::plan::Plan;
+use super::table::GiveBack;
+use super::{give_back_all, LeasingShared, LeasingStore};
+use crate::decision::Decision;
+use crate::store::{Charge, Store, StoreError};
+
+/// Clears the `acquiring` mark of keys whose block is being asked for if
+/// the check is dropped meanwhile (a caller's timeout), so they may lease
+/// again. Disarmed once the inner store has answered: every answer clears
+/// the marks itself.
+struct Acquiring<'a, S: Store> {
+    shared: &'a LeasingShared<S>,
+    keys: Vec<&'a [u8]>,
+}
+
+impl<S: Store> Acquiring<'_, S> {
+    fn disarm(mut self) {
+        self.keys.clear();
+    }
+}
+
+impl<S: Store> Drop for Acquiring<'_, S> {
+    fn drop(&mut self) {
+        if self.keys.is_empty() {
+            return;
+        }
+        let mut table = self.shared.lock();
+        for key in &self.keys {
+            if let Some(state) = table.get_mut(key) {
+                state.acquiring = false;
+            }
+        }
+    }
+}
+
+impl<S: Store> LeasingStore<S> {
+    /// Gives back what ended leases held; a failure ends the leases.
+    pub(super) async fn settle(&self, give_back: Vec<GiveBack>) {
+        if give_back.is_empty() {
+            return;
+        }
+        if let Err(e) = give_back_all(&*self.shared.inner, give_back).await {
+            self.shared.failed(&e, &[]);
+        }
+    }
+
+    pub(super) async fn ordinary(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
+        match self.shared.inner.check(rule).await {
+            Ok(d) => {
+                self.shared.saw(&rule, &d);
+                Ok(d)
+            }
+            Err(e) => {
+                self.shared.failed(&e, &[]);
+                Err(e)
+            }
+        }
+    }
+
+    pub(super) async fn take_block(
+        &self,
+        rule: Charge<'_>,
+        k: u64,
+        taken_at: u64,
+    ) -> Result<Decision, StoreError> {
+        let block = Charge { cost: k, ..rule };
+        let guard = Acquiring {
+            shared: &self.shared,
+            keys: vec![rule.key],
+        };
+        let answer = self.shared.inner.check(block).await;
+        guard.disarm();
+        match answer {
+            Err(e) => {
+                self.shared.failed(&e, &[&rule]);
+                Err(e)
+            }
+            Ok(d) if d.allowed => {
+                let mut give_back = Vec::new();
+                let d = self
+                    .shared
+                    .keep_block(&rule, k, taken_at, d, &mut give_back);
+                self.settle(give_back).await;
+                Ok(d)
+            }
+            Ok(d) => {
+                // The room is smaller than the block, not necessarily zero.
+                self.shared.block_denied(&rule, d.remaining);
+                self.ordinary(rule).await
+            }
+        }
+    }
+
+    /// One all-or-nothing round; `Ok(None)` when a block was denied while
+    /// the others passed, to try again without blocks.
+    pub(super) async fn check_all_round(
+        &self,
+        rules: &[Charge<'_>],
+        allow_block: bool,
+    ) -> Result<Option<Vec<Decision>>, StoreError> {
+        let now = self.shared.clock.now_ns();
+        let mut give_back = Vec::new();
+        let plans: Vec<Plan> = rules
+            .iter()
+            .map(|r| self.shared.plan(r, now, allow_block, &mut give_back))
+            .collect();
+        self.settle(give_back).await;
+        let charges: Vec<Charge<'_>> = rules
+            .iter()
+            .zip(&plans)
+            .filter_map(|(r, p)| match p {
+                Plan::Served(..) => None,
+                Plan::Ordinary => Some(*r),
+                Plan::Block(k) => Some(Charge { cost: *k, ..*r }),
+            })
+            .collect();
+        let blocks: Vec<&Charge<'_>> = rules
+            .iter()
+            .zip(&plans)
+            .filter(|(_, p)| matches!(p, Plan::Block(_)))
+            .map(|(r, _)| r)
+            .collect();
+        let answers = if charges.is_empty() {
+            Vec::new()
+        } else {
+            let guard = Acquiring {
+                shared: &self.shared,
+                keys: blocks.iter().map(|r| r.key).collect(),
+            };
+            let answer = self.shared.inner.check_all(&charges).await;
+            guard.disarm();
+            let answer = answer.and_then(|ds| {
+                if ds.len() == charges.len() {
+                    Ok(ds)
+                } else {
+                    Err(StoreError::Protocol(
+                        "check_all answered with another number of decisions".into(),
+                    ))
+                }
+            });
+            match answer {
+                Ok(ds) => ds,
+                Err(e) => {
+                    self.unspend_all(rules, &plans, now);
+                    self.shared.failed(&e, &blocks);
+                    return Err(e);
+                }
+            }
+        };
+        let pass = answers.iter().all(|d| d.allowed);
+        let mut answers = answers.into_iter();
+        let mut out = Vec::with_capacity(rules.len());
+        let mut give_back = Vec::new();
+        let mut block_denied = false;
+        for (rule, plan) in rules.iter().zip(plans) {
+            let d = match plan {
+                Plan::Served(d, _) if pass => d,
+                Plan::Served(d, at) => {
+                    // Denied by another rule: the unit goes back, and this
+                    // rule reports a peek.
+                    self.shared.unspend(rule, now, at);
+                    Decision {
+                        charged: 0,
+                        charged_at_ns: 0,
+                        remaining: d.remaining.saturating_add(rule.cost).min(d.limit),
+                        ..d
+                    }
+                }
+                // One answer per charge sent, checked above.
+                Plan::Ordinary => {
+                    let Some(d) = answers.next() else { break };
+                    self.shared.saw(rule, &d);
+                    d
+                }
+                Plan::Block(k) => {
+                    let Some(d) = answers.next() else { break };
+                    if pass {
+                        self.shared.keep_block(rule, k, now, d, &mut give_back)
+                    } else if !d.allowed {
+                        self.shared.block_denied(rule, d.remaining);
+                        block_denied = true;
+                        d
+                    } else {
+                        // Another rule denied: a peek, nothing charged.
+                        self.shared.failed_block_quietly(rule);
+                        d
+                    }
+                }
+            };
+            out.push(d);
+        }
+        self.settle(give_back).await;
+        if out.len() != rules.len() {
+            return Err(StoreError::Protocol(
+                "check_all answered with another number of decisions".into(),
+            ));
+        }
+        if block_denied {
+            // A block larger than the room: ask again with the checks' own
+            // costs (nothing was charged by this round).
+            return Ok(None);
+        }
+        Ok(Some(out))
+    }
+
+    fn unspend_all(&self, rules: &[Charge<'_>], plans: &[Plan], now: u64) {
+        for (rule, plan) in rules.iter().zip(plans) {
+            if let Plan::Served(_, at) = plan {
+                self.shared.unspend(rule, now, *at);
+            }
+        }
+    }
+}

@@ -1,0 +1,257 @@
+//! Per-key state of a [`LeasingStore`](super::LeasingStore): the local
+//! rate of checks, the adaptive block size, and the lease in hand, in a
+//! table of bounded size.
+
+use std::collections::HashMap;
+
+use super::grant::Lease;
+use crate::decision::Receipt;
+use crate::policy::{Algorithm, Policy};
+
+/// The tuning a [`LeasingStoreBuilder`](super::LeasingStoreBuilder) sets.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Tuning {
+    pub(super) hot_threshold: u64,
+    pub(super) initial_block: u64,
+    pub(super) max_block: u64,
+    pub(super) blocks_per_period: u64,
+    pub(super) max_keys: usize,
+    pub(super) lease_gcra: bool,
+    pub(super) margin_ns: u64,
+}
+
+/// One tracked key.
+#[derive(Debug)]
+pub(super) struct KeyState {
+    pub(super) policy: Policy,
+    /// Rate measured in checks per period (τ for GCRA, the window for
+    /// windows): the count of this period and of the one before.
+    period_ns: u64,
+    period: u64,
+    current: u64,
+    previous: u64,
+    last_seen: u64,
+    /// The next block's size before the caps of [`KeyState::block_size`].
+    block: u64,
+    /// The shared `remaining` of the key's latest decision from the inner
+    /// store (a block's counts the block as spent).
+    last_remaining: Option<u64>,
+    /// A block is being asked for: other checks meanwhile go to the inner
+    /// store as they are, so one process holds one lease per key.
+    pub(super) acquiring: bool,
+    pub(super) lease: Option<Lease>,
+    /// GCRA: the lease before `lease`, whose spent units may still be
+    /// refunded: such a refund is absorbed here, never sent to the inner
+    /// store (see the module docs, *Why GCRA units are not given back*).
+    pub(super) retired: Option<Lease>,
+}
+
+impl KeyState {
+    fn new(policy: &Policy, tuning: &Tuning, now: u64) -> Self {
+        let period_ns = match *policy.algorithm() {
+            Algorithm::Gcra(p) => p.tolerance_ns,
+            Algorithm::FixedWindow(p) | Algorithm::SlidingWindow(p) => p.window_ns,
+            _ => u64::MAX,
+        }
+        .max(1);
+        KeyState {
+            policy: *policy,
+            period_ns,
+            period: now / period_ns,
+            current: 0,
+            previous: 0,
+            last_seen: now,
+            block: tuning.initial_block,
+            last_remaining: None,
+            acquiring: false,
+            lease: None,
+            retired: None,
+        }
+    }
+
+    /// Counts one check at `now`.
+    pub(super) fn note_check(&mut self, now: u64) {
+        let period = now / self.period_ns;
+        if period > self.period {
+            self.previous = if period == self.period + 1 {
+                self.current
+            } else {
+                0
+            };
+            self.current = 0;
+            self.period = period;
+        }
+        self.current += 1;
+        self.last_seen = self.last_seen.max(now);
+    }
+
+    /// Local checks per period: the last full period's, or this one's once
+    /// it has more (a key that just turned hot).
+    pub(super) fn rate(&self) -> u64 {
+        self.previous.max(self.current)
+    }
+
+    /// Records the shared `remaining` the inner store reported.
+    pub(super) fn saw_remaining(&mut self, remaining: u64) {
+        self.last_remaining = Some(remaining);
+    }
+
+    /// The size of a block to lease for a check of `cost`, or `None` when
+    /// the key is cold or a block would be no larger than the check.
+    pub(super) fn block_size(&self, tuning: &Tuning, cost: u64) -> Option<u64> {
+        let rate = self.rate();
+        if rate < tuning.hot_threshold {
+            return None;
+        }
+        if matches!(self.policy.algorithm(), Algorithm::Gcra(_)) && cost != 1 {
+            return None;
+        }
+        // Sized by the last full period's rate once there is one; in the
+        // period a key turns hot, by the adaptive size alone.
+        let by_rate = if self.previous > 0 {
+            (rate / tuning.blocks_per_period).max(1)
+        } else {
+            u64::MAX
+        };
+        let mut k = self
+            .block
+            .min(tuning.max_block)
+            .min(by_rate)
+            .min(self.policy.limit());
+        if let Some(remaining) = self.last_remaining {
+            // A block larger than the shared room would be denied (the
+            // room reported after the key's last decision).
+            k = k.min(remaining);
+        }
+        (k > cost).then_some(k)
+    }
+
+    /// Adapts the block size to how the lease that just ended went: units
+    /// that expired unspent halve it, a lease spent in full doubles it.
+    pub(super) fn lease_ended(&mut self, lease: &Lease, tuning: &Tuning) {
+        self.block = if lease.wasted() > 0 {
+            (self.block / 2).max(1)
+        } else {
+            self.block.saturating_mul(2).min(tuning.max_block)
+        };
+    }
+
+    /// A block of this size was denied: the shared room is smaller.
+    pub(super) fn block_denied(&mut self, remaining: u64) {
+        self.block = (self.block / 2).max(1);
+        self.last_remaining = Some(remaining);
+    }
+
+    /// Ends the lease in hand (if any): adapts the block size, keeps a GCRA
+    /// lease as `retired`, and pushes what a window lease still holds to
+    /// `give_back`.
+    pub(super) fn end_lease(
+        &mut self,
+        key: &[u8],
+        tuning: &Tuning,
+        now: u64,
+        give_back: &mut Vec<GiveBack>,
+    ) {
+        let Some(mut ended) = self.lease.take() else {
+            return;
+        };
+        self.lease_ended(&ended, tuning);
+        match ended.give_back(now) {
+            Some(r) => give_back.push((key.to_vec(), ended.policy, r)),
+            None if matches!(ended.policy.algorithm(), Algorithm::Gcra(_)) => {
+                self.retired = Some(ended);
+            }
+            None => {}
+        }
+    }
+
+    /// Current block size target (for tests and diagnostics).
+    pub(super) fn block(&self) -> u64 {
+        self.block
+    }
+}
+
+/// A receipt to give back to the inner store: key, policy, units.
+pub(super) type GiveBack = (Vec<u8>, Policy, Receipt);
+
+/// Tracked keys, at most `max_keys` of them.
+#[derive(Debug, Default)]
+pub(super) struct Table {
+    keys: HashMap<Vec<u8>, KeyState>,
+}
+
+impl Table {
+    /// The state of `key` under `policy`, tracking it if there is room.
+    /// A key seen under another policy starts afresh; what its old lease
+    /// still held is pushed to `give_back`. `None`: the table is full of
+    /// keys seen recently, and this one is treated as cold.
+    pub(super) fn entry(
+        &mut self,
+        key: &[u8],
+        policy: &Policy,
+        tuning: &Tuning,
+        now: u64,
+        give_back: &mut Vec<GiveBack>,
+    ) -> Option<&mut KeyState> {
+        if !self.keys.contains_key(key) {
+            if self.keys.len() >= tuning.max_keys {
+                self.sweep(now, give_back);
+            }
+            if self.keys.len() >= tuning.max_keys {
+                return None;
+            }
+            self.keys
+                .insert(key.to_vec(), KeyState::new(policy, tuning, now));
+        }
+        let state = self.keys.get_mut(key)?;
+        if state.policy != *policy {
+            if let Some(mut old) = state.lease.take() {
+                give_back.extend(old.give_back(now).map(|r| (key.to_vec(), old.policy, r)));
+            }
+            *state = KeyState::new(policy, tuning, now);
+        }
+        Some(state)
+    }
+
+    /// The state of `key`, if tracked.
+    pub(super) fn get_mut(&mut self, key: &[u8]) -> Option<&mut KeyState> {
+        self.keys.get_mut(key)
+    }
+
+    /// Forgets `key` and its lease (nothing given back: a reset clears the
+    /// inner store's state of it anyway).
+    pub(super) fn forget(&mut self, key: &[u8]) {
+        self.keys.remove(key);
+    }
+
+    /// Drops keys idle for two periods; their leases' units go back.
+    fn sweep(&mut self, now: u64, give_back: &mut Vec<GiveBack>) {
+        self.keys.retain(|key, s| {
+            let idle = now.saturating_sub(s.last_seen) >= s.period_ns.saturating_mul(2);
+            if idle && !s.acquiring {
+                if let Some(mut lease) = s.lease.take() {
+                    give_back.extend(lease.give_back(now).map(|r| (key.clone(), lease.policy, r)));
+                }
+                return false;
+            }
+            true
+        });
+    }
+
+    /// Ends every lease; what they still hold goes to `give_back`.
+    pub(super) fn end_all(&mut self, now: u64, give_back: &mut Vec<GiveBack>) {
+        for (key, s) in &mut self.keys {
+            if let Some(mut lease) = s.lease.take() {
+                give_back.extend(lease.give_back(now).map(|r| (key.clone(), lease.policy, r)));
+            }
+        }
+    }
+
+    /// Ends every lease without giving anything back (the inner store
+    /// failed: its leases end with it).
+    pub(super) fn drop_all(&mut self) {
+        for s in self.keys.values_mut() {
+            s.lease = None;
+        }
+    }
+}
