@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Log-linear latency histogram in ns: 16 sub-buckets per power of two
 /// (≤ 6.25% error), 1,024 counters whatever the number of checks.
@@ -81,6 +81,22 @@ pub struct Tally {
 }
 
 impl Tally {
+    /// Adds `t`'s counts, latencies and windows to these.
+    pub fn absorb(&mut self, t: &Tally) {
+        self.checks += t.checks;
+        self.admitted += t.admitted;
+        self.denied += t.denied;
+        self.errors += t.errors;
+        self.late += t.late;
+        self.mismatched += t.mismatched;
+        self.hist.merge(&t.hist);
+        for (k, (a, d)) in &t.windows {
+            let e = self.windows.entry(*k).or_default();
+            e.0 += a;
+            e.1 += d;
+        }
+    }
+
     /// One line: `result k=v …`, with `hist=i:n;…` and `win=w:a:d;…`.
     pub fn to_line(&self) -> String {
         let mut s = format!(
@@ -181,7 +197,14 @@ impl ServerStats {
         let calls = stats
             .lines()
             .filter(|l| l.starts_with("cmdstat_"))
-            .filter_map(|l| l.split("calls=").nth(1)?.split(',').next()?.parse::<f64>().ok())
+            .filter_map(|l| {
+                l.split("calls=")
+                    .nth(1)?
+                    .split(',')
+                    .next()?
+                    .parse::<f64>()
+                    .ok()
+            })
             .sum();
         let field = |name: &str| -> f64 {
             cpu.lines()
@@ -192,5 +215,20 @@ impl ServerStats {
             calls,
             cpu: field("used_cpu_user:") + field("used_cpu_sys:"),
         }
+    }
+}
+
+/// Unix ns of an `Instant`, from one anchor taken at start.
+#[derive(Clone, Copy)]
+pub struct UnixClock(Instant, u64);
+
+impl UnixClock {
+    pub fn new() -> Self {
+        let unix = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+        UnixClock(Instant::now(), unix.as_nanos() as u64)
+    }
+
+    pub fn ns(&self, at: Instant) -> u64 {
+        self.1 + at.duration_since(self.0).as_nanos() as u64
     }
 }
