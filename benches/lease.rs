@@ -54,12 +54,10 @@ mod lease_stats;
 #[path = "../tests/support/redis.rs"]
 mod redis_support;
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lease_stats::{ServerStats, Tally, UnixClock, Verdict, OWN_CALLS_PER_READ};
+use lease_stats::{cell, handshake, Tally, UnixClock, Verdict};
 use redis_support::RedisServer;
 use tower_throttle::store::lease::LeasingStore;
 use tower_throttle::store::{Charge, RedisStore};
@@ -167,14 +165,6 @@ fn child(spec: &str) {
     println!("{}", tally.to_line());
 }
 
-/// `ready` on stdout, then waits for a line on stdin.
-fn handshake() {
-    println!("ready");
-    std::io::stdout().flush().unwrap();
-    let mut line = String::new();
-    std::io::stdin().read_line(&mut line).unwrap();
-}
-
 struct Run {
     policy: Policy,
     key: Arc<[u8]>,
@@ -265,61 +255,6 @@ struct Row {
     server: Option<(f64, f64)>,
 }
 
-/// Spawns the children of one cell, starts them together, collects them.
-fn cell(
-    server: &RedisServer,
-    admin: &mut redis::Connection,
-    config: &str,
-    phase: &str,
-) -> (Vec<Tally>, f64, f64) {
-    let exe = std::env::current_exe().unwrap();
-    let procs: u32 = env("BENCH_PROCS", 4);
-    let mut children: Vec<_> = (0..procs)
-        .map(|i| {
-            Command::new(&exe)
-                .env("LEASE_BENCH_CHILD", format!("{config}:{phase}"))
-                .env("LEASE_BENCH_URL", server.url())
-                .env("LEASE_BENCH_INDEX", i.to_string())
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .expect("re-execute the bench as a child")
-        })
-        .collect();
-    let mut outs: Vec<_> = children
-        .iter_mut()
-        .map(|c| BufReader::new(c.stdout.take().unwrap()))
-        .collect();
-    let mut line = String::new();
-    for out in &mut outs {
-        line.clear();
-        out.read_line(&mut line).unwrap();
-        assert_eq!(line.trim(), "ready", "a child did not start");
-    }
-    let before = ServerStats::read(admin);
-    for c in &mut children {
-        writeln!(c.stdin.as_mut().unwrap(), "go").unwrap();
-    }
-    let tallies: Vec<Tally> = outs
-        .iter_mut()
-        .map(|out| {
-            line.clear();
-            out.read_line(&mut line).unwrap();
-            Tally::from_line(line.trim()).unwrap_or_else(|| panic!("bad child line: {line}"))
-        })
-        .collect();
-    for mut c in children {
-        assert!(c.wait().unwrap().success(), "a child failed");
-    }
-    let after = ServerStats::read(admin);
-    (
-        tallies,
-        after.calls - before.calls - OWN_CALLS_PER_READ,
-        after.cpu - before.cpu,
-    )
-}
-
 fn parent() {
     let phases: String = env("BENCH_PHASES", "open,near,over".to_string());
     let configs: String = env("BENCH_CONFIGS", "off,lease,memory".to_string());
@@ -329,7 +264,13 @@ fn parent() {
     for phase in phases.split(',').map(str::trim) {
         for &(config, name) in CONFIGS.iter().filter(|(c, _)| configs.contains(c)) {
             let limit = limit_of(phase);
-            let (tallies, calls, cpu) = cell(&server, &mut admin, config, phase);
+            let (tallies, calls, cpu) = cell(
+                &server.url(),
+                env("BENCH_PROCS", 4),
+                &mut admin,
+                config,
+                phase,
+            );
             let mut all = Tally::default();
             let mut verdict = Verdict::default();
             for t in &tallies {

@@ -1,9 +1,12 @@
 //! What `benches/lease.rs` counts in each client process and adds up in the
 //! parent: a bounded latency histogram, admissions and denials per fixed
-//! window, the one-line report a child prints, and `INFO` readings.
+//! window, the one-line report a child prints, `INFO` readings, and the
+//! parent/child protocol (`ready`, `go`, one `result …` line).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Log-linear latency histogram in ns: 16 sub-buckets per power of two
@@ -231,4 +234,70 @@ impl UnixClock {
     pub fn ns(&self, at: Instant) -> u64 {
         self.1 + at.duration_since(self.0).as_nanos() as u64
     }
+}
+
+/// `ready` on stdout, then waits for a line on stdin.
+pub fn handshake() {
+    println!("ready");
+    std::io::stdout().flush().unwrap();
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).unwrap();
+}
+
+/// Spawns the `procs` children of one cell (this executable, in child
+/// mode), starts them together once all are `ready`, and collects them.
+/// Returns their tallies, and the Redis commands and server CPU (s) spent
+/// from the start signal to the last exit.
+pub fn cell(
+    url: &str,
+    procs: u32,
+    admin: &mut redis::Connection,
+    config: &str,
+    phase: &str,
+) -> (Vec<Tally>, f64, f64) {
+    let exe = std::env::current_exe().unwrap();
+    let mut children: Vec<_> = (0..procs)
+        .map(|i| {
+            Command::new(&exe)
+                .env("LEASE_BENCH_CHILD", format!("{config}:{phase}"))
+                .env("LEASE_BENCH_URL", url)
+                .env("LEASE_BENCH_INDEX", i.to_string())
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .expect("re-execute the bench as a child")
+        })
+        .collect();
+    let mut outs: Vec<_> = children
+        .iter_mut()
+        .map(|c| BufReader::new(c.stdout.take().unwrap()))
+        .collect();
+    let mut line = String::new();
+    for out in &mut outs {
+        line.clear();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready", "a child did not start");
+    }
+    let before = ServerStats::read(admin);
+    for c in &mut children {
+        writeln!(c.stdin.as_mut().unwrap(), "go").unwrap();
+    }
+    let tallies: Vec<Tally> = outs
+        .iter_mut()
+        .map(|out| {
+            line.clear();
+            out.read_line(&mut line).unwrap();
+            Tally::from_line(line.trim()).unwrap_or_else(|| panic!("bad child line: {line}"))
+        })
+        .collect();
+    for mut c in children {
+        assert!(c.wait().unwrap().success(), "a child failed");
+    }
+    let after = ServerStats::read(admin);
+    (
+        tallies,
+        after.calls - before.calls - OWN_CALLS_PER_READ,
+        after.cpu - before.cpu,
+    )
 }
