@@ -31,13 +31,17 @@ pub struct SystemClock {
 impl SystemClock {
     /// Anchors a new monotonic clock at the current wall time.
     pub fn new() -> Self {
+        // The first clock of a process calibrates (about half a
+        // millisecond): the wall time is read after it, beside the origin,
+        // or every reading would lag the Unix time by the calibration.
+        let clock = quanta::Clock::new();
+        let origin = clock.raw();
         let origin_unix_ns = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX / 2))
             .unwrap_or(0);
-        let clock = quanta::Clock::new();
         SystemClock {
-            origin: clock.raw(),
+            origin,
             clock,
             origin_unix_ns,
         }

@@ -178,6 +178,7 @@ impl<S: Store> LeasingStoreBuilder<S> {
                 tuning: t,
                 table: Mutex::new(Table::default()),
                 closed: std::sync::atomic::AtomicBool::new(false),
+                block_landed: tokio::sync::Notify::new(),
             }),
         })
     }

@@ -33,6 +33,8 @@ impl<S: Store> Drop for Acquiring<'_, S> {
                 state.acquiring = false;
             }
         }
+        drop(table);
+        self.shared.landed();
     }
 }
 
@@ -105,7 +107,7 @@ impl<S: Store> LeasingStore<S> {
         let mut give_back = Vec::new();
         let plans: Vec<Plan> = rules
             .iter()
-            .map(|r| self.shared.plan(r, now, allow_block, &mut give_back))
+            .map(|r| self.shared.plan(r, now, allow_block, false, &mut give_back))
             .collect();
         self.settle(give_back).await;
         let charges: Vec<Charge<'_>> = rules
@@ -113,7 +115,7 @@ impl<S: Store> LeasingStore<S> {
             .zip(&plans)
             .filter_map(|(r, p)| match p {
                 Plan::Served(..) => None,
-                Plan::Ordinary => Some(*r),
+                Plan::Ordinary | Plan::AwaitBlock => Some(*r),
                 Plan::Block(k) => Some(Charge { cost: *k, ..*r }),
             })
             .collect();
@@ -170,7 +172,7 @@ impl<S: Store> LeasingStore<S> {
                     }
                 }
                 // One answer per charge sent, checked above.
-                Plan::Ordinary => {
+                Plan::Ordinary | Plan::AwaitBlock => {
                     let Some(d) = answers.next() else { break };
                     self.shared.saw(rule, &d);
                     d

@@ -222,6 +222,10 @@ struct LeasingShared<S: Store> {
     table: Mutex<Table>,
     /// After [`LeasingStore::shutdown`]: no new leases.
     closed: AtomicBool,
+    /// Woken whenever a block is no longer in flight (kept, denied, failed
+    /// or dropped): checks of its key wait for it instead of each asking
+    /// the inner store while it is on its way.
+    block_landed: tokio::sync::Notify,
 }
 
 impl<S: Store> LeasingStore<S> {

@@ -20,6 +20,8 @@ pub(super) enum Plan {
     Ordinary,
     /// By the inner store, charging a block of this many units.
     Block(u64),
+    /// After the key's block in flight lands (only when asked to wait).
+    AwaitBlock,
 }
 
 impl<S: Store> LeasingShared<S> {
@@ -50,6 +52,7 @@ impl<S: Store> LeasingShared<S> {
         rule: &Charge<'_>,
         now: u64,
         allow_block: bool,
+        wait: bool,
         give_back: &mut Vec<GiveBack>,
     ) -> Plan {
         if !self.leaseable(rule) {
@@ -71,8 +74,16 @@ impl<S: Store> LeasingShared<S> {
             }
             state.end_lease(rule.key, &self.tuning, now, give_back);
         }
-        if !allow_block || state.acquiring || self.closed.load(Ordering::Relaxed) {
+        if !allow_block || self.closed.load(Ordering::Relaxed) {
             return Plan::Ordinary;
+        }
+        if state.acquiring {
+            // One round trip for the block, not one per check meanwhile.
+            return if wait {
+                Plan::AwaitBlock
+            } else {
+                Plan::Ordinary
+            };
         }
         match state.block_size(&self.tuning, rule.cost) {
             Some(k) => {
@@ -110,6 +121,18 @@ impl<S: Store> LeasingShared<S> {
                 state.acquiring = false;
             }
         }
+        drop(table);
+        self.landed();
+    }
+
+    /// Wakes the checks waiting for a block (see `LeasingShared::block_landed`).
+    pub(super) fn landed(&self) {
+        self.block_landed.notify_waiters();
+    }
+
+    /// Whether `rule`'s key still has a block in flight.
+    pub(super) fn acquiring(&self, rule: &Charge<'_>) -> bool {
+        self.lock().get_mut(rule.key).is_some_and(|s| s.acquiring)
     }
 
     /// The block of `k` units for `rule`, asked for at local `taken_at`,
@@ -139,6 +162,7 @@ impl<S: Store> LeasingShared<S> {
         };
         if let Some(state) = table.get_mut(rule.key) {
             state.acquiring = false;
+            self.landed();
             if state.policy == *rule.policy {
                 state.saw_remaining(d.remaining);
                 if let Some(mut lease) = lease {
@@ -176,6 +200,7 @@ impl<S: Store> LeasingShared<S> {
             state.acquiring = false;
             state.block_denied(remaining);
         }
+        self.landed();
     }
 
     /// Puts units served at `at_ns` back into `rule`'s lease (an
@@ -195,5 +220,6 @@ impl<S: Store> LeasingShared<S> {
         if let Some(state) = self.lock().get_mut(rule.key) {
             state.acquiring = false;
         }
+        self.landed();
     }
 }

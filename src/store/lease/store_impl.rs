@@ -8,17 +8,36 @@ use crate::decision::{DecidedBy, Decision, PermitId, Receipt};
 use crate::policy::Policy;
 use crate::store::{Charge, Namespaces, RuleSpec, Store, StoreError};
 
+/// How many blocks in flight one check waits for before it asks the
+/// inner store itself.
+const MAX_BLOCK_WAITS: u32 = 4;
+
 impl<S: Store> Store for LeasingStore<S> {
     async fn check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
-        let now = self.shared.clock.now_ns();
-        let mut give_back = Vec::new();
-        let plan = self.shared.plan(&rule, now, true, &mut give_back);
-        self.settle(give_back).await;
-        match plan {
-            Plan::Served(d, _) => Ok(d),
-            Plan::Ordinary => self.ordinary(rule).await,
-            Plan::Block(k) => self.take_block(rule, k, now).await,
+        // Waits for a block in flight a few times at most: each landing
+        // leaves units, or a denial the next block's size learns from.
+        for waits_left in (0..MAX_BLOCK_WAITS).rev() {
+            let now = self.shared.clock.now_ns();
+            let mut give_back = Vec::new();
+            let plan = (self.shared).plan(&rule, now, true, waits_left > 0, &mut give_back);
+            self.settle(give_back).await;
+            match plan {
+                Plan::Served(d, _) => return Ok(d),
+                Plan::Ordinary => return self.ordinary(rule).await,
+                Plan::Block(k) => return self.take_block(rule, k, now).await,
+                Plan::AwaitBlock => {
+                    let landed = self.shared.block_landed.notified();
+                    let mut landed = std::pin::pin!(landed);
+                    // Registered before looking again: a landing between
+                    // the plan and the wait still wakes this check.
+                    landed.as_mut().enable();
+                    if self.shared.acquiring(&rule) {
+                        landed.await;
+                    }
+                }
+            }
         }
+        self.ordinary(rule).await
     }
 
     async fn check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {

@@ -16,18 +16,20 @@ use crate::store::{Charge, MemoryStore, Store, StoreError};
 pub(super) const S: u64 = 1_000_000_000;
 
 /// Counts the checks that reach the shared store; while `stall` is set,
-/// checks never answer (a caller's timeout drops them).
+/// checks wait (until `resume` wakes them with `stall` cleared, or a
+/// caller's timeout drops them).
 pub(super) struct Counting {
     inner: MemoryStore<ManualClock>,
     checks: Arc<AtomicUsize>,
     stall: Arc<AtomicBool>,
+    resume: Arc<tokio::sync::Notify>,
 }
 
 impl Store for Counting {
     async fn check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
         self.checks.fetch_add(1, Ordering::SeqCst);
-        if self.stall.load(Ordering::SeqCst) {
-            std::future::pending::<()>().await;
+        while self.stall.load(Ordering::SeqCst) {
+            self.resume.notified().await;
         }
         self.inner.check(rule).await
     }
@@ -52,6 +54,7 @@ pub(super) struct Rig {
     pub(super) shared: MemoryStore<ManualClock>,
     checks: Arc<AtomicUsize>,
     stall: Arc<AtomicBool>,
+    resume: Arc<tokio::sync::Notify>,
     pub(super) store: LeasingStore<Counting>,
 }
 
@@ -62,10 +65,12 @@ pub(super) fn rig(hot: u64, initial: u64, max: u64) -> Rig {
     let shared = MemoryStore::builder().clock(clock.clone()).build();
     let checks = Arc::new(AtomicUsize::new(0));
     let stall = Arc::new(AtomicBool::new(false));
+    let resume = Arc::new(tokio::sync::Notify::new());
     let store = LeasingStore::builder(Counting {
         inner: shared.clone(),
         checks: checks.clone(),
         stall: stall.clone(),
+        resume: resume.clone(),
     })
     .clock(clock.clone())
     .hot_threshold(hot)
@@ -80,6 +85,7 @@ pub(super) fn rig(hot: u64, initial: u64, max: u64) -> Rig {
         shared,
         checks,
         stall,
+        resume,
         store,
     }
 }
@@ -361,6 +367,55 @@ async fn a_block_dropped_in_flight_does_not_stop_the_key_leasing() {
     }
     r.stall.store(false, Ordering::SeqCst);
     r.check("hot", &p).await;
+    assert_eq!(r.store.local_units(b"hot"), 7);
+}
+
+/// Checks of a key whose block is on its way wait for it: one store call
+/// for the block, not one per check meanwhile.
+#[tokio::test]
+async fn checks_wait_for_the_block_in_flight_instead_of_asking_the_store() {
+    let r = rig(1, 8, 8);
+    let p = fixed(100);
+    r.stall.store(true, Ordering::SeqCst);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let mut first = std::pin::pin!(r.check("hot", &p));
+    assert!(first.as_mut().poll(&mut cx).is_pending());
+    let mut waiting: Vec<_> = (0..3).map(|_| Box::pin(r.check("hot", &p))).collect();
+    for check in &mut waiting {
+        assert!(check.as_mut().poll(&mut cx).is_pending());
+    }
+    assert_eq!(r.calls(), 1, "only the block was asked for");
+    r.stall.store(false, Ordering::SeqCst);
+    r.resume.notify_waiters();
+    assert!(first.await.allowed);
+    for check in waiting {
+        assert!(check.await.allowed);
+    }
+    assert_eq!(r.calls(), 1);
+    assert_eq!(r.store.local_units(b"hot"), 8 - 4);
+    assert_eq!(r.shared_remaining("hot", &p).await, 100 - 8);
+}
+
+/// A block that fails wakes its waiters, which then ask the store
+/// themselves: nobody waits for a block that never comes.
+#[tokio::test]
+async fn waiters_go_on_when_the_block_is_dropped() {
+    let r = rig(1, 8, 8);
+    let p = fixed(100);
+    r.stall.store(true, Ordering::SeqCst);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let mut waiter = Box::pin(r.check("hot", &p));
+    {
+        let mut first = std::pin::pin!(r.check("hot", &p));
+        assert!(first.as_mut().poll(&mut cx).is_pending());
+        assert!(waiter.as_mut().poll(&mut cx).is_pending());
+        // The block's caller gives up (a timeout): dropped here.
+    }
+    r.stall.store(false, Ordering::SeqCst);
+    r.resume.notify_waiters();
+    assert!(waiter.await.allowed);
+    // The waiter took a block of its own.
+    assert_eq!(r.calls(), 2);
     assert_eq!(r.store.local_units(b"hot"), 7);
 }
 
