@@ -28,6 +28,8 @@ pub(super) struct KeyState {
     /// windows): the count of this period and of the one before.
     period_ns: u64,
     period: u64,
+    /// Where `period` ends: a check before it is counted without a division.
+    period_end: u64,
     current: u64,
     previous: u64,
     last_seen: u64,
@@ -58,6 +60,9 @@ impl KeyState {
             policy: *policy,
             period_ns,
             period: now / period_ns,
+            period_end: (now / period_ns)
+                .saturating_add(1)
+                .saturating_mul(period_ns),
             current: 0,
             previous: 0,
             last_seen: now,
@@ -71,8 +76,8 @@ impl KeyState {
 
     /// Counts one check at `now`.
     pub(super) fn note_check(&mut self, now: u64) {
-        let period = now / self.period_ns;
-        if period > self.period {
+        if now >= self.period_end {
+            let period = now / self.period_ns;
             self.previous = if period == self.period + 1 {
                 self.current
             } else {
@@ -80,6 +85,7 @@ impl KeyState {
             };
             self.current = 0;
             self.period = period;
+            self.period_end = period.saturating_add(1).saturating_mul(self.period_ns);
         }
         self.current += 1;
         self.last_seen = self.last_seen.max(now);
@@ -177,7 +183,8 @@ pub(super) type GiveBack = (Vec<u8>, Policy, Receipt);
 /// Tracked keys, at most `max_keys` of them.
 #[derive(Debug, Default)]
 pub(super) struct Table {
-    keys: HashMap<Vec<u8>, KeyState>,
+    /// foldhash, seeded per table: every served check hashes its key here.
+    keys: HashMap<Vec<u8>, KeyState, foldhash::fast::RandomState>,
 }
 
 impl Table {
