@@ -34,7 +34,7 @@ impl<C: Clock> MemoryStore<C> {
     /// [`check_sync`](Self::check_sync) of a key not on this thread's hot
     /// cell: through its shard. Apart, so the hot cell's path keeps a
     /// small frame and writes its decision where the caller reads it.
-    #[inline(never)]
+    #[inline]
     fn check_in_map(
         &self,
         rule: Charge<'_>,
