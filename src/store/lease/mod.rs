@@ -27,8 +27,8 @@
 //!   spend, the estimate over the units really spent is at most the store's
 //!   estimate, which every admission kept within `max` and which never rises
 //!   without one.
-//! * **GCRA.** A block of `k` charged at `t0` on a state of arrival time
-//!   `TAT` moves it to `b + k·T`, where `b = max(t0, TAT)` (the decision's
+//! * **GCRA.** A block of `k` charged at `t0` on a state whose theoretical
+//!   arrival time is `x` moves it to `b + k·T`, where `b = max(t0, x)` (the decision's
 //!   `reset_after` is `b + k·T − t0`). Unit `i` gets the virtual slot
 //!   `s_i = b + i·T` and may be spent only at instants `u ≤ s_i`; a unit
 //!   whose slot has passed expires.
@@ -39,7 +39,7 @@
 //!   `TAT_n = max(TAT_{n−1}, u_n) + T`: unit `n` passes iff
 //!   `u_m + (n − m + 1)·T ≤ u_n + τ` for every `m ≤ n`). Without refunds, the
 //!   store lays every charge's units on disjoint slots `[s, s + T)` (each
-//!   charge starts at or after the previous `TAT`), and its admission test
+//!   charge starts at or after the previous arrival time), and its admission test
 //!   `b + k·T ≤ t0 + τ` gives every unit `s + T − τ ≤ t0 ≤ u`. With `u ≤ s`,
 //!   the units spent in `[a, b]` have slots in `[a, b + τ − T]`, whose
 //!   disjoint intervals fit in `[a, b + τ)`: at most `(b − a + τ) / T` of
@@ -52,8 +52,8 @@
 //!
 //! A GCRA state is one number, so a refund frees the **tail** of the queue
 //! of slots, which may be another process's lease: with `T` = 1 s and a
-//! limit of 4, at t = 0 process A takes 2 ordinary units (`TAT` 2), B
-//! leases 2 (slots 2 and 3), A's units are refunded (`TAT` 2), C leases 2
+//! limit of 4, at t = 0 process A takes 2 ordinary units (arrival time 2),
+//! B leases 2 (slots 2 and 3), A's units are refunded (arrival time 2), C leases 2
 //! (slots 2 and 3 again); at t = 2 D takes 2, and B and C spend theirs at
 //! 2 and 3: six admissions in `[2 s, 3 s]` where GCRA allows five. So a
 //! GCRA lease's unspent units are never refunded to the inner store (they
