@@ -72,6 +72,28 @@ struct Run {
     calls: usize,
 }
 
+/// Four leasing stores (processes) over `shared`, on `clock`.
+fn processes(
+    shared: &Shared,
+    clock: &ManualClock,
+    t: Tuning,
+    margin: Duration,
+) -> Vec<LeasingStore<Shared>> {
+    (0..4)
+        .map(|_| {
+            LeasingStore::builder(shared.clone())
+                .clock(clock.clone())
+                .hot_threshold(t.0)
+                .initial_block(t.1)
+                .max_block(t.2)
+                .blocks_per_period(t.3)
+                .expiry_margin(margin)
+                .build()
+                .unwrap()
+        })
+        .collect()
+}
+
 /// Runs `ops` on four leasing stores over one shared store; time steps of
 /// [`TO_GRID`] (or one less) go to the next multiple of `grid` (or the ns
 /// before it).
@@ -80,20 +102,9 @@ fn run(policy: &Policy, grid: u64, t: Tuning, ops: &[(usize, u64, Op)]) -> Run {
     let shared: Shared = Arc::new(CountingStore::new(
         MemoryStore::builder().clock(clock.clone()).build(),
     ));
-    let processes: Vec<LeasingStore<Shared>> = (0..4)
-        .map(|_| {
-            LeasingStore::builder(shared.clone())
-                .clock(clock.clone())
-                .hot_threshold(t.0)
-                .initial_block(t.1)
-                .max_block(t.2)
-                .blocks_per_period(t.3)
-                // Exact, or a µs early (the first unit is the charge's own).
-                .expiry_margin(Duration::from_nanos(t.1 % 2 * 1_000))
-                .build()
-                .unwrap()
-        })
-        .collect();
+    // Exact, or a µs early (the first unit is the charge's own).
+    let margin = Duration::from_nanos(t.1 % 2 * 1_000);
+    let processes = processes(&shared, &clock, t, margin);
     let rt = tokio::runtime::Builder::new_current_thread()
         .build()
         .unwrap();
@@ -260,19 +271,7 @@ proptest! {
         let shared: Shared = Arc::new(CountingStore::new(
             MemoryStore::builder().clock(clock.clone()).build(),
         ));
-        let processes: Vec<LeasingStore<Shared>> = (0..4)
-            .map(|_| {
-                LeasingStore::builder(shared.clone())
-                    .clock(clock.clone())
-                    .hot_threshold(t.0)
-                    .initial_block(t.1)
-                    .max_block(t.2)
-                    .blocks_per_period(t.3)
-                    .expiry_margin(Duration::ZERO)
-                    .build()
-                    .unwrap()
-            })
-            .collect();
+        let processes = processes(&shared, &clock, t, Duration::ZERO);
         let global = Policy::fixed_window(global_max, Duration::from_secs(1)).unwrap();
         let user = Policy::fixed_window(user_max, Duration::from_secs(1)).unwrap();
         let users: Vec<Vec<u8>> = (0..3).map(|u| format!("user-{u}").into_bytes()).collect();
