@@ -191,6 +191,46 @@ async fn a_sliding_window_lease_ends_with_its_charged_window() {
     assert_eq!(r.shared_remaining("hot", &p).await, 100 - 1 - 1);
 }
 
+/// The last clone dropped inside a Tokio runtime gives the unspent units
+/// back, on a task of that runtime.
+#[tokio::test]
+async fn dropping_the_store_gives_unspent_units_back() {
+    let r = rig(1, 8, 8);
+    let p = fixed(100);
+    for _ in 0..3 {
+        r.check("hot", &p).await;
+    }
+    assert_eq!(r.shared_remaining("hot", &p).await, 92);
+    let Rig { store, shared, .. } = r;
+    let clone = store.clone();
+    drop(store);
+    tokio::task::yield_now().await;
+    assert_eq!(
+        shared
+            .check(Charge::new(b"hot", &p, 0))
+            .await
+            .unwrap()
+            .remaining,
+        92,
+        "a clone still holds the lease"
+    );
+    drop(clone);
+    // The give-back runs on a task of this runtime: bounded yields, no sleep.
+    let mut remaining = 92;
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+        remaining = shared
+            .check(Charge::new(b"hot", &p, 0))
+            .await
+            .unwrap()
+            .remaining;
+        if remaining == 97 {
+            break;
+        }
+    }
+    assert_eq!(remaining, 97);
+}
+
 #[tokio::test]
 async fn flush_gives_unspent_units_back_into_their_window() {
     let r = rig(1, 8, 8);
