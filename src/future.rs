@@ -57,15 +57,29 @@ pin_project! {
     }
 }
 
-/// What an admitted request carries to its response.
+/// What an admitted request carries to its response: made (boxed) by the
+/// check, kept by the response future.
 pub(crate) struct Carried<St: Store> {
-    headers: Option<RateLimitInfo>,
-    permits: Option<HeldPermits<St>>,
+    /// The check's info, for the request's extensions and the headers.
+    pub(crate) info: Option<RateLimitInfo>,
+    /// The info whose fields the response gets.
+    pub(crate) headers: Option<RateLimitInfo>,
+    pub(crate) permits: Option<HeldPermits<St>>,
     /// The permits of an upgrade request, offered to its handler; and
     /// whether it was a `CONNECT`.
-    upgrade: Option<(UpgradePermit, bool)>,
+    pub(crate) upgrade: Option<(UpgradePermit, bool)>,
     /// Counted by outcome: kept or refunded once the outcome is known.
-    charge: Option<Box<HeldCharge<St>>>,
+    pub(crate) charge: Option<Box<HeldCharge<St>>>,
+}
+
+impl<St: Store> Carried<St> {
+    /// Whether the response has anything to do with it.
+    fn needed(&self) -> bool {
+        self.headers.is_some()
+            || self.permits.is_some()
+            || self.upgrade.is_some()
+            || self.charge.is_some()
+    }
 }
 
 /// A request waiting for its check, with the service that will take it.
@@ -138,49 +152,31 @@ where
             Verdict::Reject(response) => Phase::Done {
                 response: Some(response),
             },
-            Verdict::Forward {
-                info,
-                permits,
-                charge,
-            } => {
-                let headers = match info {
-                    Some(info) => {
-                        // An unchecked request's response gets no fields.
-                        let headers =
-                            (forwarding.headers && info.is_limited()).then(|| info.clone());
-                        // An outer layer's decisions say more than "not checked".
-                        let outer = || request.extensions().get::<RateLimitInfo>().is_some();
-                        if forwarding.request_info && (info.is_limited() || !outer()) {
-                            request.extensions_mut().insert(info);
-                        }
-                        headers
+            Verdict::Forward(None) => Phase::Calling {
+                future: service.call(request),
+                carried: None,
+            },
+            Verdict::Forward(Some(mut carried)) => {
+                if let Some(info) = carried.info.take() {
+                    // An unchecked request's response gets no fields.
+                    if forwarding.headers && info.is_limited() {
+                        carried.headers = Some(info.clone());
                     }
-                    None => None,
-                };
-                let (permits, upgrade) = match permits {
-                    Some(permits) if is_upgrade(&request) => {
-                        let offer = UpgradePermit::new(Guard::new(permits));
-                        request.extensions_mut().insert(offer.clone());
-                        let connect = request.method() == http::Method::CONNECT;
-                        (None, Some((offer, connect)))
+                    // An outer layer's decisions say more than "not checked".
+                    let outer = || request.extensions().get::<RateLimitInfo>().is_some();
+                    if forwarding.request_info && (info.is_limited() || !outer()) {
+                        request.extensions_mut().insert(info);
                     }
-                    permits => (permits, None),
-                };
-                let carried = (headers.is_some()
-                    || permits.is_some()
-                    || upgrade.is_some()
-                    || charge.is_some())
-                .then(|| {
-                    Box::new(Carried {
-                        headers,
-                        permits,
-                        upgrade,
-                        charge,
-                    })
-                });
+                }
+                if let Some(permits) = carried.permits.take_if(|_| is_upgrade(&request)) {
+                    let offer = UpgradePermit::new(Guard::new(permits));
+                    request.extensions_mut().insert(offer.clone());
+                    let connect = request.method() == http::Method::CONNECT;
+                    carried.upgrade = Some((offer, connect));
+                }
                 Phase::Calling {
                     future: service.call(request),
-                    carried,
+                    carried: carried.needed().then_some(carried),
                 }
             }
         }
@@ -254,6 +250,7 @@ where
                         permits,
                         upgrade,
                         charge,
+                        ..
                     } = *carried;
                     // What only the body tells (trailers, bytes) waits for it.
                     let charge = charge.and_then(|charge| charge.at_head(&result));

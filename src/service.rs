@@ -83,11 +83,9 @@ where
         // Kept small enough to inline into the caller, so the request moves
         // once, straight into the inner call; everything else is out of line.
         match check::now(&self.shared, &RequestHead::new(&request)) {
-            ControlFlow::Break(Verdict::Forward {
-                info: None,
-                permits: None,
-                charge: None,
-            }) => ResponseFuture::forwarded(self.inner.call(request)),
+            ControlFlow::Break(Verdict::Forward(None)) => {
+                ResponseFuture::forwarded(self.inner.call(request))
+            }
             checked => self.call_slow(checked, request),
         }
     }

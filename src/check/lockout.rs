@@ -56,7 +56,7 @@ pub(super) async fn locked<St: Store>(
         }
     };
     let answer = match reach.call(now, later).await? {
-        Ok(entries) => info(shared, entries).map(Answer::Locked),
+        Ok(entries) => info(shared, entries).map(|info| Answer::Locked(Box::new(info))),
         Err(error) => Some(Answer::Failed(error)),
     };
     Some(answer)

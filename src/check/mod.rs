@@ -83,7 +83,7 @@ pub(super) enum Answer {
     /// slots it reserved.
     Decided(Decided, Duration),
     /// A key is locked out: these are its lock's denials.
-    Locked(RateLimitInfo),
+    Locked(Box<RateLimitInfo>),
     /// The store failed (or timed out).
     Failed(StoreError),
 }
@@ -270,11 +270,12 @@ pub(crate) async fn later<St: Store>(
         };
         let retry = match settle(shared, plan, answer, waited, attempts, reply).await {
             ControlFlow::Break(verdict) => {
-                if let (false, Verdict::Forward { info, .. }) = (slot_wait.is_zero(), &verdict) {
+                if let (false, Verdict::Forward(carried)) = (slot_wait.is_zero(), &verdict) {
+                    let info = carried.as_ref().and_then(|c| c.info.as_ref());
                     // Admitted into a reserved slot: wait for it, then go. A
                     // waiter dropped before its time gives the slot back.
                     count(shared, "delayed", None);
-                    let reserved = Reserved::new(shared, plan, info.as_ref());
+                    let reserved = Reserved::new(shared, plan, info);
                     tokio::time::sleep(slot_wait).await;
                     reserved.keep();
                 }

@@ -10,50 +10,52 @@ use http::Response;
 use super::{
     count, decide, lockout, poll_now, Answer, HeldCharge, HeldPermits, LayerState, Plan, Reach,
 };
+use crate::future::Carried;
 use crate::grpc::{respond, Reply};
 use crate::info::{NotLimited, RateLimitInfo};
 use crate::mode::{FailMode, Mode, MAX_DELAY_ATTEMPTS};
 use crate::response::Rejection;
 use crate::store::{Store, StoreError};
 
-/// What a check decided for the request.
-// Lives for one step on the stack before the response future boxes what an
-// admission carries; boxing `Forward` here would allocate on every
-// admitted request.
-#[allow(clippy::large_enum_variant)]
+/// What a check decided for the request: two words, so the stages and the
+/// service pass it on without copying an admission's figures around.
 pub(crate) enum Verdict<St: Store> {
-    Forward {
-        info: Option<RateLimitInfo>,
-        permits: Option<HeldPermits<St>>,
-        /// Counted by outcome: the charge to keep or refund.
-        charge: Option<Box<HeldCharge<St>>>,
-    },
+    /// Forward, with what the admission carries to its response, if
+    /// anything (boxed once here; the response future keeps the box).
+    Forward(Option<Box<Carried<St>>>),
     Reject(Box<Response<Bytes>>),
 }
 
 impl<St: Store> Verdict<St> {
     /// Forward with nothing to carry: admitted, or not limited.
     pub(crate) fn forward() -> Self {
-        Verdict::Forward {
-            info: None,
-            permits: None,
-            charge: None,
-        }
+        Verdict::Forward(None)
+    }
+
+    /// Forward, carrying `info`, `permits` and `charge`.
+    fn carrying(
+        info: RateLimitInfo,
+        permits: Option<HeldPermits<St>>,
+        charge: Option<Box<HeldCharge<St>>>,
+    ) -> Self {
+        Verdict::Forward(Some(Box::new(Carried {
+            info: Some(info),
+            headers: None,
+            permits,
+            upgrade: None,
+            charge,
+        })))
     }
 
     /// Forward a request the layer did not check, carrying an info that
     /// says why when handlers read it (a shared reference, no allocation).
     #[cold]
     pub(crate) fn unchecked(shared: &LayerState<St>, why: NotLimited) -> Self {
-        let info = shared
-            .settings
-            .request_info
-            .then(|| RateLimitInfo::unchecked(shared.meta.clone(), why));
-        Verdict::Forward {
-            info,
-            permits: None,
-            charge: None,
+        if !shared.settings.request_info {
+            return Verdict::forward();
         }
+        let info = RateLimitInfo::unchecked(shared.meta.clone(), why);
+        Verdict::carrying(info, None, None)
     }
 }
 
@@ -128,6 +130,7 @@ fn judge<St: Store>(
         }
         Answer::Decided(decided, _) => decide::info(shared, plan, decided),
         Answer::Locked(info) => {
+            let info = *info;
             count(shared, "locked", Some(info.binding().rule));
             return Ok(ControlFlow::Break(reject(shared, reply(), &info)));
         }
@@ -144,21 +147,13 @@ fn judge<St: Store>(
         count(shared, "allowed", None);
         let permits = HeldPermits::collect(shared, plan, &info);
         let charge = HeldCharge::collect(shared, plan, &info);
-        return Ok(ControlFlow::Break(Verdict::Forward {
-            info: Some(info),
-            permits,
-            charge,
-        }));
+        return Ok(ControlFlow::Break(Verdict::carrying(info, permits, charge)));
     }
     match shared.settings.mode {
         Mode::DryRun => {
             count(shared, "dry_run_limited", Some(info.binding().rule));
             tracing::info!(target: "tower_throttle", retry_after = ?info.retry_after(), "dry run: request would be rate-limited");
-            return Ok(ControlFlow::Break(Verdict::Forward {
-                info: Some(info),
-                permits: None,
-                charge: None,
-            }));
+            return Ok(ControlFlow::Break(Verdict::carrying(info, None, None)));
         }
         Mode::Delay { max_wait } => {
             let left = max_wait.saturating_sub(waited);

@@ -328,3 +328,59 @@ fn a_value_incrby_cannot_parse_is_replaced_whole() {
         );
     });
 }
+
+/// A fixed-window key expires at its window's end: the first write of a
+/// window sets that expiry, and the later writes of the same window keep
+/// it (`SET … KEEPTTL`) instead of setting it again; the next window's
+/// first write sets the next end. The count carries on exactly.
+#[test]
+fn a_fixed_window_key_keeps_the_expiry_its_window_set() {
+    let server = RedisServer::start();
+    runtime().block_on(async {
+        let clock = ManualClock::new();
+        let window = Duration::from_secs(60);
+        let w_ns = u64::try_from(window.as_nanos()).unwrap();
+        // One second into a window.
+        clock.set_ns((clock.now_ns() / w_ns + 10) * w_ns + 1_000_000_000);
+        let store = store_on(&server, &clock).await;
+        let policy = Policy::fixed_window(3, window).unwrap();
+        let key = store.redis_key(b"u", &policy);
+        let check = || store.check(Charge::new(b"u", &policy, 1));
+        let first_set = Instant::now();
+        assert!(check().await.unwrap().allowed);
+        // The window's end, 59 s away.
+        assert_expiry_covers(
+            "first write",
+            pttl(&server, &key),
+            Duration::from_secs(59),
+            Duration::ZERO,
+            ms_since(first_set),
+        );
+        // 20 s later in the same window: the expiry is still the one the
+        // first write set (59 s of real TTL, not 39 s).
+        clock.advance(Duration::from_secs(20));
+        let d = check().await.unwrap();
+        assert!(d.allowed);
+        assert_eq!(d.remaining, 1);
+        let ttl = pttl(&server, &key);
+        assert!(
+            ttl > 59_000 - ms_since(first_set).max(READ_SLACK_MS),
+            "PTTL {ttl} ms: the expiry moved"
+        );
+        assert!(check().await.unwrap().allowed);
+        assert!(!check().await.unwrap().allowed, "the limit of 3 holds");
+        // The next window: a fresh count, and its own end set.
+        clock.advance(Duration::from_secs(40));
+        let next_set = Instant::now();
+        let d = check().await.unwrap();
+        assert!(d.allowed);
+        assert_eq!(d.remaining, 2);
+        assert_expiry_covers(
+            "next window",
+            pttl(&server, &key),
+            Duration::from_secs(59),
+            Duration::ZERO,
+            ms_since(next_set),
+        );
+    });
+}

@@ -118,10 +118,18 @@ impl DenyCache {
         }
     }
 
+    /// Whether a check of `cost` units may be answered here: the cache
+    /// holds some key, and the check charges something (a peek is never
+    /// answered from the cache).
+    #[inline]
+    pub(crate) fn may_answer(&self, cost: u64) -> bool {
+        cost > 0 && self.len.load(Ordering::Relaxed) > 0
+    }
+
     /// The denial Redis would give `cost` units of `policy` on `key` now, if
     /// the cached state says so.
     pub(crate) fn lookup(&self, key: &[u8], policy: &Policy, cost: u64) -> Option<Decision> {
-        if cost == 0 || self.len.load(Ordering::Relaxed) == 0 {
+        if !self.may_answer(cost) {
             return None;
         }
         let mut inner = self.lock();

@@ -120,14 +120,25 @@ pub(crate) fn push_user_key(out: &mut Vec<u8>, key: &[u8]) {
 /// The full Redis key of `key` under `policy`.
 pub(crate) fn redis_key(prefix: &str, tag: [u8; 8], policy: &Policy, key: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(prefix.len() + 16 + key.len().min(MAX_RAW_KEY + 1));
+    push_redis_key(&mut out, prefix, tag, policy, key);
+    out
+}
+
+/// Appends [`redis_key`] to `out` (a reused buffer).
+pub(crate) fn push_redis_key(
+    out: &mut Vec<u8>,
+    prefix: &str,
+    tag: [u8; 8],
+    policy: &Policy,
+    key: &[u8],
+) {
     out.extend_from_slice(prefix.as_bytes());
     out.extend_from_slice(b":{");
     out.extend_from_slice(&tag);
     out.extend_from_slice(b"}:");
     out.extend_from_slice(ScriptAlgorithm::of(policy).key_code().as_bytes());
     out.push(b':');
-    push_user_key(&mut out, key);
-    out
+    push_user_key(out, key);
 }
 
 #[cfg(test)]

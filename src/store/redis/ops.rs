@@ -171,12 +171,20 @@ where
     }
 
     async fn check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
-        let mut d = self.check_all(&[rule]).await?;
+        if let Some(denied) = self.cached_denial(&rule) {
+            return Ok(denied);
+        }
+        let mut d = surfaced(self.check_rules(std::slice::from_ref(&rule)).await)?;
         d.pop()
             .ok_or_else(|| StoreError::Protocol("no decision in the reply".into()))
     }
 
     async fn check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
+        if let [rule] = rules {
+            if let Some(denied) = self.cached_denial(rule) {
+                return Ok(vec![denied]);
+            }
+        }
         surfaced(self.check_rules(rules).await)
     }
 
@@ -245,16 +253,12 @@ where
         } else {
             0
         };
-        // A single rule may be answered by, or teach, the denial cache.
+        // A single rule the cache did not answer (see `cached_denial`) may
+        // teach it.
         let cached = (rules.len() == 1 && self.deny.enabled()).then(|| {
             let r = &job[0];
             (r.key.clone(), r.cost, self.deny.ticket())
         });
-        if let Some((key, cost, _)) = &cached {
-            if let Some(d) = self.deny.lookup(key, rules[0].policy, *cost) {
-                return Ok(vec![d]);
-            }
-        }
         let CheckOutcome {
             checked: (decisions, state),
             now_ns,
@@ -269,6 +273,28 @@ where
             self.deny.offer(ticket, &key, cost, d, state, now_ns);
         }
         Ok(decisions)
+    }
+
+    /// The denial cache's answer for a single-rule check, if it holds one:
+    /// before anything of the check is built, so a cached denial costs a
+    /// key written into this thread's buffer and one lookup.
+    fn cached_denial(&self, rule: &Charge<'_>) -> Option<Decision> {
+        if !self.deny.may_answer(rule.cost) {
+            return None;
+        }
+        // A policy the scripts refuse is refused by the check, never
+        // answered from the cache.
+        Params::of(rule.policy).ok()?;
+        thread_local! {
+            static KEY: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        KEY.with(|buffer| {
+            let mut key = buffer.borrow_mut();
+            key.clear();
+            let tag = self.cfg.tag.tag(rule.key);
+            keys::push_redis_key(&mut key, &self.cfg.prefix, tag, rule.policy, rule.key);
+            self.deny.lookup(&key, rule.policy, rule.cost)
+        })
     }
 
     async fn refund_receipt(

@@ -8,8 +8,11 @@
 --
 -- As for GCRA, a batch reads each key once (one MGET for all of them),
 -- keeps its state in `fixed_states`, and writes each changed key once at
--- the end (`SET … PX`): the state and TTL that writing after every
--- admission would leave, at one write per key instead of three calls.
+-- the end: the state and TTL that writing after every admission would
+-- leave, at one write per key instead of three calls. A key that already
+-- holds the written window keeps its expiry (`SET … KEEPTTL`, Redis 6.0):
+-- every write of a window sets the same one, its end, and replacing the
+-- expiry cost a fifth of a busy key's check.
 
 local fixed_states = {}
 local fixed_dirty = {}
@@ -28,7 +31,8 @@ local function fixed_parse(v)
   local w, c = string.match(v, '^(%d+):(%d+)$')
   local win, count = w and win_parse(w), stored_int(c, MAX_COUNT)
   if win and count then
-    return win, count
+    -- The third value: the key exists (with its window's expiry).
+    return win, count, true
   end
   return nil
 end
@@ -54,9 +58,12 @@ local function fixed_live(sw, sc, w, ns, now)
   return current, 0
 end
 
-local function fixed_write(key, now, w, ns, win, count)
+-- `kept`: the key holds window `win` already, and so its expiry.
+local function fixed_write(key, now, w, ns, win, count, kept)
   if count <= 0 then
     redis.call('DEL', key)
+  elseif kept then
+    redis.call('SET', key, win_str(win) .. ':' .. int(count), 'KEEPTTL')
   else
     redis.call('SET', key, win_str(win) .. ':' .. int(count), 'PX',
       ttl_ms(win_until(now, w, ns, win_add(win, 1))))
@@ -83,8 +90,8 @@ local function fixed_algo(ns)
       if count + cost <= max then
         allowed = 1
         if cost > 0 then
-          fixed_states[key] = { win, count + cost }
-          fixed_dirty[key] = { w, ns, win, count + cost }
+          fixed_states[key] = { win, count + cost, s[3] and win_eq(win, s[1]) }
+          fixed_dirty[key] = { w, ns, win, count + cost, fixed_states[key][3] }
         end
       end
       out[n + 1] = 1
@@ -104,8 +111,8 @@ local function fixed_algo(ns)
       local commit = nil
       if allowed and cost > 0 then
         commit = function()
-          fixed_states[key] = { win, count + cost }
-          fixed_dirty[key] = { w, ns, win, count + cost }
+          fixed_states[key] = { win, count + cost, s[3] and win_eq(win, s[1]) }
+          fixed_dirty[key] = { w, ns, win, count + cost, fixed_states[key][3] }
         end
       end
       return allowed, { allowed and 1 or 0, win_reply(s[1]), s[2] }, commit
