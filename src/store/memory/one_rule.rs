@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering;
 use super::hot;
 use super::slot::Slot;
 use super::{read, write, MemoryStore};
+use crate::algorithm::gcra;
 use crate::clock::Clock;
 use crate::decision::{Decision, PermitId, Receipt};
 use crate::policy::{Algorithm, Policy};
@@ -20,7 +21,8 @@ impl<C: Clock> MemoryStore<C> {
         let mut promote = false;
         if let Algorithm::Gcra(p) = rule.policy.algorithm() {
             match hot::check(self.inner.id, hash, p, now, rule.cost) {
-                hot::Lookup::Hit(mut d) => {
+                hot::Lookup::Hit(tat) => {
+                    let mut d = gcra::check(p, tat, now, rule.cost);
                     d.stamp(now, rule.cost);
                     self.note_hottest(&rule, !d.allowed, now);
                     return Ok(d);
