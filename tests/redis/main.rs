@@ -22,6 +22,7 @@ mod redis_cancellation;
 mod redis_connect;
 mod redis_fallback;
 mod redis_faults;
+mod redis_fixed_forms;
 mod redis_foreign;
 mod redis_gcra_ns_fast;
 mod redis_lease;

@@ -100,7 +100,7 @@ const OTHER_TYPES: &[Plant] = &[
     bad(&[&["SADD", "K", "m"]]),
 ];
 
-/// Strings at a window's key (fixed "<index>:<count>", sliding
+/// Strings at a window's key (fixed "<index>:<count>" or packed, sliding
 /// "<index>:<current>:<previous>"); index 99999999 is after `now`'s window
 /// for every window below 19 days.
 const FIXED: &[Plant] = &[
@@ -120,6 +120,12 @@ const FIXED: &[Plant] = &[
     // The same with an expiry: a clock that went back (this crate's own).
     good(&[&["SET", "K", "99999999:3", "PX", "60000"]]),
     good(&[&["SET", "K", "1:3"]]),
+    // Packed as index·2^20 + count: window 99999999, count 3, with and
+    // without an expiry; window 1, count 3; and 2^53, past the packed form.
+    bad(&[&["SET", "K", "104857598951427"]]),
+    good(&[&["SET", "K", "104857598951427", "PX", "60000"]]),
+    good(&[&["SET", "K", "1048579"]]),
+    bad(&[&["SET", "K", "9007199254740992"]]),
 ];
 
 const SLIDING: &[Plant] = &[

@@ -172,14 +172,18 @@ impl Group {
     }
 }
 
-/// The count of a fixed-window key (`<window>:<count>`).
+/// The count of a fixed-window key (`<window>:<count>`, or packed).
 fn window_count(server: &RedisServer, key: &[u8]) -> u64 {
     let v: Option<String> = redis::cmd("GET")
         .arg(key)
         .query(&mut server.conn())
         .unwrap();
-    v.and_then(|v| v.rsplit(':').next()?.parse().ok())
-        .unwrap_or(0)
+    // "<window>:<count>", or packed as window·2^20 + count (fixed_window.lua).
+    v.and_then(|v| match v.split_once(':') {
+        Some((_, count)) => count.parse().ok(),
+        None => v.parse::<u64>().ok().map(|packed| packed % (1 << 20)),
+    })
+    .unwrap_or(0)
 }
 
 async fn connect(group: &Group, time: TimeSource) -> RedisSentinelStore {

@@ -103,7 +103,7 @@ where
     let (now_ns, items) = reply::head(&v)?;
     let out = match shape {
         Shape::UniformGcra(rule, _) => uniform_gcra_replies(checks, rule, items, now_ns)?,
-        Shape::Uniform(_) | Shape::PerCheck => check_replies(checks, items, now_ns)?,
+        Shape::Uniform(..) | Shape::PerCheck => check_replies(checks, items, now_ns)?,
     };
     Ok((now_ns, out))
 }
@@ -116,8 +116,9 @@ enum Shape<'a> {
     /// in the reply.
     UniformGcra(&'a QueuedRule, ScriptId),
     /// Single-rule window or log checks of one policy and cost: the check
-    /// script's `U` mode, no per-check arguments.
-    Uniform(&'a QueuedRule),
+    /// script's `U` mode, no per-check arguments, run by the script named
+    /// (for µs fixed windows, `fixed_batch.lua`'s lean loop).
+    Uniform(&'a QueuedRule, ScriptId),
     /// Anything else: the check script with each distinct policy once and
     /// per-check arguments.
     PerCheck,
@@ -127,15 +128,14 @@ impl<'a> Shape<'a> {
     fn of(checks: &[&'a [QueuedRule]]) -> Shape<'a> {
         match uniform(checks).map(|r| (r, r.params.code.uniform_batch())) {
             Some((rule, UniformBatch::Gcra(script))) => Shape::UniformGcra(rule, script),
-            Some((rule, UniformBatch::SharedArguments)) => Shape::Uniform(rule),
+            Some((rule, UniformBatch::SharedArguments(script))) => Shape::Uniform(rule, script),
             Some((_, UniformBatch::PerCheck)) | None => Shape::PerCheck,
         }
     }
 
     fn script(self, checks: &[&[QueuedRule]]) -> ScriptId {
         match self {
-            Shape::UniformGcra(_, script) => script,
-            Shape::Uniform(rule) => check_script([&rule.policy]),
+            Shape::UniformGcra(_, script) | Shape::Uniform(_, script) => script,
             Shape::PerCheck => {
                 check_script(checks.iter().flat_map(|c| c.iter()).map(|r| &r.policy))
             }
@@ -162,7 +162,7 @@ impl<'a> Shape<'a> {
                     .arg(rule.params.script_cost(rule.cost));
                 return Ok(());
             }
-            Shape::Uniform(rule) => Some(rule),
+            Shape::Uniform(rule, _) => Some(rule),
             Shape::PerCheck => None,
         };
         // Each distinct policy once; rules name theirs by index (from 1).

@@ -27,13 +27,14 @@ mod lua {
     pub(super) const CHECK: &str = include_str!("scripts/check.lua");
     pub(super) const GCRA_BATCH: &str = include_str!("scripts/gcra_batch.lua");
     pub(super) const GCRA_NS_BATCH: &str = include_str!("scripts/gcra_ns_batch.lua");
+    pub(super) const FIXED_BATCH: &str = include_str!("scripts/fixed_batch.lua");
     pub(super) const REFUND: &str = include_str!("scripts/refund.lua");
     pub(super) const RELEASE: &str = include_str!("scripts/release.lua");
 }
 
 /// Every Lua source (tests scan them).
 #[cfg(test)]
-pub(crate) fn lua_sources() -> [&'static str; 13] {
+pub(crate) fn lua_sources() -> [&'static str; 14] {
     [
         lua::COMMON,
         lua::GCRA,
@@ -46,6 +47,7 @@ pub(crate) fn lua_sources() -> [&'static str; 13] {
         lua::CHECK,
         lua::GCRA_BATCH,
         lua::GCRA_NS_BATCH,
+        lua::FIXED_BATCH,
         lua::REFUND,
         lua::RELEASE,
     ]
@@ -150,8 +152,10 @@ pub(crate) enum UniformBatch {
     /// A GCRA batch script of its own: no per-check arguments, one number
     /// per check in the reply.
     Gcra(ScriptId),
-    /// The check script's `U` mode: no per-check arguments.
-    SharedArguments,
+    /// The check script's `U` mode (no per-check arguments), run by this
+    /// script: the algorithm's check script, or a lean loop of the same
+    /// arguments and reply (`fixed_batch.lua`).
+    SharedArguments(ScriptId),
     /// Per-check arguments, as a mixed batch.
     PerCheck,
 }
@@ -205,12 +209,12 @@ impl Code {
         match self {
             Code::Gcra => UniformBatch::Gcra(ScriptId::GcraBatch),
             Code::GcraNs => UniformBatch::Gcra(ScriptId::GcraNsBatch),
-            Code::FixedWindow
-            | Code::FixedWindowNs
+            Code::FixedWindow => UniformBatch::SharedArguments(ScriptId::FixedBatch),
+            Code::FixedWindowNs
             | Code::SlidingWindow
             | Code::SlidingWindowNs
             | Code::SlidingLog
-            | Code::SlidingLogNs => UniformBatch::SharedArguments,
+            | Code::SlidingLogNs => UniformBatch::SharedArguments(self.algorithm().check_script()),
             Code::Concurrency | Code::ConcurrencyNs => UniformBatch::PerCheck,
         }
     }
@@ -235,6 +239,9 @@ pub(crate) enum ScriptId {
     GcraBatch,
     /// The same at nanosecond precision (`gcra_ns_batch.lua`).
     GcraNsBatch,
+    /// Single-rule fixed-window checks (windows in whole µs) under one
+    /// policy and cost (`fixed_batch.lua`).
+    FixedBatch,
     /// Refunds, any algorithm.
     Refund,
     /// Concurrency releases.
@@ -243,7 +250,7 @@ pub(crate) enum ScriptId {
 
 impl ScriptId {
     /// Every script, in discriminant order: what `load_scripts` loads.
-    pub(crate) const ALL: [ScriptId; 10] = [
+    pub(crate) const ALL: [ScriptId; 11] = [
         ScriptId::Check,
         ScriptId::CheckGcra,
         ScriptId::CheckFixedWindow,
@@ -252,6 +259,7 @@ impl ScriptId {
         ScriptId::CheckConcurrency,
         ScriptId::GcraBatch,
         ScriptId::GcraNsBatch,
+        ScriptId::FixedBatch,
         ScriptId::Refund,
         ScriptId::Release,
     ];
@@ -280,6 +288,7 @@ impl ScriptId {
             // The batch scripts need GCRA's helpers, not the check loop.
             ScriptId::GcraBatch => vec![lua::GCRA, lua::GCRA_BATCH],
             ScriptId::GcraNsBatch => vec![lua::GCRA, lua::GCRA_NS, lua::GCRA_NS_BATCH],
+            ScriptId::FixedBatch => vec![lua::WINDOW, lua::FIXED_WINDOW, lua::FIXED_BATCH],
             ScriptId::Refund => every(lua::REFUND),
             ScriptId::Release => only(ScriptAlgorithm::Concurrency, lua::RELEASE),
         }
@@ -346,8 +355,16 @@ mod tests {
                 assert!(ScriptId::Check.sources().contains(source), "{code:?}");
                 assert!(ScriptId::Refund.sources().contains(source), "{code:?}");
             }
-            if let UniformBatch::Gcra(id) = code.uniform_batch() {
-                assert!(ScriptId::ALL.contains(&id));
+            match code.uniform_batch() {
+                UniformBatch::Gcra(id) => assert!(ScriptId::ALL.contains(&id)),
+                UniformBatch::SharedArguments(id) => {
+                    // The check script's arguments: its algorithm's sources.
+                    assert!(ScriptId::ALL.contains(&id));
+                    for source in algorithm.sources() {
+                        assert!(id.sources().contains(source), "{code:?}");
+                    }
+                }
+                UniformBatch::PerCheck => {}
             }
             wires.push(code.wire());
         }
@@ -362,6 +379,7 @@ mod tests {
         for source in [
             lua::GCRA_BATCH,
             lua::GCRA_NS_BATCH,
+            lua::FIXED_BATCH,
             lua::RELEASE,
             lua::CHECK,
         ] {

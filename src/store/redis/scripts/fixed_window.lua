@@ -1,4 +1,10 @@
--- Fixed window: a string "<window index>:<count>".
+-- Fixed window: the window's index and its count, in one of two forms:
+-- * packed, one integer index·2^20 + count, while the index is below 2^33
+--   (windows of 0.22 s or more until the year 2500) and the count below
+--   2^20: the form a busy key's admission updates in place, with an
+--   INCRBY of the units (keeping the key's expiry), as GCRA's tat is;
+-- * else the string "<window index>:<count>".
+-- Both read back to the same (index, count); each write picks the form.
 -- p1 = max, p2 = window: in µs under code 'f', in ns under code 'F' (windows
 -- that are not whole µs, from 1 ns to 2^50 µs: the index is
 -- floor(1000·now / w), computed exactly by win_divmod in window.lua, and
@@ -10,9 +16,10 @@
 -- keeps its state in `fixed_states`, and writes each changed key once at
 -- the end: the state and TTL that writing after every admission would
 -- leave, at one write per key instead of three calls. A key that already
--- holds the written window keeps its expiry (`SET … KEEPTTL`, Redis 6.0):
--- every write of a window sets the same one, its end, and replacing the
--- expiry cost a fifth of a busy key's check.
+-- holds the written window keeps its expiry (every write of a window sets
+-- the same one, its end): a packed count grows by INCRBY, a string is
+-- replaced with `SET … KEEPTTL` (Redis 6.0); only a key's first write of a
+-- window sets the expiry.
 
 local fixed_states = {}
 local fixed_dirty = {}
@@ -23,15 +30,35 @@ local fixed_dirty = {}
 -- "1e30", "1.5:2", a count beyond 2^50) is foreign: nil.
 local FIXED_WHAT = 'a value that is no fixed-window state'
 local MAX_COUNT = 1125899906842624 -- 2^50
+local PACK = 1048576 -- 2^20: a packed state is index·PACK + count
+local PACK_WINDOWS = 8589934592 -- 2^33: indices a packed state holds
+local PACKED_LIMIT = PACK_WINDOWS * PACK -- 2^53
 
+-- Whether (win, count) is written packed.
+local function fixed_packable(win, count)
+  return type(win) ~= 'table' and win < PACK_WINDOWS and count < PACK
+end
+
+-- A state from its stored value (nil: absent) as index, count, whether the
+-- key exists (with its window's expiry), and the count stored packed (an
+-- INCRBY adds to it); nil for foreign data.
 local function fixed_parse(v)
   if not v then
     return 0, 0
   end
+  local x = tonumber(v)
+  if x then
+    -- Packed: a whole number below 2^53 (exact in a double), read as
+    -- GCRA reads its tat (fixed_batch.lua reads it so too, inline).
+    if x >= 0 and x % 1 == 0 and x < PACKED_LIMIT then
+      local win = math.floor(x / PACK)
+      return win, x - win * PACK, true, x - win * PACK
+    end
+    return nil
+  end
   local w, c = string.match(v, '^(%d+):(%d+)$')
   local win, count = w and win_parse(w), stored_int(c, MAX_COUNT)
   if win and count then
-    -- The third value: the key exists (with its window's expiry).
     return win, count, true
   end
   return nil
@@ -58,16 +85,38 @@ local function fixed_live(sw, sc, w, ns, now)
   return current, 0
 end
 
--- `kept`: the key holds window `win` already, and so its expiry.
-local function fixed_write(key, now, w, ns, win, count, kept)
+-- `kept`: the key holds window `win` already, and so its expiry;
+-- `packed`: the count it holds packed, if it does.
+local function fixed_write(key, now, w, ns, win, count, kept, packed)
   if count <= 0 then
     redis.call('DEL', key)
-  elseif kept then
-    redis.call('SET', key, win_str(win) .. ':' .. int(count), 'KEEPTTL')
-  else
-    redis.call('SET', key, win_str(win) .. ':' .. int(count), 'PX',
-      ttl_ms(win_until(now, w, ns, win_add(win, 1))))
+    return
   end
+  local pack = fixed_packable(win, count)
+  if kept and packed and pack then
+    if count ~= packed then
+      redis.call('INCRBY', key, int(count - packed))
+    end
+    return
+  end
+  local value
+  if pack then
+    value = int(win * PACK + count)
+  else
+    value = win_str(win) .. ':' .. int(count)
+  end
+  if kept then
+    redis.call('SET', key, value, 'KEEPTTL')
+  else
+    redis.call('SET', key, value, 'PX', ttl_ms(win_until(now, w, ns, win_add(win, 1))))
+  end
+end
+
+-- The state after admitting `count` units in window `win` on state `s`:
+-- what Redis holds stays known while the window is the one it holds.
+local function fixed_admitted(s, win, count)
+  local kept = s[3] and win_eq(win, s[1])
+  return { win, count, kept, kept and s[4] or nil }
 end
 
 local fixed_prefetch = string_state(fixed_states, fixed_dirty, fixed_parse, fixed_write)
@@ -90,8 +139,9 @@ local function fixed_algo(ns)
       if count + cost <= max then
         allowed = 1
         if cost > 0 then
-          fixed_states[key] = { win, count + cost, s[3] and win_eq(win, s[1]) }
-          fixed_dirty[key] = { w, ns, win, count + cost, fixed_states[key][3] }
+          local a = fixed_admitted(s, win, count + cost)
+          fixed_states[key] = a
+          fixed_dirty[key] = { w, ns, win, count + cost, a[3], a[4] }
         end
       end
       out[n + 1] = 1
@@ -111,8 +161,9 @@ local function fixed_algo(ns)
       local commit = nil
       if allowed and cost > 0 then
         commit = function()
-          fixed_states[key] = { win, count + cost, s[3] and win_eq(win, s[1]) }
-          fixed_dirty[key] = { w, ns, win, count + cost, fixed_states[key][3] }
+          local a = fixed_admitted(s, win, count + cost)
+          fixed_states[key] = a
+          fixed_dirty[key] = { w, ns, win, count + cost, a[3], a[4] }
         end
       end
       return allowed, { allowed and 1 or 0, win_reply(s[1]), s[2] }, commit
