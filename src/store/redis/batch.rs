@@ -209,6 +209,15 @@ fn uniform<'a>(checks: &[&'a [QueuedRule]]) -> Option<&'a QueuedRule> {
     checks.iter().all(same).then_some(first)
 }
 
+/// What a reply is read against: the rule as sent.
+fn sent(r: &QueuedRule) -> SentRule<'_> {
+    SentRule {
+        policy: &r.policy,
+        cost: r.cost,
+        permit: r.permit,
+    }
+}
+
 /// The check script's flat reply, check by check.
 fn check_replies(
     checks: &[&[QueuedRule]],
@@ -223,15 +232,15 @@ fn check_replies(
             out.push(Err(StoreError::Protocol(why.clone())));
             continue;
         }
-        let rules: Vec<SentRule<'_>> = c
-            .iter()
-            .map(|r| SentRule {
-                policy: &r.policy,
-                cost: r.cost,
-                permit: r.permit,
-            })
-            .collect();
-        match reply::check(&rules, items, &mut pos, now_ns) {
+        let checked = match c {
+            // One rule (most checks): nothing collected.
+            [r] => reply::check(&[sent(r)], items, &mut pos, now_ns),
+            _ => {
+                let rules: Vec<SentRule<'_>> = c.iter().map(sent).collect();
+                reply::check(&rules, items, &mut pos, now_ns)
+            }
+        };
+        match checked {
             Ok(r) => out.push(r),
             Err(e) => {
                 broken = Some(e.to_string());

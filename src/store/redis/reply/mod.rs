@@ -54,6 +54,21 @@ pub(crate) fn check(
         }
         n => return Err(bad(format!("check status {n}"))),
     }
+    if let [r] = rules {
+        // One rule (most checks): its own verdict decides, no peek, and
+        // nothing is collected on the way.
+        let w = width(r.policy);
+        let f = items
+            .get(*pos..*pos + w)
+            .ok_or_else(|| bad("reply too short for 1 rules"))?;
+        *pos += w;
+        let charged = uint(&f[0])? == 1;
+        let (mut d, s) = decision(r, f, now_ns)?;
+        if charged {
+            d.stamp(now_ns, r.cost);
+        }
+        return Ok(Ok((vec![d], s)));
+    }
     let mut fields = Vec::with_capacity(rules.len());
     for r in rules {
         let w = width(r.policy);

@@ -25,55 +25,61 @@ local current = fdiv(now, w)
 local added = {}
 for i = 1, #KEYS do
   local key = KEYS[i]
-  local s, err = fixed_states[key], nil
+  -- The state (sw, sc), whether Redis holds it (exists) and its packed
+  -- count (stored); from this batch's earlier admissions first.
+  local sw, sc, exists, stored, err
+  local s = fixed_states[key]
   if s == nil then
     local v = vals[i]
     local x = v and tonumber(v)
     if x and x >= 0 and x % 1 == 0 and x < PACKED_LIMIT then
-      -- Packed (fixed_parse, inline).
-      do
-        local win = floor(x / PACK)
-        local count = x - win * PACK
-        s = { win, count, true, count }
-        fixed_states[key] = s
-      end
-    end
-    if s == nil then
+      -- Packed (as fixed_parse reads it), without a table.
+      sw = floor(x / PACK)
+      sc = x - sw * PACK
+      exists, stored = true, sc
+    else
       s, err = cached_state(fixed_states, key, fixed_parse, FIXED_WHAT)
     end
   end
+  if s then
+    sw, sc, exists, stored = s[1], s[2], s[3], s[4]
+  end
+  -- Indices are numbers here but for a state an 'F' policy wrote in its
+  -- index pairs: the window.lua comparisons then.
+  local numeric = type(sw) == 'number'
   -- A window after now's (a clock that went back) holds only with the
   -- expiry every write sets (fixed_state).
-  if s and win_lt(current, s[1]) and not fixed_dirty[key] and not added[key] and persistent(key) then
+  if sw ~= nil and (numeric and current < sw or not numeric and win_lt(current, sw))
+    and not fixed_dirty[key] and not added[key] and persistent(key) then
     fixed_states[key] = nil
-    s, err = nil, foreign(key, 'a future window without expiry')
+    sw, err = nil, foreign(key, 'a future window without expiry')
   end
-  if s then
-    local sw, sc = s[1], s[2]
+  if sw ~= nil then
     local win, count = sw, sc
-    if win_lt(sw, current) then
+    if numeric and sw < current or not numeric and win_lt(sw, current) then
       win, count = current, 0
     end
     local allowed = 0
     if count + cost <= max then
       allowed = 1
       if cost > 0 then
-        -- fixed_admitted, on the batch's own copy of the state.
-        local kept = s[3] and win_eq(win, sw)
-        local packed = kept and s[4] or nil
-        s[1], s[2], s[3], s[4] = win, count + cost, kept, packed
-        if packed and fixed_packable(win, count + cost) then
+        -- fixed_admitted: Redis holds the window still, or not.
+        local kept = exists and (numeric and win == sw or not numeric and win_eq(win, sw))
+        local packed = kept and stored or nil
+        local total = count + cost
+        fixed_states[key] = { win, total, kept, packed }
+        if packed and numeric and win < PACK_WINDOWS and total < PACK then
           -- Redis holds this window packed: the units go on by INCRBY.
-          added[key] = count + cost - packed
+          added[key] = total - packed
         else
           added[key] = nil
-          fixed_dirty[key] = { w, false, win, count + cost, kept, packed }
+          fixed_dirty[key] = { w, false, win, total, kept, packed }
         end
       end
     end
     out[n + 1] = 1
     out[n + 2] = allowed
-    out[n + 3] = win_reply(sw)
+    out[n + 3] = numeric and sw or win_reply(sw)
     out[n + 4] = sc
     n = n + 4
   else
