@@ -11,7 +11,7 @@ local LIMIT = 4503599627370496 -- 2^52: `now` must stay below it
 
 -- Lua 5.1 (Redis, Valkey) has the global `unpack`; 5.2+ engines (Valkey's
 -- optional engine, Dragonfly, Garnet) only `table.unpack`. Every script
--- calls this alias (a test in registry.rs keeps it so).
+-- calls this alias (a test in registry/tests.rs keeps it so).
 local unpack = table.unpack or unpack
 
 -- '%d' formats through a C long: exact and several times cheaper than
