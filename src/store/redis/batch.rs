@@ -103,6 +103,7 @@ where
     let (now_ns, items) = reply::head(&v)?;
     let out = match shape {
         Shape::UniformGcra(rule, _) => uniform_gcra_replies(checks, rule, items, now_ns)?,
+        Shape::UniformFixed(rule, _) => uniform_fixed_replies(checks, rule, items, now_ns)?,
         Shape::Uniform(..) | Shape::PerCheck => check_replies(checks, items, now_ns)?,
     };
     Ok((now_ns, out))
@@ -116,9 +117,12 @@ enum Shape<'a> {
     /// in the reply.
     UniformGcra(&'a QueuedRule, ScriptId),
     /// Single-rule window or log checks of one policy and cost: the check
-    /// script's `U` mode, no per-check arguments, run by the script named
-    /// (for µs fixed windows, `fixed_batch.lua`'s lean loop).
+    /// script's `U` mode, no per-check arguments.
     Uniform(&'a QueuedRule, ScriptId),
+    /// Single-rule fixed-window checks (windows in whole µs) of one policy
+    /// and cost: the `U` mode's arguments (`fixed_batch.lua`), one item per
+    /// check in the reply.
+    UniformFixed(&'a QueuedRule, ScriptId),
     /// Anything else: the check script with each distinct policy once and
     /// per-check arguments.
     PerCheck,
@@ -129,13 +133,16 @@ impl<'a> Shape<'a> {
         match uniform(checks).map(|r| (r, r.params.code.uniform_batch())) {
             Some((rule, UniformBatch::Gcra(script))) => Shape::UniformGcra(rule, script),
             Some((rule, UniformBatch::SharedArguments(script))) => Shape::Uniform(rule, script),
+            Some((rule, UniformBatch::Fixed(script))) => Shape::UniformFixed(rule, script),
             Some((_, UniformBatch::PerCheck)) | None => Shape::PerCheck,
         }
     }
 
     fn script(self, checks: &[&[QueuedRule]]) -> ScriptId {
         match self {
-            Shape::UniformGcra(_, script) | Shape::Uniform(_, script) => script,
+            Shape::UniformGcra(_, script)
+            | Shape::Uniform(_, script)
+            | Shape::UniformFixed(_, script) => script,
             Shape::PerCheck => {
                 check_script(checks.iter().flat_map(|c| c.iter()).map(|r| &r.policy))
             }
@@ -162,7 +169,7 @@ impl<'a> Shape<'a> {
                     .arg(rule.params.script_cost(rule.cost));
                 return Ok(());
             }
-            Shape::Uniform(rule, _) => Some(rule),
+            Shape::Uniform(rule, _) | Shape::UniformFixed(rule, _) => Some(rule),
             Shape::PerCheck => None,
         };
         // Each distinct policy once; rules name theirs by index (from 1).
@@ -275,6 +282,28 @@ fn uniform_gcra_replies(
     items
         .iter()
         .map(|item| reply::uniform_gcra(&rule.policy, rule.cost, item, now_ns))
+        .collect()
+}
+
+/// A uniform fixed-window batch's reply (`fixed_batch.lua`): one item per
+/// check.
+fn uniform_fixed_replies(
+    checks: &[&[QueuedRule]],
+    rule: &QueuedRule,
+    items: &[Value],
+    now_ns: u64,
+) -> Result<Vec<Result<Checked, StoreError>>, StoreError> {
+    if items.len() != checks.len() {
+        return Err(StoreError::Protocol(format!(
+            "{} replies for {} checks",
+            items.len(),
+            checks.len()
+        )));
+    }
+    let sent = sent(rule);
+    items
+        .iter()
+        .map(|item| reply::uniform_fixed(&sent, rule.params.p2, item, now_ns))
         .collect()
 }
 

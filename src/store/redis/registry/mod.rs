@@ -153,9 +153,11 @@ pub(crate) enum UniformBatch {
     /// per check in the reply.
     Gcra(ScriptId),
     /// The check script's `U` mode (no per-check arguments), run by this
-    /// script: the algorithm's check script, or a lean loop of the same
-    /// arguments and reply (`fixed_batch.lua`).
+    /// check script.
     SharedArguments(ScriptId),
+    /// The `U` mode's arguments, run by a loop of its own that answers one
+    /// item per check (`fixed_batch.lua`).
+    Fixed(ScriptId),
     /// Per-check arguments, as a mixed batch.
     PerCheck,
 }
@@ -209,7 +211,7 @@ impl Code {
         match self {
             Code::Gcra => UniformBatch::Gcra(ScriptId::GcraBatch),
             Code::GcraNs => UniformBatch::Gcra(ScriptId::GcraNsBatch),
-            Code::FixedWindow => UniformBatch::SharedArguments(ScriptId::FixedBatch),
+            Code::FixedWindow => UniformBatch::Fixed(ScriptId::FixedBatch),
             Code::FixedWindowNs
             | Code::SlidingWindow
             | Code::SlidingWindowNs

@@ -34,7 +34,7 @@ fn every_script_is_in_the_table_and_every_code_maps_to_one() {
         }
         match code.uniform_batch() {
             UniformBatch::Gcra(id) => assert!(ScriptId::ALL.contains(&id)),
-            UniformBatch::SharedArguments(id) => {
+            UniformBatch::SharedArguments(id) | UniformBatch::Fixed(id) => {
                 // The check script's arguments: its algorithm's sources.
                 assert!(ScriptId::ALL.contains(&id));
                 for source in algorithm.sources() {

@@ -147,6 +147,46 @@ pub(crate) fn uniform_gcra(
     Ok(Ok((vec![d], Some(RawState::Gcra(tat)))))
 }
 
+/// One check of a uniform fixed-window batch (`fixed_batch.lua`, windows
+/// of `window_us`): `2·count + allowed` for the state in the window of
+/// `now`, `[allowed, window, count]` for a later window, or the check's own
+/// error. Rendered as the check script's fields would be.
+pub(crate) fn uniform_fixed(
+    rule: &SentRule<'_>,
+    window_us: u64,
+    item: &Value,
+    now_ns: u64,
+) -> Result<Result<Checked, StoreError>, StoreError> {
+    let fields = match item {
+        Value::Int(n) if *n >= 0 && window_us > 0 => {
+            let n = n.unsigned_abs();
+            let window = now_ns / 1000 / window_us;
+            [
+                Value::Int(i64::from(n % 2 == 1)),
+                uint_value(window)?,
+                uint_value(n / 2)?,
+            ]
+        }
+        Value::Array(fields) if fields.len() == 3 => {
+            [fields[0].clone(), fields[1].clone(), fields[2].clone()]
+        }
+        Value::BulkString(b) => return Ok(Err(failed(String::from_utf8_lossy(b).into_owned()))),
+        other => return Err(bad(format!("expected a fixed-window state, got {other:?}"))),
+    };
+    let charged = uint(&fields[0])? == 1;
+    let (mut d, s) = decision(rule, &fields, now_ns)?;
+    if charged {
+        d.stamp(now_ns, rule.cost);
+    }
+    Ok(Ok((vec![d], s)))
+}
+
+fn uint_value(n: u64) -> Result<Value, StoreError> {
+    i64::try_from(n)
+        .map(Value::Int)
+        .map_err(|_| bad(format!("{n} out of range")))
+}
+
 /// Parses the reply of a batch of one check.
 #[cfg(test)]
 pub(crate) fn decisions(rules: &[SentRule<'_>], v: &Value) -> Result<Vec<Decision>, StoreError> {

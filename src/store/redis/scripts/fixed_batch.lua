@@ -1,15 +1,18 @@
 -- fixed_batch: a batch of single-rule fixed-window checks under ONE policy
 -- (window in whole µs, code 'f') and cost, the common shape of a busy
--- batch. The check script's `U` mode (same arguments, same reply) in one
--- loop: a packed state is read and its admission written (one INCRBY of
--- the units) inline, and anything else — an absent key, a string state, a
--- key of another type, foreign data — goes through fixed_window.lua's
--- helpers, so every check decides exactly as its `single` would, in order
--- (the same key twice sees the first one's effect).
+-- batch. The check script's `U` mode arguments in one loop: a packed
+-- state is read and its admission written (one INCRBY of the units)
+-- inline, and anything else — an absent key, a string state, a key of
+-- another type, foreign data — goes through fixed_window.lua's helpers, so
+-- every check decides exactly as its `single` would, in order (the same
+-- key twice sees the first one's effect).
 -- KEYS: one per check. ARGV[3] = '1', ARGV[4] = 'f', ARGV[5] = max,
 -- ARGV[6] = window (µs), ARGV[7] = 'U', ARGV[8] = cost.
--- Reply: { now (µs), then per check: 1, allowed, stored window, stored
--- count; or 2 and the error of a check that failed alone }.
+-- Reply: { now (µs), then per check one item }: 2·count + allowed, the
+-- count the key holds in the window of `now` (the window Rust computes
+-- from `now`; a past window's count is 0 there); for a state in a later
+-- window (a clock that went back) { allowed, window, count }; or the error
+-- message of a check that failed alone.
 
 local now = now_us()
 if ARGV[3] ~= '1' or ARGV[4] ~= 'f' or ARGV[7] ~= 'U' then
@@ -18,7 +21,6 @@ end
 local max, w, cost = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[8])
 local floor = math.floor
 local out = { now }
-local n = 1
 local vals = redis.call('MGET', unpack(KEYS))
 local current = fdiv(now, w)
 -- Keys whose packed count grows by INCRBY at the end: the units to add.
@@ -77,15 +79,15 @@ for i = 1, #KEYS do
         end
       end
     end
-    out[n + 1] = 1
-    out[n + 2] = allowed
-    out[n + 3] = numeric and sw or win_reply(sw)
-    out[n + 4] = sc
-    n = n + 4
+    if numeric and sw == current then
+      out[i + 1] = 2 * sc + allowed
+    elseif numeric and sw < current then
+      out[i + 1] = allowed
+    else
+      out[i + 1] = { allowed, win_reply(sw), sc }
+    end
   else
-    out[n + 1] = 2
-    out[n + 2] = tostring(err)
-    n = n + 2
+    out[i + 1] = tostring(err)
   end
 end
 for key, units in pairs(added) do
