@@ -31,6 +31,7 @@ if ARGV[2] == '1' then try('time', 'TIME') end
 try('get', 'GET', k)
 try('mget', 'MGET', k)
 try('set', 'SET', k, '', 'XX')
+try('keepttl', 'SET', k, '', 'XX', 'KEEPTTL')
 try('incrby', 'INCRBY', k, 'x')
 try('pexpire', 'PEXPIRE', k, 1)
 try('pttl', 'PTTL', k)
@@ -186,7 +187,7 @@ async fn probe_acl<C: Nodes>(conn: &mut C, cfg: &Config) -> Result<(), StoreErro
                 "the preflight script replied {refused:?}"
             )));
         };
-        let (mut commands, mut key_denied) = (Vec::new(), false);
+        let (mut commands, mut key_denied, mut old_server) = (Vec::new(), false, false);
         for item in refused {
             let text = match item {
                 Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
@@ -194,13 +195,25 @@ async fn probe_acl<C: Nodes>(conn: &mut C, cfg: &Config) -> Result<(), StoreErro
                 _ => continue,
             };
             let (name, why) = text.split_once('\n').unwrap_or((&text, ""));
-            match acl_refusal(why) {
-                Some(Refusal::Key) => key_denied = true,
-                Some(Refusal::Command) => commands.push(name.to_owned()),
+            match (name, acl_refusal(why)) {
+                // `SET`'s own probe reports a refusal of the command.
+                ("keepttl", Some(_)) => {}
+                ("keepttl", None) => old_server |= keepttl_unknown(why),
+                (_, Some(Refusal::Key)) => key_denied = true,
+                (_, Some(Refusal::Command)) => commands.push(name.to_owned()),
                 // Not an ACL refusal (the probe's invalid arguments, OOM,
                 // a cluster's other slots): the command itself is allowed.
-                None => {}
+                (_, None) => {}
             }
+        }
+        if old_server {
+            return Err(with_node(
+                StoreError::Config(
+                    "the Redis server does not know `SET … KEEPTTL`: RedisStore needs Redis 6.0                      or later (a fixed-window key keeps its window's expiry with it)"
+                        .into(),
+                ),
+                &node,
+            ));
         }
         if !commands.is_empty() {
             return Err(with_node(
@@ -221,6 +234,13 @@ async fn probe_acl<C: Nodes>(conn: &mut C, cfg: &Config) -> Result<(), StoreErro
         }
     }
     Ok(())
+}
+
+/// Whether the error of the `SET … KEEPTTL` probe says the server does not
+/// know the option (Redis before 6.0: a syntax error), not that it refused
+/// or failed the call.
+fn keepttl_unknown(why: &str) -> bool {
+    why.to_ascii_lowercase().contains("syntax error")
 }
 
 enum Refusal {
@@ -328,6 +348,19 @@ mod tests {
         assert!(matches!(acl_refusal(key72), Some(Refusal::Key)));
         assert!(acl_refusal("ERR value is not an integer or out of range").is_none());
         assert!(acl_refusal("ERR value is not a valid float").is_none());
+    }
+
+    /// Redis before 6.0 answers `SET k v XX KEEPTTL` with a syntax error:
+    /// that, and only that, fails the connect as a server too old.
+    #[test]
+    fn keepttl_probe_tells_an_old_server_from_other_errors() {
+        assert!(keepttl_unknown("ERR syntax error"));
+        assert!(!keepttl_unknown(
+            "OOM command not allowed when used memory > 'maxmemory'."
+        ));
+        assert!(!keepttl_unknown(
+            "ERR The user executing the script can't run this command or subcommand"
+        ));
     }
 
     /// Connecting can be spawned: the checks keep the futures `Send`.
