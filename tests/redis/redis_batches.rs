@@ -50,29 +50,42 @@ fn a_crowd_split_over_batches_is_admitted_exactly_to_the_limit() {
             let key = format!("k{round}").into_bytes();
             // 64 checks queued at once: an idle connection sends them as two
             // batches, and the stragglers follow while those are out.
-            let mut calls = Vec::new();
-            for _ in 0..64 {
-                let mut call = Box::pin(store.check(Charge::new(&key, &policy, 1)));
-                let early = std::future::poll_fn(|cx| {
-                    Poll::Ready(match call.as_mut().poll(cx) {
-                        Poll::Ready(d) => Some(d.unwrap().allowed),
-                        Poll::Pending => None,
-                    })
-                })
-                .await;
-                calls.push((call, early));
-            }
-            let mut admitted = 0;
-            for (call, early) in calls {
-                let allowed = match early {
-                    Some(allowed) => allowed,
-                    None => call.await.unwrap().allowed,
-                };
-                admitted += u32::from(allowed);
-            }
+            let admitted = admitted_of_a_crowd(&store, &key, &policy, 64).await;
             assert_eq!(admitted, 10, "round {round}");
         }
     });
+}
+
+/// Queues `n` checks of `key` at once (each polled once as it is made, so
+/// the batcher sees them together), then waits for them: how many were
+/// admitted.
+pub(crate) async fn admitted_of_a_crowd(
+    store: &RedisStore,
+    key: &[u8],
+    policy: &Policy,
+    n: usize,
+) -> u32 {
+    let mut calls = Vec::new();
+    for _ in 0..n {
+        let mut call = Box::pin(store.check(Charge::new(key, policy, 1)));
+        let early = std::future::poll_fn(|cx| {
+            Poll::Ready(match call.as_mut().poll(cx) {
+                Poll::Ready(d) => Some(d.unwrap().allowed),
+                Poll::Pending => None,
+            })
+        })
+        .await;
+        calls.push((call, early));
+    }
+    let mut admitted = 0;
+    for (call, early) in calls {
+        let allowed = match early {
+            Some(allowed) => allowed,
+            None => call.await.unwrap().allowed,
+        };
+        admitted += u32::from(allowed);
+    }
+    admitted
 }
 
 fn pttl(server: &RedisServer, key: &[u8]) -> i64 {

@@ -6,10 +6,9 @@
 //! (`fixed_batch.lua`) decides exactly as the check script does, the same
 //! key twice in a batch included.
 
+use crate::redis_batches::admitted_of_a_crowd;
 use crate::redis_support;
 
-use std::future::Future;
-use std::task::Poll;
 use std::time::Duration;
 
 use redis_support::{current_thread_runtime, RedisServer};
@@ -152,26 +151,7 @@ fn a_crowd_on_one_key_is_admitted_exactly_to_the_limit_in_both_forms() {
                     let d = store.check(Charge::new(&key, &policy, PACK)).await.unwrap();
                     assert!(d.allowed);
                 }
-                let mut calls = Vec::new();
-                for _ in 0..64 {
-                    let mut call = Box::pin(store.check(Charge::new(&key, &policy, 1)));
-                    let early = std::future::poll_fn(|cx| {
-                        Poll::Ready(match call.as_mut().poll(cx) {
-                            Poll::Ready(d) => Some(d.unwrap().allowed),
-                            Poll::Pending => None,
-                        })
-                    })
-                    .await;
-                    calls.push((call, early));
-                }
-                let mut admitted = 0;
-                for (call, early) in calls {
-                    let allowed = match early {
-                        Some(allowed) => allowed,
-                        None => call.await.unwrap().allowed,
-                    };
-                    admitted += u32::from(allowed);
-                }
+                let admitted = admitted_of_a_crowd(&store, &key, &policy, 64).await;
                 assert_eq!(admitted, 10, "limit {limit}, round {round}");
             }
         }

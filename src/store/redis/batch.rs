@@ -265,12 +265,11 @@ fn check_replies(
     Ok(out)
 }
 
-/// A uniform GCRA batch's reply: one number per check.
-fn uniform_gcra_replies(
+/// A uniform batch's reply, one item per check, each read by `read`.
+fn one_item_per_check(
     checks: &[&[QueuedRule]],
-    rule: &QueuedRule,
     items: &[Value],
-    now_ns: u64,
+    read: impl Fn(&Value) -> Result<Result<Checked, StoreError>, StoreError>,
 ) -> Result<Vec<Result<Checked, StoreError>>, StoreError> {
     if items.len() != checks.len() {
         return Err(StoreError::Protocol(format!(
@@ -279,10 +278,19 @@ fn uniform_gcra_replies(
             checks.len()
         )));
     }
-    items
-        .iter()
-        .map(|item| reply::uniform_gcra(&rule.policy, rule.cost, item, now_ns))
-        .collect()
+    items.iter().map(read).collect()
+}
+
+/// A uniform GCRA batch's reply: one number per check.
+fn uniform_gcra_replies(
+    checks: &[&[QueuedRule]],
+    rule: &QueuedRule,
+    items: &[Value],
+    now_ns: u64,
+) -> Result<Vec<Result<Checked, StoreError>>, StoreError> {
+    one_item_per_check(checks, items, |item| {
+        reply::uniform_gcra(&rule.policy, rule.cost, item, now_ns)
+    })
 }
 
 /// A uniform fixed-window batch's reply (`fixed_batch.lua`): one item per
@@ -293,18 +301,10 @@ fn uniform_fixed_replies(
     items: &[Value],
     now_ns: u64,
 ) -> Result<Vec<Result<Checked, StoreError>>, StoreError> {
-    if items.len() != checks.len() {
-        return Err(StoreError::Protocol(format!(
-            "{} replies for {} checks",
-            items.len(),
-            checks.len()
-        )));
-    }
     let sent = sent(rule);
-    items
-        .iter()
-        .map(|item| reply::uniform_fixed(&sent, rule.params.p2, item, now_ns))
-        .collect()
+    one_item_per_check(checks, items, |item| {
+        reply::uniform_fixed(&sent, rule.params.p2, item, now_ns)
+    })
 }
 
 /// Sends `jobs` as one script call and answers each caller.
