@@ -12,9 +12,7 @@
 
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
-use http::{HeaderValue, Request, Response};
-use tower::{Layer, Service};
+use tower::Layer;
 use tower_governor::governor::GovernorConfigBuilder;
 use tower_governor::GovernorLayer;
 use tower_throttle::key::HeaderKey;
@@ -26,35 +24,12 @@ use user_header::{UserHeader, USER};
 
 #[path = "common/traffic.rs"]
 mod traffic;
-use traffic::{inner, send, users};
+use traffic::{env, inner, quantile, users};
 
 const USERS: usize = 10_000;
 
-fn env(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-/// Sends `n` requests through `svc`, ns per request.
-async fn batch<S, B>(svc: &mut S, users: &[HeaderValue], n: usize) -> f64
-where
-    S: Service<Request<Body>, Response = Response<B>>,
-    S::Error: std::fmt::Debug,
-{
-    let start = Instant::now();
-    send(svc, &USER, users, n).await;
-    start.elapsed().as_nanos() as f64 / n as f64
-}
-
 fn median(v: &mut [f64]) -> f64 {
     quantile(v, 0.5)
-}
-
-fn quantile(v: &mut [f64], q: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[((v.len() - 1) as f64 * q).round() as usize]
 }
 
 fn main() {
@@ -82,9 +57,9 @@ fn main() {
         .unwrap();
     // Warm every user's state in both limiters, and the code paths.
     rt.block_on(async {
-        batch(&mut bare, &users, USERS).await;
-        batch(&mut ours, &users, USERS * 2).await;
-        batch(&mut governed, &users, USERS * 2).await;
+        traffic::batch(&mut bare, &USER, &users, USERS).await;
+        traffic::batch(&mut ours, &USER, &users, USERS * 2).await;
+        traffic::batch(&mut governed, &USER, &users, USERS * 2).await;
     });
     let (mut b, mut t, mut g) = (Vec::new(), Vec::new(), Vec::new());
     for round in 0..rounds {
@@ -98,9 +73,9 @@ fn main() {
             let which = (round + k) % 3;
             times[which] = rt.block_on(async {
                 match which {
-                    0 => batch(&mut bare, &users, n).await,
-                    1 => batch(&mut ours, &users, n).await,
-                    _ => batch(&mut governed, &users, n).await,
+                    0 => traffic::batch(&mut bare, &USER, &users, n).await,
+                    1 => traffic::batch(&mut ours, &USER, &users, n).await,
+                    _ => traffic::batch(&mut governed, &USER, &users, n).await,
                 }
             });
         }

@@ -8,7 +8,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{HeaderMap, HeaderValue};
+use http::HeaderValue;
 
 use crate::decision::{DecidedBy, Decision};
 use crate::policy::Policy;
@@ -82,7 +82,7 @@ pub(crate) struct Meta {
     /// Hashes rule keys into `pk` parameters, when enabled.
     pub(crate) partition: Option<crate::fields::PartitionKeys>,
     /// The fields of a plain-text 429, prebuilt (see `response`).
-    pub(crate) limited_headers: HeaderMap,
+    pub(crate) limited: crate::response::LimitedFields,
 }
 
 pub(crate) struct RuleSummary {

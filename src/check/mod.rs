@@ -63,6 +63,11 @@ pub(crate) struct LayerState<St> {
     /// an admission carries forward: [`now`] takes the fast lane of
     /// `simple` (see [`Settings::simple`]).
     pub(crate) simple: bool,
+    /// A simple layer whose denials are answered with the default
+    /// plain-text 429 and need no estimate of a release (not a concurrency
+    /// limit): `simple` renders the common one straight from the store's
+    /// decision.
+    pub(crate) plain_denials: bool,
     /// Keeps the layer's key namespaces claimed in the store while any of
     /// its services lives.
     pub(crate) _owner: Arc<()>,

@@ -10,9 +10,14 @@ use std::time::Duration;
 use super::decide::one;
 use super::plan::{missing_key, recycle_keys, take_key_buffer};
 use super::{count, settled_now, Answer, LayerState, Plan, Verdict};
+use bytes::Bytes;
+use http::Response;
+
 use crate::decision::Decision;
+use crate::grpc::Reply;
 use crate::info::NotLimited;
 use crate::key::{bound_key_part, KeyWriter, RequestHead, MAX_KEY_PART};
+use crate::response::common_limited;
 use crate::store::{Charge, Store, StoreError};
 
 /// [`now`](super::now) for a simple layer.
@@ -42,6 +47,14 @@ pub(super) fn check<St: Store>(
         shared.store.check_now(charge)
     } else {
         match shared.store.admit_now(charge) {
+            Some(Ok(Some(d))) if !d.allowed && shared.plain_denials => {
+                if let Some(response) = plain_denial(shared, req, &d) {
+                    recycle_keys(keys);
+                    count(shared, "limited", Some(0));
+                    return ControlFlow::Break(Verdict::Reject(response));
+                }
+                Some(Ok(d))
+            }
             Some(Ok(Some(d))) if !(d.allowed && d.permit.is_none()) => Some(Ok(d)),
             Some(Ok(_)) => {
                 recycle_keys(keys);
@@ -54,6 +67,21 @@ pub(super) fn check<St: Store>(
     };
     let plan = Plan::one(keys, cost);
     settled(shared, plan, req, answer)
+}
+
+/// The common 429 of the rule's denial `d` over HTTP, rendered from the
+/// decision alone: what `settled` would answer, without its `RateLimitInfo`
+/// (see `response::common_limited`). `None` for any other denial.
+#[inline(never)]
+fn plain_denial<St: Store>(
+    shared: &LayerState<St>,
+    req: &RequestHead<'_>,
+    d: &Decision,
+) -> Option<Box<Response<Bytes>>> {
+    if shared.settings.protocol.reply(req.headers()) != Reply::Http {
+        return None;
+    }
+    common_limited(&shared.meta, 0, d)
 }
 
 /// What the fast lane's plan comes to after the store's answer (`None`:

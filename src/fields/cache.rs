@@ -14,7 +14,7 @@ use super::{push_u64, ratelimit_item, Params};
 
 /// Seconds below this come from the tables (a minute-scale limit's whole
 /// range); larger values are rendered per response.
-const CACHED: u64 = 128;
+pub(crate) const CACHED: u64 = 128;
 
 /// `n` as a header value.
 pub(crate) fn int_value(n: u64) -> HeaderValue {

@@ -24,7 +24,7 @@ mod cache;
 mod pk;
 mod profile;
 
-pub(crate) use cache::{int_value, interned, retry_body, ExhaustedItems};
+pub(crate) use cache::{int_value, interned, retry_body, ExhaustedItems, CACHED};
 pub use pk::PartitionKeys;
 pub(crate) use pk::{push_byte_sequence, Pk};
 pub(crate) use profile::Params;

@@ -129,6 +129,9 @@ impl<St: Store> ThrottleLayer<St> {
             store: self.store.clone(),
             holds: Arc::new(crate::check::Holds::new(self.limits.len())),
             simple: settings.simple(&rules),
+            plain_denials: settings.simple(&rules)
+                && matches!(settings.body, crate::response::BodyFormat::PlainText)
+                && !rules[0].policy.is_concurrency(),
             rules,
             meta,
             settings,

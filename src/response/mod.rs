@@ -26,6 +26,7 @@ use crate::info::{Meta, RateLimitInfo, RuleSummary};
 use crate::settings::Settings;
 use crate::store::StoreError;
 
+mod limited;
 mod policy_field;
 mod problem;
 
@@ -33,6 +34,8 @@ mod problem;
 use crate::fields::SF_INT_MAX;
 use crate::fields::{int_value, ratelimit_item, retry_body};
 pub use crate::fields::{FieldProfile, PartitionKeys, QuotaUnit, ResetFormat, DRAFT};
+use limited::limited_plain_text;
+pub(crate) use limited::{common_limited, LimitedFields};
 pub(crate) use policy_field::policy_value;
 use policy_field::request_policy_value;
 use problem::problem_json;
@@ -54,7 +57,8 @@ pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-r
 pub(crate) fn layer_meta(rules: Box<[RuleSummary]>, settings: &Settings) -> Meta {
     let policy_header = policy_value(settings.profile.params(), &rules);
     Meta {
-        limited_headers: limited_headers_template(
+        limited: LimitedFields::new(
+            rules.len(),
             policy_header.as_ref(),
             settings.ietf_headers,
             settings.legacy_headers,
@@ -213,74 +217,6 @@ pub(crate) fn rejection_response(
 pub const UNAVAILABLE_RETRY_SECS: u64 = 1;
 
 const TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
-
-/// The default 429, from the layer's prebuilt header map: a clone and a
-/// few values set in place, instead of hashing and inserting every field.
-/// `None` (build it field by field) for a request that can never be admitted.
-fn limited_plain_text(info: &RateLimitInfo) -> Option<Box<Response<Bytes>>> {
-    let retry_secs = info.retry_after_secs()?;
-    let mut headers = info.meta().limited_headers.clone();
-    let mut ratelimit_ok = true;
-    for (name, value) in headers.iter_mut() {
-        if name == RETRY_AFTER {
-            *value = int_value(retry_secs);
-        } else if name == RATELIMIT {
-            match ratelimit_value(info) {
-                Some(v) => *value = v,
-                None => ratelimit_ok = false,
-            }
-        } else if name == X_RATELIMIT_LIMIT
-            || name == X_RATELIMIT_REMAINING
-            || name == X_RATELIMIT_RESET
-        {
-            let d = info.binding().decision;
-            *value = if name == X_RATELIMIT_LIMIT {
-                int_value(d.limit)
-            } else if name == X_RATELIMIT_REMAINING {
-                int_value(d.remaining)
-            } else {
-                info.meta().legacy_reset.value(d.reset_after)
-            };
-        }
-    }
-    if !ratelimit_ok {
-        headers.remove(RATELIMIT);
-    }
-    if info.meta().ietf_headers && info.per_request_policy() {
-        if let Some(policy) = request_policy_value(info) {
-            headers.insert(RATELIMIT_POLICY, policy);
-        }
-    }
-    let mut response = Box::new(Response::new(retry_body(retry_secs)));
-    *response.status_mut() = StatusCode::TOO_MANY_REQUESTS;
-    *response.headers_mut() = headers;
-    Some(response)
-}
-
-/// The fields of a layer's plain-text 429, with placeholder values where a
-/// response's own go: what [`limited_plain_text`] clones.
-pub(crate) fn limited_headers_template(
-    policy_header: Option<&HeaderValue>,
-    ietf: bool,
-    legacy: bool,
-) -> HeaderMap {
-    let placeholder = HeaderValue::from_static("0");
-    let mut headers = HeaderMap::with_capacity(7);
-    headers.insert(CONTENT_TYPE, TEXT_PLAIN);
-    headers.insert(RETRY_AFTER, placeholder.clone());
-    if ietf {
-        if let Some(policy) = policy_header {
-            headers.insert(RATELIMIT_POLICY, policy.clone());
-        }
-        headers.insert(RATELIMIT, placeholder.clone());
-    }
-    if legacy {
-        for name in [X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET] {
-            headers.insert(name, placeholder.clone());
-        }
-    }
-    headers
-}
 
 /// Adds the configured headers to a forwarded request's response.
 pub(crate) fn add_headers(headers: &mut HeaderMap, info: &RateLimitInfo) {

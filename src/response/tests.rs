@@ -273,3 +273,63 @@ fn a_per_request_policy_renders_its_own_policy_field() {
     assert_eq!(headers[RATELIMIT_POLICY], r.headers()[RATELIMIT_POLICY]);
     assert_eq!(info.policy("reply"), Some(&premium));
 }
+
+/// The common 429 (one rule, nothing remaining, `t` equal to
+/// `Retry-After`) comes from the complete fields cached by seconds; every
+/// one of them is the response the template gives, field for field, and
+/// every other denial is rendered from the template.
+#[test]
+fn the_cached_common_429_is_the_templates_429() {
+    let as_parts = |r: Box<Response<Bytes>>| {
+        let fields: Vec<(String, Vec<u8>)> = r
+            .headers()
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()))
+            .collect();
+        (r.status(), fields, r.body().clone())
+    };
+    for ietf in [true, false] {
+        let meta = Arc::new(layer_meta(rules(), &settings(ietf, false)));
+        let mut cached = 0;
+        for rule in [0, 2] {
+            // Retry in 0.2 s to 130 s (past the table), nothing remaining,
+            // or 1 remaining (a cost the rest cannot cover), or `t` sooner
+            // than `Retry-After`.
+            for retry_ms in (200..130_000).step_by(900) {
+                for (remaining, quota_ms) in [(0, retry_ms), (1, retry_ms), (0, retry_ms / 3)] {
+                    let mut d = decision(false, remaining, Some(retry_ms), retry_ms + 5_000);
+                    d.quota_after = Duration::from_millis(quota_ms);
+                    let info = RateLimitInfo::one(
+                        meta.clone(),
+                        RuleDecision {
+                            rule,
+                            policy: rules()[rule].policy,
+                            decision: d,
+                            pk: None,
+                        },
+                    );
+                    let common = common_limited(&meta, rule, &d);
+                    let expect_cached = remaining == 0
+                        && d.retry_after_secs() == Some(d.quota_after_secs())
+                        && d.quota_after_secs() < crate::fields::CACHED;
+                    assert_eq!(
+                        common.is_some(),
+                        expect_cached,
+                        "{rule} {retry_ms} {remaining}"
+                    );
+                    cached += usize::from(common.is_some());
+                    let template = as_parts(limited::from_template(&info).unwrap());
+                    let given = limited::limited_plain_text(&info).unwrap();
+                    assert_eq!(as_parts(given), template);
+                    if let Some(common) = common {
+                        assert_eq!(as_parts(common), template);
+                    }
+                }
+            }
+        }
+        assert!(cached > 200, "the table was used: {cached}");
+    }
+    // Legacy fields carry the reset, which the table does not hold.
+    let legacy = Arc::new(layer_meta(rules(), &settings(true, true)));
+    assert!(common_limited(&legacy, 0, &decision(false, 0, Some(2_000), 9_000)).is_none());
+}

@@ -39,6 +39,7 @@ mod no_peer_address;
 #[cfg(feature = "axum")]
 mod not_limited;
 mod per_request;
+mod plain_denials;
 #[cfg(feature = "redis")]
 mod policy_change;
 mod proxy_headers;

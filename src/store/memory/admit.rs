@@ -7,6 +7,7 @@
 use super::hot::{self, admit_on, Brief, Lookup};
 use super::slot::Slot;
 use super::{read, MemoryStore};
+use crate::algorithm::gcra;
 use crate::clock::Clock;
 use crate::decision::Decision;
 use crate::policy::{Algorithm, GcraParams};
@@ -25,7 +26,7 @@ impl<C: Clock> MemoryStore<C> {
         let (hash, index) = self.locate(rule.key);
         let cost = rule.cost;
         let promote = match hot::check_with(self.inner.id, hash, |c| c.admit(p, now, cost)) {
-            Lookup::Hit(brief) => return Ok(self.noted(&rule, brief.decision(), now)),
+            Lookup::Hit(brief) => return Ok(self.noted(&rule, brief.decision(p, now, cost), now)),
             Lookup::Miss { promote } => promote,
         };
         self.admit_in_map(rule, p, now, hash, index, promote)
@@ -54,7 +55,7 @@ impl<C: Clock> MemoryStore<C> {
             if promote {
                 self.promote(index, hash);
             }
-            return Ok(self.noted(&rule, brief.decision(), now));
+            return Ok(self.noted(&rule, brief.decision(p, now, cost), now));
         }
         let mut d = self.check_absent(rule, now, hash, index, None)?;
         d.stamp(now, cost);
@@ -72,10 +73,12 @@ impl<C: Clock> MemoryStore<C> {
 }
 
 impl Brief {
-    fn decision(self) -> Option<Decision> {
+    /// The decision of a denial, rendered from its state.
+    #[inline(always)]
+    fn decision(self, p: &GcraParams, now: u64, cost: u64) -> Option<Decision> {
         match self {
             Brief::Admitted => None,
-            Brief::Denied(d) => Some(d),
+            Brief::Denied(state) => Some(gcra::check(p, state, now, cost)),
         }
     }
 }

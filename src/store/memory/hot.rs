@@ -143,15 +143,18 @@ impl HotCell {
 }
 
 /// An admission-only check's answer (see `MemoryStore::admit_sync`).
+#[derive(Clone, Copy)]
 pub(super) enum Brief {
     /// Allowed and admitted; the decision's figures were not computed.
     Admitted,
-    /// Denied: the complete decision.
-    Denied(Decision),
+    /// Denied on this state word: the caller renders the decision where it
+    /// returns it (a decision made here would be copied through every
+    /// wrapper on the way).
+    Denied(u64),
 }
 
 /// Admits `cost` units on the state word `tat` when GCRA allows them, with
-/// no decision; a denial is decided in full on the same state. `hot`: the
+/// no decision; a denial reports the state it was decided on. `hot`: the
 /// word is a hot cell's, where `RETIRED` is reserved (`None` once retired;
 /// admitted states kept below it, as [`HotCell::decide`] does); a plain map
 /// slot's word takes any value, as `Slot::decide` writes it.
@@ -169,7 +172,7 @@ pub(super) fn admit_on(
             return None;
         }
         let Some(next) = gcra::admits(p, current, now, cost) else {
-            return Some(Brief::Denied(gcra::check(p, current, now, cost)));
+            return Some(Brief::Denied(current));
         };
         if cost == 0 {
             return Some(Brief::Admitted);

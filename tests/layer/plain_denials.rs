@@ -1,0 +1,135 @@
+//! A simple layer answers the common denial straight from the store's
+//! decision, without the general path's `RateLimitInfo`. Its 429s must be
+//! the general path's, field for field: the same layer made to take the
+//! general path (`request_info(true)`) is driven alongside on the same
+//! manual clock, and one whose legacy fields keep its 429s off the cached
+//! fields, for every algorithm, across window boundaries, with legacy
+//! fields, with another body format and in gRPC.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use tower::{Layer, Service, ServiceExt};
+use tower_throttle::clock::ManualClock;
+use tower_throttle::grpc::ResponseProtocol;
+use tower_throttle::key::Global;
+use tower_throttle::{MemoryStore, Policy, ThrottleLayer};
+
+type Parts = (StatusCode, Vec<(String, Vec<u8>)>, Bytes);
+
+fn ok() -> impl Service<
+    Request<()>,
+    Response = Response<Full<Bytes>>,
+    Error = Infallible,
+    Future = impl Send,
+> + Clone {
+    tower::service_fn(|_: Request<()>| async { Ok(Response::new(Full::from("ok"))) })
+}
+
+async fn send<S, B>(svc: &S, grpc: bool) -> Parts
+where
+    S: Service<Request<()>, Response = Response<B>> + Clone,
+    S::Error: std::fmt::Debug,
+    B: http_body::Body,
+    B::Error: std::fmt::Debug,
+{
+    let mut request = Request::new(());
+    if grpc {
+        request.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            "application/grpc".parse().unwrap(),
+        );
+    }
+    let response = svc.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let fields = response
+        .headers()
+        .iter()
+        .map(|(n, v)| (n.to_string(), v.as_bytes().to_vec()))
+        .collect();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (status, fields, body)
+}
+
+/// Drives a simple layer and the same layer on the general path with the
+/// same requests on one clock; returns how many denials they agreed on.
+async fn agree(
+    policy: Policy,
+    configure: impl Fn(
+        ThrottleLayer<MemoryStore<ManualClock>>,
+    ) -> ThrottleLayer<MemoryStore<ManualClock>>,
+    grpc: bool,
+) -> usize {
+    let clock = ManualClock::new();
+    let store = || MemoryStore::builder().clock(clock.clone()).build();
+    let simple = configure(ThrottleLayer::new(store(), policy).key(Global)).layer(ok());
+    let general = configure(ThrottleLayer::new(store(), policy).key(Global))
+        .request_info(true)
+        .layer(ok());
+    // Legacy fields keep a 429 off the cached fields: rendered field by
+    // field, the reference for every field but the legacy ones.
+    let reference = configure(ThrottleLayer::new(store(), policy).key(Global))
+        .request_info(true)
+        .legacy_headers(true)
+        .layer(ok());
+    let without_legacy = |mut parts: Parts| {
+        parts
+            .1
+            .retain(|(name, _)| !name.starts_with("x-ratelimit-"));
+        parts
+    };
+    let mut denials = 0;
+    // 0.35 s steps over four windows of the slowest policy: every
+    // `Retry-After` from its longest down to 1 s, and boundaries.
+    for step in 0..120 {
+        for _ in 0..3 {
+            let a = send(&simple, grpc).await;
+            let b = send(&general, grpc).await;
+            let c = send(&reference, grpc).await;
+            assert_eq!(a, b, "{policy:?} at step {step}");
+            assert_eq!(
+                without_legacy(a.clone()),
+                without_legacy(c),
+                "{policy:?} at step {step}"
+            );
+            // gRPC's RESOURCE_EXHAUSTED is 8, in an HTTP 200.
+            let exhausted = a.1.contains(&("grpc-status".into(), b"8".to_vec()));
+            if a.0 == StatusCode::TOO_MANY_REQUESTS || exhausted {
+                denials += 1;
+            }
+        }
+        clock.advance(Duration::from_millis(350));
+    }
+    denials
+}
+
+fn policies() -> [Policy; 5] {
+    [
+        Policy::cell(2, 1, Duration::from_secs(3)).unwrap(),
+        Policy::fixed_window(2, Duration::from_secs(10)).unwrap(),
+        Policy::sliding_window(3, Duration::from_secs(10)).unwrap(),
+        Policy::sliding_log(3, Duration::from_secs(10)).unwrap(),
+        Policy::funnel(2, 0.5).unwrap(),
+    ]
+}
+
+#[tokio::test]
+async fn a_simple_layers_429s_are_the_general_paths() {
+    for policy in policies() {
+        let denials = agree(policy, |l| l, false).await;
+        assert!(denials > 100, "{policy:?}: {denials} denials compared");
+    }
+}
+
+#[tokio::test]
+async fn with_legacy_fields_problem_json_or_grpc_the_429s_are_the_general_paths() {
+    for policy in policies() {
+        assert!(agree(policy, |l| l.legacy_headers(true), false).await > 100);
+        assert!(agree(policy, |l| l.problem_json_body(), false).await > 100);
+        let auto = |l: ThrottleLayer<_>| l.response_protocol(ResponseProtocol::Auto);
+        assert!(agree(policy, auto, true).await > 100);
+    }
+}
