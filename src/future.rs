@@ -123,6 +123,15 @@ where
         }
     }
 
+    /// The layer's own answer.
+    pub(crate) fn rejected(response: Box<Response<Bytes>>) -> Self {
+        ResponseFuture {
+            state: Phase::Done {
+                response: Some(response),
+            },
+        }
+    }
+
     /// Acts on a finished check: calls `service` (which must be ready) or
     /// answers directly.
     pub(crate) fn decided(

@@ -86,6 +86,8 @@ where
             ControlFlow::Break(Verdict::Forward(None)) => {
                 ResponseFuture::forwarded(self.inner.call(request))
             }
+            // Dropped where it is: passing the request on is a copy of it.
+            ControlFlow::Break(Verdict::Reject(response)) => ResponseFuture::rejected(response),
             checked => self.call_slow(checked, request),
         }
     }

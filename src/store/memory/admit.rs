@@ -26,7 +26,7 @@ impl<C: Clock> MemoryStore<C> {
         let (hash, index) = self.locate(rule.key);
         let cost = rule.cost;
         let promote = match hot::check_with(self.inner.id, hash, |c| c.admit(p, now, cost)) {
-            Lookup::Hit(brief) => return Ok(self.noted(&rule, brief.decision(p, now, cost), now)),
+            Lookup::Hit(brief) => return Ok(self.answer(&rule, brief, p, now)),
             Lookup::Miss { promote } => promote,
         };
         self.admit_in_map(rule, p, now, hash, index, promote)
@@ -55,7 +55,7 @@ impl<C: Clock> MemoryStore<C> {
             if promote {
                 self.promote(index, hash);
             }
-            return Ok(self.noted(&rule, brief.decision(p, now, cost), now));
+            return Ok(self.answer(&rule, brief, p, now));
         }
         let mut d = self.check_absent(rule, now, hash, index, None)?;
         d.stamp(now, cost);
@@ -63,22 +63,21 @@ impl<C: Clock> MemoryStore<C> {
         Ok(Some(d))
     }
 
-    /// Counts an admission-only answer for the hottest keys.
-    #[inline]
-    fn noted(&self, rule: &Charge<'_>, d: Option<Decision>, now: u64) -> Option<Decision> {
-        let denied = d.as_ref().is_some_and(|d| !d.allowed);
-        self.note_hottest(rule, denied, now);
-        d
-    }
-}
-
-impl Brief {
-    /// The decision of a denial, rendered from its state.
+    /// An admission-only answer: counted for the hottest keys first, so
+    /// that a denial's decision is rendered last, where it is returned (a
+    /// decision held across the call would be copied on the way out).
     #[inline(always)]
-    fn decision(self, p: &GcraParams, now: u64, cost: u64) -> Option<Decision> {
-        match self {
+    fn answer(
+        &self,
+        rule: &Charge<'_>,
+        brief: Brief,
+        p: &GcraParams,
+        now: u64,
+    ) -> Option<Decision> {
+        self.note_hottest(rule, matches!(brief, Brief::Denied(_)), now);
+        match brief {
             Brief::Admitted => None,
-            Brief::Denied(state) => Some(gcra::check(p, state, now, cost)),
+            Brief::Denied(state) => Some(gcra::check(p, state, now, rule.cost)),
         }
     }
 }
