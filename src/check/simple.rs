@@ -47,15 +47,16 @@ pub(super) fn check<St: Store>(
         shared.store.check_now(charge)
     } else {
         match shared.store.admit_now(charge) {
-            Some(Ok(Some(d))) if !d.allowed && shared.plain_denials => {
-                if let Some(response) = plain_denial(shared, req, &d) {
-                    recycle_keys(keys);
-                    count(shared, "limited", Some(0));
-                    return ControlFlow::Break(Verdict::Reject(response));
+            Some(Ok(Some(d))) if !(d.allowed && d.permit.is_none()) => {
+                if !d.allowed && shared.plain_denials {
+                    if let Some(response) = plain_denial(shared, req, &d) {
+                        recycle_keys(keys);
+                        count(shared, "limited", Some(0));
+                        return ControlFlow::Break(Verdict::Reject(response));
+                    }
                 }
                 Some(Ok(d))
             }
-            Some(Ok(Some(d))) if !(d.allowed && d.permit.is_none()) => Some(Ok(d)),
             Some(Ok(_)) => {
                 recycle_keys(keys);
                 count(shared, "allowed", None);
