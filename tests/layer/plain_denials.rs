@@ -4,7 +4,7 @@
 //! general path (`request_info(true)`) is driven alongside on the same
 //! manual clock, and one whose legacy fields keep its 429s off the cached
 //! fields, for every algorithm, across window boundaries, with legacy
-//! fields, with another body format and in gRPC.
+//! fields, another body format, partition keys and in gRPC.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -16,6 +16,7 @@ use tower::{Layer, Service, ServiceExt};
 use tower_throttle::clock::ManualClock;
 use tower_throttle::grpc::ResponseProtocol;
 use tower_throttle::key::Global;
+use tower_throttle::response::PartitionKeys;
 use tower_throttle::{MemoryStore, Policy, ThrottleLayer};
 
 type Parts = (StatusCode, Vec<(String, Vec<u8>)>, Bytes);
@@ -125,10 +126,13 @@ async fn a_simple_layers_429s_are_the_general_paths() {
 }
 
 #[tokio::test]
-async fn with_legacy_fields_problem_json_or_grpc_the_429s_are_the_general_paths() {
+async fn with_legacy_fields_problem_json_partition_keys_or_grpc_the_429s_are_the_general_paths() {
     for policy in policies() {
         assert!(agree(policy, |l| l.legacy_headers(true), false).await > 100);
         assert!(agree(policy, |l| l.problem_json_body(), false).await > 100);
+        let secret = PartitionKeys::with_secret(b"a secret of the test's own");
+        let pk = move |l: ThrottleLayer<_>| l.partition_keys(secret.clone());
+        assert!(agree(policy, pk, false).await > 100);
         let auto = |l: ThrottleLayer<_>| l.response_protocol(ResponseProtocol::Auto);
         assert!(agree(policy, auto, true).await > 100);
     }
