@@ -13,20 +13,26 @@ use crate::decision::Decision;
 use crate::policy::{Algorithm, GcraParams};
 use crate::store::{Charge, StoreError};
 
+/// What `Store::admit_now` answers.
+pub(super) type Admitted = Option<Result<Option<Decision>, StoreError>>;
+
 impl<C: Clock> MemoryStore<C> {
-    /// Decides one rule now: `Ok(None)` for an admission that hands nothing
+    /// Decides one rule now, as `Store::admit_now` answers (always
+    /// `Some`: in process): `Ok(None)` for an admission that hands nothing
     /// back (no concurrency permit), whose figures are not computed;
     /// otherwise the complete decision [`check_sync`](Self::check_sync)
-    /// gives.
-    pub(super) fn admit_sync(&self, rule: Charge<'_>) -> Result<Option<Decision>, StoreError> {
+    /// gives. Every path builds the trait's own type where it returns, so
+    /// no answer is copied from one wrapper into the next on the way out
+    /// (a copy of the whole 112-byte enum, even for a bare admission).
+    pub(super) fn admit_sync(&self, rule: Charge<'_>) -> Admitted {
         let Algorithm::Gcra(p) = rule.policy.algorithm() else {
-            return self.check_sync(rule).map(Some);
+            return Some(self.check_sync(rule).map(Some));
         };
         let now = self.inner.clock.now_ns();
         let (hash, index) = self.locate(rule.key);
         let cost = rule.cost;
         let promote = match hot::check_with(self.inner.id, hash, |c| c.admit(p, now, cost)) {
-            Lookup::Hit(brief) => return Ok(self.answer(&rule, brief, p, now)),
+            Lookup::Hit(brief) => return Some(Ok(self.answer(&rule, brief, p, now))),
             Lookup::Miss { promote } => promote,
         };
         self.admit_in_map(rule, p, now, hash, index, promote)
@@ -44,7 +50,7 @@ impl<C: Clock> MemoryStore<C> {
         hash: u64,
         index: usize,
         promote: bool,
-    ) -> Result<Option<Decision>, StoreError> {
+    ) -> Admitted {
         let cost = rule.cost;
         let found = read(self.shard(index))
             .slots
@@ -55,12 +61,15 @@ impl<C: Clock> MemoryStore<C> {
             if promote {
                 self.promote(index, hash);
             }
-            return Ok(self.answer(&rule, brief, p, now));
+            return Some(Ok(self.answer(&rule, brief, p, now)));
         }
-        let mut d = self.check_absent(rule, now, hash, index, None)?;
+        let mut d = match self.check_absent(rule, now, hash, index, None) {
+            Ok(d) => d,
+            Err(e) => return Some(Err(e)),
+        };
         d.stamp(now, cost);
         self.note_hottest(&rule, !d.allowed, now);
-        Ok(Some(d))
+        Some(Ok(Some(d)))
     }
 
     /// An admission-only answer: counted for the hottest keys first, so
@@ -136,7 +145,10 @@ mod tests {
                 _ => &gcra,
             };
             let cost = next(7);
-            let brief = fast.admit_sync(Charge::new(key, policy, cost)).unwrap();
+            let brief = fast
+                .admit_sync(Charge::new(key, policy, cost))
+                .expect("in process")
+                .unwrap();
             let d = full.check_sync(Charge::new(key, policy, cost)).unwrap();
             match brief {
                 None => assert!(d.allowed && d.permit.is_none(), "step {step}: {d:?}"),

@@ -370,6 +370,6 @@ impl<C: Clock> Store for MemoryStore<C> {
     }
 
     fn admit_now(&self, rule: Charge<'_>) -> Option<Result<Option<Decision>, StoreError>> {
-        Some(self.admit_sync(rule))
+        self.admit_sync(rule)
     }
 }
