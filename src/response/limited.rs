@@ -25,7 +25,8 @@ pub(crate) struct LimitedFields {
     template: HeaderMap,
     /// Per rule, the common denial's complete fields by `Retry-After`
     /// seconds below [`CACHED`], each built on its first use (a table of
-    /// empty cells is made on the rule's first denial).
+    /// empty cells is made on the rule's first denial): at most 128 small
+    /// maps per rule, freed with the layer.
     common: Box<[OnceLock<BySecs>]>,
 }
 
