@@ -16,7 +16,8 @@ cargo build --release --example bench_server 2>&1 | tail -1
 server=target/release/examples/bench_server
 
 lua=$(mktemp --suffix=.lua)
-trap 'rm -f "$lua"; kill "${pid:-0}" 2>/dev/null || true' EXIT
+# Only a server still running: `kill 0` would signal this whole process group.
+trap 'rm -f "$lua"; if [ -n "${pid:-}" ]; then kill "$pid" 2>/dev/null || true; fi' EXIT
 run() { # path mode users
   cat >"$lua" <<LUA
 local n = 0
