@@ -33,7 +33,10 @@ fn main() {
     let mut fields = HeaderMap::with_capacity(4);
     fields.insert(CONTENT_TYPE, TEXT_PLAIN);
     fields.insert(RETRY_AFTER, HeaderValue::from_static("1"));
-    fields.insert(RATELIMIT_POLICY, HeaderValue::from_static("\"default\";q=1;w=1"));
+    fields.insert(
+        RATELIMIT_POLICY,
+        HeaderValue::from_static("\"default\";q=1;w=1"),
+    );
     fields.insert(RATELIMIT, HeaderValue::from_static("\"default\";r=0;t=1"));
     let values: Vec<HeaderValue> = fields.values().cloned().collect();
     let body = Bytes::from_static(b"Too many requests: try again in 1 s.\n");
