@@ -33,11 +33,7 @@ fn a_crowd_split_over_batches_is_admitted_exactly_to_the_limit() {
     let server = RedisServer::start();
     // A multi-thread runtime: the batches' tasks run on either worker, in
     // either order.
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = redis_support::runtime();
     rt.block_on(async {
         let store = RedisStore::builder()
             .prefix("o")

@@ -126,11 +126,7 @@ fn windows_shorter_than_a_packed_index_allows_keep_the_string_form() {
 #[test]
 fn a_crowd_on_one_key_is_admitted_exactly_to_the_limit_in_both_forms() {
     let server = RedisServer::start();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = redis_support::runtime();
     rt.block_on(async {
         let store = RedisStore::builder()
             .prefix("fc")
