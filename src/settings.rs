@@ -85,7 +85,7 @@ impl Settings {
     /// Whether `rules` under these settings make a simple layer (see
     /// `LayerState::simple`).
     pub(crate) fn simple(&self, rules: &[RuleCfg]) -> bool {
-        matches!(rules, [rule] if rule.source.is_none())
+        rules.len() == 1
             && self.skip.is_none()
             && self.lockout.is_none()
             && !matches!(self.mode, Mode::Delay { .. })

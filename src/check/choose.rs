@@ -9,6 +9,24 @@ use crate::policy::Policy;
 use crate::resolve::PolicySource;
 use crate::rule::RuleCfg;
 
+/// The request's policy for `rule` from `source` (`key_part`: the rule's
+/// key part): `Some` a policy, `None` the rule's own; `Err(Pending)` when
+/// only an asynchronous resolver knows.
+#[inline]
+pub(super) fn pick(
+    source: &PolicySource,
+    req: &RequestHead<'_>,
+    key_part: &[u8],
+) -> Result<Option<Policy>, Pending> {
+    match source {
+        PolicySource::Fn(f) => Ok(f(req)),
+        PolicySource::Resolver(r) => r.resolve_now(key_part).ok_or(Pending),
+    }
+}
+
+/// The request's policy is known only to a resolver's future.
+pub(super) struct Pending;
+
 /// Sets the request's policy on `active` (the plan's last rule, its key at
 /// the end of `keys`), or marks it pending when only an asynchronous
 /// resolver knows it.
@@ -20,20 +38,13 @@ pub(super) fn choose(
     chosen: &mut Vec<Policy>,
     active: &mut PlannedRule,
 ) {
-    let picked = match source {
-        PolicySource::Fn(f) => f(req),
-        PolicySource::Resolver(r) => {
-            match r.resolve_now(&keys[active.start + rule.key_head.len()..active.end]) {
-                Some(chosen) => chosen,
-                None => {
-                    active.pending = true;
-                    return;
-                }
-            }
+    let key_part = &keys[active.start + rule.key_head.len()..active.end];
+    match pick(source, req, key_part) {
+        Ok(Some(policy)) => {
+            apply(rule, policy, keys, chosen, active);
         }
-    };
-    if let Some(policy) = picked {
-        apply(rule, policy, keys, chosen, active);
+        Ok(None) => {}
+        Err(Pending) => active.pending = true,
     }
 }
 
@@ -49,14 +60,22 @@ pub(super) fn apply(
 ) -> usize {
     active.chosen = Some(u32::try_from(chosen.len()).unwrap_or(u32::MAX));
     chosen.push(policy);
+    let grown = tag(rule, &policy, keys, active.start);
+    active.end += grown;
+    grown
+}
+
+/// Tags the key of `rule` that starts at `start` in `keys` for `policy`
+/// when that policy cannot share the rule's state (see
+/// [`crate::resolve`]); returns how many bytes the key grew by.
+pub(super) fn tag(rule: &RuleCfg, policy: &Policy, keys: &mut Vec<u8>, start: usize) -> usize {
     let mut tag = Vec::new();
     if !policy.write_state_tag(&rule.policy, &mut tag) {
         return 0;
     }
     // Before the `:` that ends the rule's namespace.
-    let at = active.start + rule.key_head.len() - 1;
+    let at = start + rule.key_head.len() - 1;
     keys.splice(at..at, tag.iter().copied());
-    active.end += tag.len();
     tag.len()
 }
 

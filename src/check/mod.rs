@@ -59,9 +59,9 @@ pub(crate) struct LayerState<St> {
     pub(crate) rules: Box<[RuleCfg]>,
     pub(crate) meta: Arc<Meta>,
     pub(crate) settings: Settings,
-    /// One rule with its own policy, no skip, lock-out or delay, and nothing
-    /// an admission carries forward: [`now`] takes the fast lane of
-    /// `simple` (see [`Settings::simple`]).
+    /// One rule (its own policy or the request's), no skip, lock-out or
+    /// delay, and nothing an admission carries forward: [`now`] takes the
+    /// fast lane of `simple` (see [`Settings::simple`]).
     pub(crate) simple: bool,
     /// A simple layer whose denials are answered with the default
     /// plain-text 429 and need no estimate of a release (not a concurrency

@@ -54,7 +54,7 @@ pub(super) fn recycle_keys(mut keys: Vec<u8>) {
 
 impl Plan {
     /// The plan of the one rule of a layer's fast lane, its key in `keys`.
-    pub(super) fn one(keys: Vec<u8>, cost: u64) -> Self {
+    pub(super) fn one(keys: Vec<u8>, cost: u64, chosen: Option<Policy>) -> Self {
         let end = keys.len();
         Plan {
             keys,
@@ -63,12 +63,22 @@ impl Plan {
                 start: 0,
                 end,
                 cost,
-                chosen: None,
+                chosen: chosen.map(|_| 0),
                 pending: false,
             }),
             pending: false,
-            chosen: Vec::new(),
+            chosen: chosen.into_iter().collect(),
         }
+    }
+
+    /// The plan of a one-rule layer whose policy only its resolver knows.
+    pub(super) fn pending(keys: Vec<u8>, cost: u64) -> Self {
+        let mut plan = Plan::one(keys, cost, None);
+        plan.pending = true;
+        if let PlannedRules::One(a) = &mut plan.rules {
+            a.pending = true;
+        }
+        plan
     }
 
     /// Returns the key buffer for the next request on this thread.

@@ -1,12 +1,15 @@
 //! The fast lane of a simple layer (see `LayerState::simple`): one rule
-//! with its own policy and nothing to do on an admission but forward. Its
-//! key is built and the store asked with `Store::admit_now`, which spares
-//! an admission's figures, with no [`Plan`] until an answer needs one;
-//! that answer is settled like any other.
+//! and nothing to do on an admission but forward. Its key is built, its
+//! policy picked (the rule's own, or the request's from a function or a
+//! resolver's cache; a resolver still to be asked sends the plan on) and
+//! the store asked with `Store::admit_now`, which spares an admission's
+//! figures, with no [`Plan`] until an answer needs one; that answer is
+//! settled like any other.
 
 use std::ops::ControlFlow;
 use std::time::Duration;
 
+use super::choose::{pick, tag, Pending};
 use super::decide::one;
 use super::plan::{missing_key, recycle_keys, take_key_buffer};
 use super::{count, settled_now, Answer, LayerState, Plan, Verdict};
@@ -38,7 +41,19 @@ pub(super) fn check<St: Store>(
     }
     bound_key_part(&mut keys, part, MAX_KEY_PART);
     let cost = rule.cost.of(req);
-    let charge = Charge::new(&keys, &rule.policy, cost);
+    // A policy of the request's own, when the rule has a source.
+    let picked = match &rule.source {
+        None => None,
+        Some(source) => match pick(source, req, &keys[part..]) {
+            Ok(picked) => picked,
+            Err(Pending) => return ControlFlow::Continue(Plan::pending(keys, cost)),
+        },
+    };
+    if let Some(policy) = &picked {
+        tag(rule, policy, &mut keys, 0);
+    }
+    let policy = picked.as_ref().unwrap_or(&rule.policy);
+    let charge = Charge::new(&keys, policy, cost);
     // An admission's figures are read only by the debug log and the
     // near-limit count of the `metrics` feature.
     let figures = cfg!(feature = "metrics")
@@ -48,7 +63,8 @@ pub(super) fn check<St: Store>(
     } else {
         match shared.store.admit_now(charge) {
             Some(Ok(Some(d))) if !(d.allowed && d.permit.is_none()) => {
-                if !d.allowed && shared.plain_denials {
+                // The cached fields are the rule's own policy's.
+                if !d.allowed && shared.plain_denials && *policy == rule.policy {
                     if let Some(response) = plain_denial(shared, req, &d) {
                         recycle_keys(keys);
                         count(shared, "limited", Some(0));
@@ -66,7 +82,7 @@ pub(super) fn check<St: Store>(
             None => None,
         }
     };
-    let plan = Plan::one(keys, cost);
+    let plan = Plan::one(keys, cost, picked);
     settled(shared, plan, req, answer)
 }
 

@@ -5,6 +5,12 @@
 //! manual clock, and one whose legacy fields keep its 429s off the cached
 //! fields, for every algorithm, across window boundaries, with legacy
 //! fields, another body format, partition keys and in gRPC.
+//!
+//! The fast lane runs when nothing asks for an admission's figures: not
+//! with the `metrics` feature (its near-limit count reads them) or a debug
+//! subscriber. CI's `cargo test --no-default-features` runs these tests on
+//! the lane; under `--all-features` they hold the general path to the
+//! reference.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -37,7 +43,23 @@ where
     B: http_body::Body,
     B::Error: std::fmt::Debug,
 {
+    send_tier(svc, grpc, None).await
+}
+
+/// [`send`], with an `x-tier` header when `tier` is given.
+async fn send_tier<S, B>(svc: &S, grpc: bool, tier: Option<&str>) -> Parts
+where
+    S: Service<Request<()>, Response = Response<B>> + Clone,
+    S::Error: std::fmt::Debug,
+    B: http_body::Body,
+    B::Error: std::fmt::Debug,
+{
     let mut request = Request::new(());
+    if let Some(tier) = tier {
+        request
+            .headers_mut()
+            .insert("x-tier", tier.parse().unwrap());
+    }
     if grpc {
         request.headers_mut().insert(
             http::header::CONTENT_TYPE,
@@ -136,4 +158,59 @@ async fn with_legacy_fields_problem_json_partition_keys_or_grpc_the_429s_are_the
         let auto = |l: ThrottleLayer<_>| l.response_protocol(ResponseProtocol::Auto);
         assert!(agree(policy, auto, true).await > 100);
     }
+}
+
+/// The request's policy from `x-tier`: the rule's own (absent), the same
+/// algorithm with another limit (`premium`), another algorithm (`other`,
+/// whose state is kept under a tagged key), or the rule's own policy named
+/// explicitly (`same`).
+fn tiered(base: Policy) -> impl Fn(&tower_throttle::key::RequestHead<'_>) -> Option<Policy> {
+    move |req| match req.headers().get("x-tier")?.as_bytes() {
+        b"premium" => Some(Policy::cell(5, 1, Duration::from_secs(3)).unwrap()),
+        b"other" => Some(Policy::fixed_window(3, Duration::from_secs(10)).unwrap()),
+        b"same" => Some(base),
+        _ => None,
+    }
+}
+
+/// A one-rule layer with a policy per request takes the fast lane too.
+/// Every response of such a layer is the general path's, and every 429's
+/// fields but the legacy ones the reference's: the rule's own policy
+/// (cached fields), another limit, another algorithm (a tagged key), and
+/// the rule's own policy picked by the function.
+#[tokio::test]
+async fn per_request_policies_in_the_fast_lane_answer_as_the_general_path() {
+    let base = Policy::cell(2, 1, Duration::from_secs(3)).unwrap();
+    let clock = ManualClock::new();
+    let store = || MemoryStore::builder().clock(clock.clone()).build();
+    let by_fn = |l: ThrottleLayer<MemoryStore<ManualClock>>| l.policy_fn(tiered(base));
+    let mut denials = 0;
+    for tiers in [
+        [None, Some("premium"), Some("other")],
+        [Some("same"), None, Some("premium")],
+    ] {
+        let simple = by_fn(ThrottleLayer::new(store(), base).key(Global)).layer(ok());
+        let general = by_fn(ThrottleLayer::new(store(), base).key(Global))
+            .request_info(true)
+            .layer(ok());
+        let reference = by_fn(ThrottleLayer::new(store(), base).key(Global))
+            .request_info(true)
+            .legacy_headers(true)
+            .layer(ok());
+        for step in 0..80 {
+            for tier in tiers {
+                let a = send_tier(&simple, false, tier).await;
+                let b = send_tier(&general, false, tier).await;
+                let mut c = send_tier(&reference, false, tier).await;
+                assert_eq!(a, b, "{tier:?} at step {step}");
+                let mut a = a;
+                a.1.retain(|(name, _)| !name.starts_with("x-ratelimit-"));
+                c.1.retain(|(name, _)| !name.starts_with("x-ratelimit-"));
+                assert_eq!(a, c, "{tier:?} at step {step}");
+                denials += usize::from(a.0 == StatusCode::TOO_MANY_REQUESTS);
+            }
+            clock.advance(Duration::from_millis(350));
+        }
+    }
+    assert!(denials > 150, "{denials} denials compared");
 }
