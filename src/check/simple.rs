@@ -64,7 +64,8 @@ pub(super) fn check<St: Store>(
         match shared.store.admit_now(charge) {
             Some(Ok(Some(d))) if !(d.allowed && d.permit.is_none()) => {
                 // The cached fields are the rule's own policy's.
-                if !d.allowed && shared.plain_denials && *policy == rule.policy {
+                let own = picked.as_ref().is_none_or(|p| *p == rule.policy);
+                if !d.allowed && shared.plain_denials && own {
                     if let Some(response) = plain_denial(shared, req, &d) {
                         recycle_keys(keys);
                         count(shared, "limited", Some(0));
