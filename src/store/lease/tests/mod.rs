@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{LeaseConfigError, LeasingStore};
-use crate::clock::ManualClock;
+use crate::clock::{Clock, ManualClock};
 use crate::decision::{Decision, Receipt};
 use crate::policy::Policy;
 use crate::store::{Charge, MemoryStore, Store, StoreError};
@@ -173,6 +173,37 @@ async fn a_window_lease_expires_when_its_window_ends() {
     assert_eq!(r.store.block_target(b"hot"), Some(4), "halved after waste");
     // One check in the last window: too slow for a block of more than one.
     assert_eq!(r.shared_remaining("hot", &p).await, 99);
+}
+
+/// A block charged while the shared key holds a later window (another
+/// instance's clock ahead) is counted in that window, but its receipt names
+/// the window of the charge's instant: the lease ends with that window,
+/// never serving a unit after it, as `tests/redis/redis_lease.rs` asserts
+/// of four real instances.
+#[tokio::test]
+async fn a_block_charged_into_a_later_window_ends_with_its_receipts_window() {
+    let r = rig(1, 8, 8);
+    let p = fixed(100);
+    // The next window's state, written by a clock ahead of this one.
+    r.advance(S);
+    let ahead = Charge::new(b"hot", &p, 1);
+    assert!(r.shared.check(ahead).await.unwrap().allowed);
+    r.clock.set_ns(r.clock.now_ns() - S / 2);
+    let first = r.check("hot", &p).await;
+    assert!(first.allowed);
+    assert!(
+        first.reset_after > Duration::from_millis(500),
+        "the later window's end: {:?}",
+        first.reset_after
+    );
+    assert_eq!(r.store.local_units(b"hot"), 7);
+    r.advance(S / 2 - 1);
+    assert_eq!(r.store.local_units(b"hot"), 7, "the receipt's window");
+    r.advance(1);
+    assert_eq!(r.store.local_units(b"hot"), 0, "ended with it");
+    let calls = r.calls();
+    r.check("hot", &p).await;
+    assert_eq!(r.calls(), calls + 1, "not served from the lease");
 }
 
 #[tokio::test]
