@@ -36,18 +36,9 @@ fn ok() -> impl Service<
     tower::service_fn(|_: Request<()>| async { Ok(Response::new(Full::from("ok"))) })
 }
 
-async fn send<S, B>(svc: &S, grpc: bool) -> Parts
-where
-    S: Service<Request<()>, Response = Response<B>> + Clone,
-    S::Error: std::fmt::Debug,
-    B: http_body::Body,
-    B::Error: std::fmt::Debug,
-{
-    send_tier(svc, grpc, None).await
-}
-
-/// [`send`], with an `x-tier` header when `tier` is given.
-async fn send_tier<S, B>(svc: &S, grpc: bool, tier: Option<&str>) -> Parts
+/// Sends one request through `svc` (a gRPC one if `grpc`, with an
+/// `x-tier` header when `tier` is given) and reads its whole response.
+async fn send<S, B>(svc: &S, grpc: bool, tier: Option<&str>) -> Parts
 where
     S: Service<Request<()>, Response = Response<B>> + Clone,
     S::Error: std::fmt::Debug,
@@ -77,14 +68,29 @@ where
     (status, fields, body)
 }
 
-/// Drives a simple layer and the same layer on the general path with the
-/// same requests on one clock; returns how many denials they agreed on.
+/// Three requests every 0.35 s, 120 times, through [`agree_on`].
 async fn agree(
     policy: Policy,
     configure: impl Fn(
         ThrottleLayer<MemoryStore<ManualClock>>,
     ) -> ThrottleLayer<MemoryStore<ManualClock>>,
     grpc: bool,
+) -> usize {
+    agree_on(policy, configure, grpc, &[None; 3], 120).await
+}
+
+/// Drives a simple layer and the same layer on the general path with the
+/// same requests on one clock: at each of `steps` steps, 0.35 s apart, one
+/// request per entry of `tiers` (its `x-tier` header). Returns how many
+/// denials they agreed on.
+async fn agree_on(
+    policy: Policy,
+    configure: impl Fn(
+        ThrottleLayer<MemoryStore<ManualClock>>,
+    ) -> ThrottleLayer<MemoryStore<ManualClock>>,
+    grpc: bool,
+    tiers: &[Option<&str>],
+    steps: usize,
 ) -> usize {
     let clock = ManualClock::new();
     let store = || MemoryStore::builder().clock(clock.clone()).build();
@@ -107,16 +113,16 @@ async fn agree(
     let mut denials = 0;
     // 0.35 s steps over four windows of the slowest policy: every
     // `Retry-After` from its longest down to 1 s, and boundaries.
-    for step in 0..120 {
-        for _ in 0..3 {
-            let a = send(&simple, grpc).await;
-            let b = send(&general, grpc).await;
-            let c = send(&reference, grpc).await;
-            assert_eq!(a, b, "{policy:?} at step {step}");
+    for step in 0..steps {
+        for &tier in tiers {
+            let a = send(&simple, grpc, tier).await;
+            let b = send(&general, grpc, tier).await;
+            let c = send(&reference, grpc, tier).await;
+            assert_eq!(a, b, "{policy:?}, {tier:?} at step {step}");
             assert_eq!(
                 without_legacy(a.clone()),
                 without_legacy(c),
-                "{policy:?} at step {step}"
+                "{policy:?}, {tier:?} at step {step}"
             );
             // gRPC's RESOURCE_EXHAUSTED is 8, in an HTTP 200.
             let exhausted = a.1.contains(&("grpc-status".into(), b"8".to_vec()));
@@ -181,36 +187,13 @@ fn tiered(base: Policy) -> impl Fn(&tower_throttle::key::RequestHead<'_>) -> Opt
 #[tokio::test]
 async fn per_request_policies_in_the_fast_lane_answer_as_the_general_path() {
     let base = Policy::cell(2, 1, Duration::from_secs(3)).unwrap();
-    let clock = ManualClock::new();
-    let store = || MemoryStore::builder().clock(clock.clone()).build();
     let by_fn = |l: ThrottleLayer<MemoryStore<ManualClock>>| l.policy_fn(tiered(base));
     let mut denials = 0;
     for tiers in [
         [None, Some("premium"), Some("other")],
         [Some("same"), None, Some("premium")],
     ] {
-        let simple = by_fn(ThrottleLayer::new(store(), base).key(Global)).layer(ok());
-        let general = by_fn(ThrottleLayer::new(store(), base).key(Global))
-            .request_info(true)
-            .layer(ok());
-        let reference = by_fn(ThrottleLayer::new(store(), base).key(Global))
-            .request_info(true)
-            .legacy_headers(true)
-            .layer(ok());
-        for step in 0..80 {
-            for tier in tiers {
-                let a = send_tier(&simple, false, tier).await;
-                let b = send_tier(&general, false, tier).await;
-                let mut c = send_tier(&reference, false, tier).await;
-                assert_eq!(a, b, "{tier:?} at step {step}");
-                let mut a = a;
-                a.1.retain(|(name, _)| !name.starts_with("x-ratelimit-"));
-                c.1.retain(|(name, _)| !name.starts_with("x-ratelimit-"));
-                assert_eq!(a, c, "{tier:?} at step {step}");
-                denials += usize::from(a.0 == StatusCode::TOO_MANY_REQUESTS);
-            }
-            clock.advance(Duration::from_millis(350));
-        }
+        denials += agree_on(base, by_fn, false, &tiers, 80).await;
     }
     assert!(denials > 150, "{denials} denials compared");
 }
