@@ -10,7 +10,9 @@
 //!
 //! `cargo bench --bench denied_paired`; `PAIRED_ROUNDS` (default 61),
 //! `PAIRED_BATCH` (requests per stack and round, default 20,000) and
-//! `PAIRED_MAX_SECS` (default 120) bound the run.
+//! `PAIRED_MAX_SECS` (default 120) bound the run. `PAIRED_ONLY` (0 bare
+//! text, 1 allowed, 2 denied, 3 bare empty) runs one stack alone, for a
+//! profiler.
 
 use std::convert::Infallible;
 use std::time::{Duration, Instant};
@@ -43,6 +45,9 @@ fn main() {
     let rounds = env("PAIRED_ROUNDS", 61).max(1) as usize;
     let n = env("PAIRED_BATCH", 20_000).max(1) as usize;
     let deadline = Instant::now() + Duration::from_secs(env("PAIRED_MAX_SECS", 120));
+    let only = std::env::var("PAIRED_ONLY")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok());
     let many = users(USERS);
     let one = many[..1].to_vec();
     let layer = |burst: u64| {
@@ -75,6 +80,10 @@ fn main() {
         }
         for k in 0..4 {
             let which = (round + k) % 4;
+            if only.is_some_and(|o| o != which) {
+                times[which].push(1.0);
+                continue;
+            }
             let t = rt.block_on(async {
                 match which {
                     0 => traffic::batch(&mut bare_text, &USER, &many, n).await,

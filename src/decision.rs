@@ -47,7 +47,12 @@ pub struct Decision {
     /// see [`Decision::receipt`].
     pub charged: u64,
     /// When the units were taken, in ns on the deciding store's clock (0
-    /// when nothing was).
+    /// when nothing was): the check's instant, or the start of the window
+    /// they were counted in when the key already held a window later than
+    /// that instant's (another process's clock ran ahead, or its call
+    /// arrived first). The algorithms' decisions carry that start (0
+    /// otherwise) and [`Decision::stamp`] keeps the later of the two, so a
+    /// receipt names the window that counted the charge.
     pub charged_at_ns: u64,
 }
 
@@ -156,12 +161,16 @@ impl Decision {
     /// `now_ns` on the deciding store's clock, what it took ([`Decision::charged`],
     /// [`Decision::charged_at_ns`]) when it admitted at least one unit
     /// (denials and peeks take nothing). Every store of this crate stamps
-    /// its decisions here; a store of your own should too.
+    /// its decisions here; a store of your own should too. A charge the
+    /// algorithm counted in a later window than `now_ns`'s keeps that
+    /// window's start (see [`Decision::charged_at_ns`]).
     #[inline]
     pub fn stamp(&mut self, now_ns: u64, cost: u64) {
         if self.allowed && cost > 0 {
             self.charged = cost;
-            self.charged_at_ns = now_ns;
+            self.charged_at_ns = self.charged_at_ns.max(now_ns);
+        } else {
+            self.charged_at_ns = 0;
         }
     }
 

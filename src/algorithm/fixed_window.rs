@@ -24,7 +24,9 @@ fn effective(p: &WindowParams, s: &FixedWindowState, now: u64) -> (u64, u64) {
     }
 }
 
-/// Decides a request of `cost` units.
+/// Decides a request of `cost` units. An admission counted in a stored
+/// window later than `now`'s carries that window's start as
+/// `charged_at_ns` (0 otherwise): the instant its receipt must name.
 pub fn check(p: &WindowParams, s: &FixedWindowState, now: u64, cost: u64) -> Decision {
     let (window, count) = effective(p, s, now);
     let end = (u128::from(window) + 1) * u128::from(p.window_ns);
@@ -34,7 +36,7 @@ pub fn check(p: &WindowParams, s: &FixedWindowState, now: u64, cost: u64) -> Dec
     let remaining = p.max.saturating_sub(after);
     Decision {
         charged: 0,
-        charged_at_ns: 0,
+        charged_at_ns: later_start(window, now, p.window_ns, allowed && cost > 0),
         decided_by: Default::default(),
         allowed,
         limit: p.max,
@@ -52,6 +54,16 @@ pub fn check(p: &WindowParams, s: &FixedWindowState, now: u64, cost: u64) -> Dec
             Default::default()
         },
         permit: None,
+    }
+}
+
+/// The start of `window` when a charge (`charged`) counts in it though
+/// `now` lies in an earlier one; 0 otherwise.
+pub(super) fn later_start(window: u64, now: u64, window_ns: u64, charged: bool) -> u64 {
+    if charged && window > now / window_ns {
+        window.saturating_mul(window_ns)
+    } else {
+        0
     }
 }
 

@@ -6,6 +6,7 @@
 //! answer bit for bit. The estimate never rises without an admission and is
 //! continuous across window boundaries, so `retry_after` is exact.
 
+use super::fixed_window::later_start;
 use super::WindowParams;
 use super::{dur, sat};
 use crate::decision::{Decision, Receipt};
@@ -47,7 +48,9 @@ fn roll(p: &WindowParams, s: &SlidingWindowState, now: u64) -> (SlidingWindowSta
     (rolled, elapsed)
 }
 
-/// Decides a request of `cost` units.
+/// Decides a request of `cost` units. An admission counted in a stored
+/// window later than `now`'s carries that window's start as
+/// `charged_at_ns` (0 otherwise): the instant its receipt must name.
 pub fn check(p: &WindowParams, s: &SlidingWindowState, now: u64, cost: u64) -> Decision {
     let (s, elapsed) = roll(p, s, now);
     let w = u128::from(p.window_ns);
@@ -91,7 +94,7 @@ pub fn check(p: &WindowParams, s: &SlidingWindowState, now: u64, cost: u64) -> D
     };
     Decision {
         charged: 0,
-        charged_at_ns: 0,
+        charged_at_ns: later_start(s.window, now, p.window_ns, allowed && cost > 0),
         decided_by: Default::default(),
         allowed,
         limit: p.max,

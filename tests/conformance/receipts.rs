@@ -229,6 +229,65 @@ where
     connect(builder).await.unwrap()
 }
 
+/// Two clocks at a window boundary (another process's clock ahead, or its
+/// call first): a charge made at an instant before the key's stored window
+/// counts in that window, so its receipt must name that window and a
+/// refund must give the units back there (a receipt naming the instant's
+/// window is ignored: the units stay lost). Fixed and sliding windows.
+async fn refund_behind_the_stored_window<S: Store>(store: &S, clock: &ManualClock, key: &[u8]) {
+    const W: u64 = 10_000_000_000;
+    for (name, policy) in [
+        (
+            "fixed",
+            Policy::fixed_window(5, Duration::from_nanos(W)).unwrap(),
+        ),
+        (
+            "sliding",
+            Policy::sliding_window(5, Duration::from_nanos(W)).unwrap(),
+        ),
+    ] {
+        let key = [key, name.as_bytes()].concat();
+        let start = clock.now_ns() / W * W + 2 * W;
+        clock.set_ns(start + W);
+        assert!(
+            store
+                .check(Charge::new(&key, &policy, 1))
+                .await
+                .unwrap()
+                .allowed
+        );
+        clock.set_ns(start + W - 100_000_000);
+        let behind = store.check(Charge::new(&key, &policy, 3)).await.unwrap();
+        assert!(behind.allowed, "{name}");
+        let receipt = behind.receipt().unwrap();
+        assert_eq!(
+            receipt.at_ns(),
+            start + W,
+            "{name}: the window it counted in"
+        );
+        store.refund(&key, &policy, &receipt).await.unwrap();
+        clock.set_ns(start + W + 100_000_000);
+        let peek = store.check(Charge::new(&key, &policy, 0)).await.unwrap();
+        assert_eq!(peek.remaining, 4, "{name}: the 3 units are back");
+    }
+}
+
+#[tokio::test]
+async fn a_charge_behind_the_stored_window_is_refunded_into_it() {
+    let clock = ManualClock::starting_at(1_700_000_000_000_000_000);
+    refund_behind_the_stored_window(&manual_memory(&clock), &clock, b"m").await;
+    let boxed = BoxStore::new(manual_memory(&clock));
+    refund_behind_the_stored_window(&boxed, &clock, b"b").await;
+    let pair = FallbackStore::new(manual_memory(&clock), manual_memory(&clock));
+    refund_behind_the_stored_window(&pair, &clock, b"f").await;
+    let server = RedisServer::start();
+    let redis = client_clock(&clock, |b| b.connect(server.url())).await;
+    refund_behind_the_stored_window(&redis, &clock, b"r").await;
+    let cluster = RedisCluster::start();
+    let redis = client_clock(&clock, |b| b.connect_cluster(cluster.urls())).await;
+    refund_behind_the_stored_window(&redis, &clock, b"c").await;
+}
+
 /// The attack on `count_if`: requests that will not count (a 200) are
 /// charged at the end of one window and answered in the next. Their
 /// refunds must go to the window that charged them (which has ended: they

@@ -86,18 +86,14 @@ impl Lease {
             // An admission leaves its window counted until the window's end:
             // `reset_after` is the time left in it. When the key held a
             // later window than the charge's instant (another instance's
-            // clock ran ahead, or its batch arrived first), that window
-            // stays in force and `reset_after` runs to its end; the units
-            // are still spent no later than the end of the window the
-            // receipt names.
-            Algorithm::FixedWindow(p) => {
-                let in_receipt_window = p.window_ns - receipt.at_ns() % p.window_ns;
-                Slots::Window {
-                    deadline: taken_at_early.checked_add(reset.min(in_receipt_window))?,
-                    available: units,
-                    refund_until: 0,
-                }
-            }
+            // clock ran ahead, or its batch arrived first), the block counts
+            // in that window, its receipt names that window's start, and
+            // `reset_after` runs to its end.
+            Algorithm::FixedWindow(_) => Slots::Window {
+                deadline: taken_at_early.checked_add(reset)?,
+                available: units,
+                refund_until: 0,
+            },
             // `reset_after` runs to the end of the window after the charged
             // one (the charge still weighs there); the charged window ends
             // one window earlier.

@@ -17,7 +17,9 @@
 //! lease must add is that each unit is spent **inside the slot it was
 //! charged in**; the lease enforces it per algorithm:
 //!
-//! * **Fixed window.** A block charged in window `i` counts in window `i`;
+//! * **Fixed window.** A block charged in window `i` counts in window `i`
+//!   (or in a later window the key already holds — another process's clock
+//!   ran ahead, or its call arrived first — which its receipt then names);
 //!   its units may be spent until that window ends (`reset_after` of the
 //!   block's decision is exactly the time left in it). The units spent in a
 //!   window are at most the units charged in it, so at most `max`.

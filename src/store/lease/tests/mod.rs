@@ -180,30 +180,42 @@ async fn a_window_lease_expires_when_its_window_ends() {
 /// the window of the charge's instant: the lease ends with that window,
 /// never serving a unit after it, as `tests/redis/redis_lease.rs` asserts
 /// of four real instances.
-#[tokio::test]
-async fn a_block_charged_into_a_later_window_ends_with_its_receipts_window() {
-    let r = rig(1, 8, 8);
-    let p = fixed(100);
-    // The next window's state, written by a clock ahead of this one.
-    r.advance(S);
-    let ahead = Charge::new(b"hot", &p, 1);
+/// Takes a lease of `p` (fixed window of 1 s) on key `hot` half a window
+/// before the key's stored window, written by a clock ahead of this one.
+async fn lease_behind(r: &Rig, p: &Policy) {
+    let start = r.clock.now_ns();
+    r.clock.set_ns(start + S);
+    let ahead = Charge::new(b"hot", p, 1);
     assert!(r.shared.check(ahead).await.unwrap().allowed);
-    r.clock.set_ns(r.clock.now_ns() - S / 2);
-    let first = r.check("hot", &p).await;
+    r.clock.set_ns(start + S / 2);
+    let first = r.check("hot", p).await;
     assert!(first.allowed);
-    assert!(
-        first.reset_after > Duration::from_millis(500),
-        "the later window's end: {:?}",
-        first.reset_after
-    );
+    assert_eq!(first.charged_at_ns, start + S, "the window it counted in");
+    assert_eq!(first.reset_after, Duration::from_nanos(3 * S / 2));
     assert_eq!(r.store.local_units(b"hot"), 7);
-    r.advance(S / 2 - 1);
-    assert_eq!(r.store.local_units(b"hot"), 7, "the receipt's window");
+}
+
+#[tokio::test]
+async fn a_block_counted_in_a_later_window_is_spent_and_given_back_there() {
+    let p = fixed(100);
+    // Its units are spent until the window they counted in ends.
+    let r = rig(1, 8, 8);
+    lease_behind(&r, &p).await;
+    r.advance(3 * S / 2 - 1);
+    assert_eq!(r.store.local_units(b"hot"), 7, "until that window ends");
     r.advance(1);
     assert_eq!(r.store.local_units(b"hot"), 0, "ended with it");
     let calls = r.calls();
     r.check("hot", &p).await;
     assert_eq!(r.calls(), calls + 1, "not served from the lease");
+    // Unspent units go back into that window (a receipt naming the
+    // instant's window would be ignored there: 100 - 1 - 8).
+    let r = rig(1, 8, 8);
+    lease_behind(&r, &p).await;
+    r.advance(3 * S / 2 - 1);
+    assert_eq!(r.shared_remaining("hot", &p).await, 91);
+    r.store.flush().await.unwrap();
+    assert_eq!(r.shared_remaining("hot", &p).await, 100 - 1 - 1);
 }
 
 #[tokio::test]
