@@ -169,8 +169,6 @@ impl Decision {
         if self.allowed && cost > 0 {
             self.charged = cost;
             self.charged_at_ns = self.charged_at_ns.max(now_ns);
-        } else {
-            self.charged_at_ns = 0;
         }
     }
 

@@ -36,7 +36,11 @@ pub fn check(p: &WindowParams, s: &FixedWindowState, now: u64, cost: u64) -> Dec
     let remaining = p.max.saturating_sub(after);
     Decision {
         charged: 0,
-        charged_at_ns: later_start(window, now, p.window_ns, allowed && cost > 0),
+        charged_at_ns: if allowed && cost > 0 && window > now / p.window_ns {
+            u64::try_from(end - u128::from(p.window_ns)).unwrap_or(u64::MAX)
+        } else {
+            0
+        },
         decided_by: Default::default(),
         allowed,
         limit: p.max,
@@ -54,16 +58,6 @@ pub fn check(p: &WindowParams, s: &FixedWindowState, now: u64, cost: u64) -> Dec
             Default::default()
         },
         permit: None,
-    }
-}
-
-/// The start of `window` when a charge (`charged`) counts in it though
-/// `now` lies in an earlier one; 0 otherwise.
-pub(super) fn later_start(window: u64, now: u64, window_ns: u64, charged: bool) -> u64 {
-    if charged && window > now / window_ns {
-        window.saturating_mul(window_ns)
-    } else {
-        0
     }
 }
 
@@ -95,5 +89,39 @@ pub fn expires_at(p: &WindowParams, s: &FixedWindowState) -> u64 {
         0
     } else {
         s.window.saturating_add(1).saturating_mul(p.window_ns)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A check at an instant before the stored window (another clock ahead)
+    /// counts in the stored window, and its receipt names that window: a
+    /// refund through it gives the units back there.
+    #[test]
+    fn a_charge_behind_the_stored_window_is_stamped_with_its_start() {
+        let p = WindowParams {
+            max: 5,
+            window_ns: 10,
+        };
+        let ahead = admit(&p, &FixedWindowState::default(), 21, 1);
+        assert_eq!(ahead.window, 2);
+        let mut d = check(&p, &ahead, 17, 3);
+        assert!(d.allowed);
+        assert_eq!(d.charged_at_ns, 20);
+        d.stamp(17, 3);
+        let receipt = d.receipt().unwrap();
+        assert_eq!(receipt.at_ns(), 20);
+        let charged = admit(&p, &ahead, 17, 3);
+        assert_eq!(charged.count, 4);
+        assert_eq!(refund(&p, &charged, 18, &receipt).count, 1);
+        // In its own window, a charge is stamped at its instant; a denial
+        // and a peek take nothing.
+        let mut d = check(&p, &ahead, 23, 1);
+        d.stamp(23, 1);
+        assert_eq!(d.charged_at_ns, 23);
+        assert_eq!(check(&p, &ahead, 17, 5).charged_at_ns, 0);
+        assert_eq!(check(&p, &ahead, 17, 0).charged_at_ns, 0);
     }
 }
