@@ -91,37 +91,3 @@ pub fn expires_at(p: &WindowParams, s: &FixedWindowState) -> u64 {
         s.window.saturating_add(1).saturating_mul(p.window_ns)
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A check at an instant before the stored window (another clock ahead)
-    /// counts in the stored window, and its receipt names that window: a
-    /// refund through it gives the units back there.
-    #[test]
-    fn a_charge_behind_the_stored_window_is_stamped_with_its_start() {
-        let p = WindowParams {
-            max: 5,
-            window_ns: 10,
-        };
-        let ahead = admit(&p, &FixedWindowState::default(), 21, 1);
-        assert_eq!(ahead.window, 2);
-        let mut d = check(&p, &ahead, 17, 3);
-        assert!(d.allowed);
-        assert_eq!(d.charged_at_ns, 20);
-        d.stamp(17, 3);
-        let receipt = d.receipt().unwrap();
-        assert_eq!(receipt.at_ns(), 20);
-        let charged = admit(&p, &ahead, 17, 3);
-        assert_eq!(charged.count, 4);
-        assert_eq!(refund(&p, &charged, 18, &receipt).count, 1);
-        // In its own window, a charge is stamped at its instant; a denial
-        // and a peek take nothing.
-        let mut d = check(&p, &ahead, 23, 1);
-        d.stamp(23, 1);
-        assert_eq!(d.charged_at_ns, 23);
-        assert_eq!(check(&p, &ahead, 17, 5).charged_at_ns, 0);
-        assert_eq!(check(&p, &ahead, 17, 0).charged_at_ns, 0);
-    }
-}

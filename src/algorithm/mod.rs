@@ -21,6 +21,8 @@ pub mod sliding_window;
 
 #[cfg(test)]
 mod quota_tests;
+#[cfg(test)]
+mod receipt_tests;
 
 use std::time::Duration;
 

@@ -164,29 +164,3 @@ pub fn expires_at(p: &WindowParams, s: &SlidingWindowState) -> u64 {
         .saturating_add(windows_left)
         .saturating_mul(p.window_ns)
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// As for fixed windows: a charge counted in a stored window later than
-    /// its instant's names that window, and its refund lands there.
-    #[test]
-    fn a_charge_behind_the_stored_window_is_stamped_with_its_start() {
-        let p = WindowParams {
-            max: 5,
-            window_ns: 10,
-        };
-        let ahead = admit(&p, &SlidingWindowState::default(), 21, 1);
-        let mut d = check(&p, &ahead, 17, 3);
-        assert!(d.allowed);
-        assert_eq!(d.charged_at_ns, 20);
-        d.stamp(17, 3);
-        let receipt = d.receipt().unwrap();
-        let charged = admit(&p, &ahead, 17, 3);
-        assert_eq!(charged.current, 4);
-        assert_eq!(refund(&p, &charged, 18, &receipt).current, 1);
-        assert_eq!(check(&p, &ahead, 17, 5).charged_at_ns, 0);
-        assert_eq!(check(&p, &ahead, 17, 0).charged_at_ns, 0);
-    }
-}
