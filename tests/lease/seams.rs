@@ -201,15 +201,25 @@ impl Store for Flaky {
     }
 }
 
-#[tokio::test]
-async fn a_lease_ends_when_the_primary_fails() {
-    let clock = ManualClock::starting_at(3_600 * S);
-    let primary = Flaky::new(shared(&clock));
+type Pair = FallbackStore<Flaky, MemoryStore<ManualClock>>;
+
+/// A leasing store over a fallback pair: a primary that can be taken
+/// down, and a memory store.
+fn over_a_fallback_pair(
+    clock: &ManualClock,
+) -> (Flaky, MemoryStore<ManualClock>, LeasingStore<Pair>) {
+    let primary = Flaky::new(shared(clock));
     let fallback = MemoryStore::builder().clock(clock.clone()).build();
     let pair = FallbackStore::new(primary.clone(), fallback.clone())
         .clock(clock.clone())
         .probe_interval(Duration::ZERO);
-    let store = leasing(pair, &clock);
+    (primary, fallback, leasing(pair, clock))
+}
+
+#[tokio::test]
+async fn a_lease_ends_when_the_primary_fails() {
+    let clock = ManualClock::starting_at(3_600 * S);
+    let (primary, fallback, store) = over_a_fallback_pair(&clock);
     let policy = Policy::fixed_window(100, Duration::from_secs(1)).unwrap();
     for _ in 0..4 {
         store.check(Charge::new(b"k", &policy, 1)).await.unwrap();
@@ -241,6 +251,43 @@ async fn a_lease_ends_when_the_primary_fails() {
         assert_eq!(d.decided_by, DecidedBy::Primary);
     }
     assert!(store.local_units(b"k") > 0);
+}
+
+/// A block prefetched in the background while the primary is down is
+/// decided by the fallback: not leased, given back there, and every lease
+/// ends with the primary.
+#[tokio::test]
+async fn a_block_prefetched_from_the_fallback_is_not_leased() {
+    let clock = ManualClock::starting_at(3_600 * S);
+    let (primary, fallback, store) = over_a_fallback_pair(&clock);
+    let policy = Policy::fixed_window(100, Duration::from_secs(1)).unwrap();
+    // Two cold checks, then a block of 8 (7 left after its own check).
+    for _ in 0..3 {
+        store.check(Charge::new(b"k", &policy, 1)).await.unwrap();
+    }
+    assert_eq!(store.local_units(b"k"), 7);
+    primary.down.store(true, Ordering::SeqCst);
+    // Down to a quarter: the next block is asked for in the background.
+    for _ in 0..5 {
+        let d = store.check(Charge::new(b"k", &policy, 1)).await.unwrap();
+        assert_eq!(d.decided_by, DecidedBy::Primary, "served from the lease");
+    }
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        store.local_units(b"k"),
+        0,
+        "the leases ended with the primary"
+    );
+    assert_eq!(
+        remaining(&fallback, b"k", &policy).await,
+        100,
+        "the block went back"
+    );
+    let d = store.check(Charge::new(b"k", &policy, 1)).await.unwrap();
+    assert_eq!((d.decided_by, d.charged), (DecidedBy::Fallback, 1));
+    assert_eq!(remaining(&fallback, b"k", &policy).await, 99);
 }
 
 #[tokio::test]

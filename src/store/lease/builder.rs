@@ -79,6 +79,7 @@ impl<S: Store> LeasingStoreBuilder<S> {
                 max_keys: DEFAULT_MAX_TRACKED_KEYS,
                 lease_gcra: true,
                 margin_ns: 1_000_000,
+                prefetch: true,
             },
         }
     }
@@ -138,6 +139,16 @@ impl<S: Store> LeasingStoreBuilder<S> {
     /// not given back*). Windows lease either way.
     pub fn lease_gcra(mut self, lease: bool) -> Self {
         self.tuning.lease_gcra = lease;
+        self
+    }
+
+    /// Whether a key's next block is asked for in the background when its
+    /// lease is down to a quarter of its block (default `true`), so that
+    /// its checks do not wait a round trip for each block. A process then
+    /// holds up to a block and a quarter of a key (see the module docs,
+    /// *Block size and fairness*).
+    pub fn prefetch(mut self, prefetch: bool) -> Self {
+        self.tuning.prefetch = prefetch;
         self
     }
 

@@ -96,6 +96,46 @@ impl<S: Store> LeasingStore<S> {
         }
     }
 
+    /// Asks for `rule`'s next block of `k` units in the background, on the
+    /// current Tokio runtime. Without one, the key is no longer marked as
+    /// acquiring: it takes its next block when the lease runs out.
+    pub(super) fn prefetch(&self, rule: &Charge<'_>, k: u64) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.shared.failed_block_quietly(rule);
+            return;
+        };
+        let store = self.clone();
+        let (key, policy) = (rule.key.to_vec(), *rule.policy);
+        runtime.spawn(async move {
+            let block = Charge {
+                cost: k,
+                ..Charge::new(&key, &policy, k)
+            };
+            store.take_next(block).await;
+        });
+    }
+
+    /// Charges a prefetched `block` on the inner store and keeps it as the
+    /// key's next lease.
+    async fn take_next(&self, block: Charge<'_>) {
+        let taken_at = self.shared.clock.now_ns();
+        let guard = Acquiring {
+            shared: &self.shared,
+            keys: vec![block.key],
+        };
+        let answer = self.shared.inner.check(block).await;
+        guard.disarm();
+        match answer {
+            Err(e) => self.shared.failed(&e, &[&block]),
+            Ok(d) if d.allowed => {
+                let mut give_back = Vec::new();
+                self.shared.keep_next(&block, taken_at, d, &mut give_back);
+                self.settle(give_back).await;
+            }
+            Ok(d) => self.shared.block_denied(&block, d.remaining),
+        }
+    }
+
     /// One all-or-nothing round; `Ok(None)` when a block was denied while
     /// the others passed, to try again without blocks.
     pub(super) async fn check_all_round(
@@ -107,7 +147,15 @@ impl<S: Store> LeasingStore<S> {
         let mut give_back = Vec::new();
         let plans: Vec<Plan> = rules
             .iter()
-            .map(|r| self.shared.plan(r, now, allow_block, false, &mut give_back))
+            .map(|r| {
+                let mut prefetch = None;
+                let plan =
+                    (self.shared).plan(r, now, allow_block, false, &mut give_back, &mut prefetch);
+                if let Some(k) = prefetch {
+                    self.prefetch(r, k);
+                }
+                plan
+            })
             .collect();
         self.settle(give_back).await;
         let charges: Vec<Charge<'_>> = rules

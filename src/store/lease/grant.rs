@@ -226,6 +226,11 @@ impl Lease {
         }
     }
 
+    /// The block's size.
+    pub(super) fn block_units(&self) -> u64 {
+        self.receipt.units()
+    }
+
     /// Units that may still be spent at `now`.
     pub(super) fn unspent(&mut self, now: u64) -> u64 {
         self.expire(now);

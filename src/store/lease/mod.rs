@@ -110,14 +110,25 @@
 //! [`LeasingStoreBuilder::blocks_per_period`], by the limit, and by the
 //! shared `remaining` last seen plus the check's cost.
 //!
+//! **Prefetching** ([`LeasingStoreBuilder::prefetch`], on by default):
+//! when a check leaves a lease with a quarter of its block or less (at
+//! least one unit), the key's next block is asked for in the background,
+//! on the current Tokio runtime, and kept as the key's next lease, spent
+//! once the lease in hand can serve no more. Checks then wait for a block
+//! only when a lease runs out before the next one lands. Each block is a
+//! lease of its own (charged, spent inside its slot, given back through
+//! its receipt), so the guarantee above holds for each.
+//!
 //! What degrades is **fairness** between processes, never the limit: a
 //! process holding units can admit while another is denied, until the
 //! window ends (windows) or the units' slots pass (GCRA). The bound: each
-//! process holds at most one lease of a key, of at most `max_block` units,
-//! so a window's count is its admissions plus at most
-//! `processes × max_block` units held, and a check is denied only once the
-//! window has admitted at least `limit − processes × max_block`
-//! (`tests/redis/redis_lease.rs` measures it on a real Redis). A GCRA lease pays
+//! process holds at most a lease of a key down to a quarter of its block
+//! and the next block, `held = max_block + max(1, max_block / 4)` units
+//! (`max_block` without prefetching), so a window's count is its
+//! admissions plus at most `processes × held` units held, and a check is
+//! denied only once the window has admitted at least
+//! `limit − processes × held` (`tests/redis/redis_lease.rs` measures it on
+//! a real Redis). A GCRA lease pays
 //! only where one process spends about as fast as the key's rate (`1/T`) or
 //! the key has a backlog: units spent slower than their slots lapse, and the
 //! block shrinks.
@@ -248,14 +259,18 @@ impl<S: Store> LeasingStore<S> {
         &self.shared.inner
     }
 
-    /// Units of `key` this process holds and may still spend now.
+    /// Units of `key` this process holds and may still spend now (its
+    /// lease and the next block, if prefetched).
     pub fn local_units(&self, key: &[u8]) -> u64 {
         let now = self.shared.clock.now_ns();
         let mut table = self.shared.lock();
-        table
-            .get_mut(key)
-            .and_then(|s| s.lease.as_mut())
-            .map_or(0, |l| l.unspent(now))
+        table.get_mut(key).map_or(0, |s| {
+            [s.lease.as_mut(), s.next.as_mut()]
+                .into_iter()
+                .flatten()
+                .map(|l| l.unspent(now))
+                .sum()
+        })
     }
 
     /// The size the next block of `key` would have before the caps of the

@@ -5,10 +5,10 @@
 use std::sync::atomic::Ordering;
 
 use super::grant::Lease;
-use super::table::GiveBack;
+use super::table::{GiveBack, Serve, Table};
 use super::LeasingShared;
 use crate::decision::{DecidedBy, Decision, Receipt};
-use crate::policy::Algorithm;
+use crate::policy::{Algorithm, Policy};
 use crate::store::{Charge, Store, StoreError};
 
 /// How one charge is decided.
@@ -46,7 +46,8 @@ impl<S: Store> LeasingShared<S> {
 
     /// Decides how `rule` is checked at `now`, spending from its lease when
     /// it covers the charge. Leases that ended leave their units in
-    /// `give_back`.
+    /// `give_back`; a block to ask for in the background is set in
+    /// `prefetch` (see [`KeyState::prefetch_due`]).
     pub(super) fn plan(
         &self,
         rule: &Charge<'_>,
@@ -54,6 +55,7 @@ impl<S: Store> LeasingShared<S> {
         allow_block: bool,
         wait: bool,
         give_back: &mut Vec<GiveBack>,
+        prefetch: &mut Option<u64>,
     ) -> Plan {
         if !self.leaseable(rule) {
             return Plan::Ordinary;
@@ -63,16 +65,15 @@ impl<S: Store> LeasingShared<S> {
             return Plan::Ordinary;
         };
         state.note_check(now);
-        if let Some(lease) = &mut state.lease {
-            if let Some(at) = lease.take(now, rule.cost) {
-                return Plan::Served(lease.served(now, rule.cost, at, true), at);
+        match state.serve(rule.key, rule.cost, &self.tuning, now, give_back) {
+            Serve::Served(d, at) => {
+                if allow_block && !self.closed.load(Ordering::Relaxed) {
+                    *prefetch = state.prefetch_due(&self.tuning, now, rule.cost);
+                }
+                return Plan::Served(d, at);
             }
-            if lease.unspent(now) > 0 {
-                // Held, but not enough for this charge (or a GCRA charge
-                // of several units): the lease stays for the next checks.
-                return Plan::Ordinary;
-            }
-            state.end_lease(rule.key, &self.tuning, now, give_back);
+            Serve::Short => return Plan::Ordinary,
+            Serve::Nothing => {}
         }
         if !allow_block || self.closed.load(Ordering::Relaxed) {
             return Plan::Ordinary;
@@ -135,6 +136,29 @@ impl<S: Store> LeasingShared<S> {
         self.lock().get_mut(rule.key).is_some_and(|s| s.acquiring)
     }
 
+    /// The lease of a block of `k` units of `policy` asked for at local
+    /// `taken_at` and admitted as `d`, if it may be leased: not when the
+    /// fallback decided it (every lease then ends: the primary failed), nor
+    /// after shutdown (a block in flight then), nor when its decision
+    /// cannot place its units in their slots.
+    fn landed_lease(
+        &self,
+        table: &mut Table,
+        policy: &Policy,
+        d: &Decision,
+        k: u64,
+        taken_at: u64,
+    ) -> Option<Lease> {
+        if d.decided_by == DecidedBy::Fallback {
+            table.drop_all();
+            return None;
+        }
+        if self.closed.load(Ordering::Relaxed) {
+            return None;
+        }
+        Lease::from_block(policy, d, k, taken_at, self.tuning.margin_ns)
+    }
+
     /// The block of `k` units for `rule`, asked for at local `taken_at`,
     /// was admitted as `d`: keeps it as the key's lease and serves the
     /// check from it. A block that cannot be leased (decided by the
@@ -151,15 +175,7 @@ impl<S: Store> LeasingShared<S> {
     ) -> Decision {
         let fallback = d.decided_by == DecidedBy::Fallback;
         let mut table = self.lock();
-        if fallback {
-            table.drop_all();
-        }
-        // After shutdown, a block that was in flight is not kept either.
-        let lease = if fallback || self.closed.load(Ordering::Relaxed) {
-            None
-        } else {
-            Lease::from_block(rule.policy, &d, k, taken_at, self.tuning.margin_ns)
-        };
+        let lease = self.landed_lease(&mut table, rule.policy, &d, k, taken_at);
         if let Some(state) = table.get_mut(rule.key) {
             state.acquiring = false;
             self.landed();
@@ -191,6 +207,52 @@ impl<S: Store> LeasingShared<S> {
             charged: rule.cost,
             remaining: d.remaining.saturating_add(extra).min(d.limit),
             ..d
+        }
+    }
+
+    /// The block of `k` units prefetched for `rule` (a charge of `k`),
+    /// asked for at local `taken_at`, was admitted as `d`: kept as the
+    /// key's next lease. A block that cannot be leased (decided by the
+    /// fallback, not placeable in its slots, the key gone or under another
+    /// policy, after shutdown) goes back where the algorithm allows.
+    pub(super) fn keep_next(
+        &self,
+        rule: &Charge<'_>,
+        taken_at: u64,
+        d: Decision,
+        give_back: &mut Vec<GiveBack>,
+    ) {
+        let fallback = d.decided_by == DecidedBy::Fallback;
+        let mut table = self.lock();
+        let lease = self.landed_lease(&mut table, rule.policy, &d, rule.cost, taken_at);
+        let mut kept = false;
+        if let Some(state) = table.get_mut(rule.key) {
+            state.acquiring = false;
+            if state.policy == *rule.policy {
+                state.saw_remaining(d.remaining);
+                if let Some(next) = lease {
+                    // One block in flight per key, so no next lease is
+                    // held; one would go back all the same.
+                    if let Some(mut old) = state.next.replace(next) {
+                        give_back.extend(
+                            old.give_back(taken_at)
+                                .map(|r| (rule.key.to_vec(), old.policy, r)),
+                        );
+                    }
+                    kept = true;
+                }
+            }
+        }
+        drop(table);
+        self.landed();
+        if kept {
+            return;
+        }
+        // Not leased: the block goes back (GCRA: only to a fallback, which
+        // no other process shares; see the module docs).
+        let gcra = matches!(rule.policy.algorithm(), Algorithm::Gcra(_));
+        if let (Some(r), true) = (d.receipt(), fallback || !gcra) {
+            give_back.push((rule.key.to_vec(), *rule.policy, r));
         }
     }
 

@@ -19,7 +19,12 @@ impl<S: Store> Store for LeasingStore<S> {
         for waits_left in (0..MAX_BLOCK_WAITS).rev() {
             let now = self.shared.clock.now_ns();
             let mut give_back = Vec::new();
-            let plan = (self.shared).plan(&rule, now, true, waits_left > 0, &mut give_back);
+            let mut prefetch = None;
+            let wait = waits_left > 0;
+            let plan = (self.shared).plan(&rule, now, true, wait, &mut give_back, &mut prefetch);
+            if let Some(k) = prefetch {
+                self.prefetch(&rule, k);
+            }
             self.settle(give_back).await;
             match plan {
                 Plan::Served(d, _) => return Ok(d),
@@ -115,10 +120,23 @@ impl<S: Store> Store for LeasingStore<S> {
                 if let Some(lease) = state.lease.as_mut() {
                     // Served in process: the point of a lease. A lease that
                     // cannot serve takes the asynchronous path, which gives
-                    // back what an ended lease held.
+                    // back what an ended lease held and takes up the next.
                     let at = lease.take(now, rule.cost)?;
                     let d = lease.served(now, rule.cost, at, true);
                     state.note_check(now);
+                    let prefetch = if self
+                        .shared
+                        .closed
+                        .load(std::sync::atomic::Ordering::Relaxed)
+                    {
+                        None
+                    } else {
+                        state.prefetch_due(&self.shared.tuning, now, rule.cost)
+                    };
+                    drop(table);
+                    if let Some(k) = prefetch {
+                        self.prefetch(&rule, k);
+                    }
                     return Some(Ok(d));
                 }
                 if state.block_size(&self.shared.tuning, rule.cost).is_some() {

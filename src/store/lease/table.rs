@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use super::grant::Lease;
-use crate::decision::Receipt;
+use crate::decision::{Decision, Receipt};
 use crate::policy::{Algorithm, Policy};
 
 /// The tuning a [`LeasingStoreBuilder`](super::LeasingStoreBuilder) sets.
@@ -18,6 +18,7 @@ pub(super) struct Tuning {
     pub(super) max_keys: usize,
     pub(super) lease_gcra: bool,
     pub(super) margin_ns: u64,
+    pub(super) prefetch: bool,
 }
 
 /// One tracked key.
@@ -42,6 +43,9 @@ pub(super) struct KeyState {
     /// store as they are, so one process holds one lease per key.
     pub(super) acquiring: bool,
     pub(super) lease: Option<Lease>,
+    /// The block taken while `lease` still held units (prefetched): spent
+    /// once `lease` can serve no more.
+    pub(super) next: Option<Lease>,
     /// GCRA: the lease before `lease`, whose spent units may still be
     /// refunded: such a refund is absorbed here, never sent to the inner
     /// store (see the module docs, *Why GCRA units are not given back*).
@@ -70,6 +74,7 @@ impl KeyState {
             last_remaining: None,
             acquiring: false,
             lease: None,
+            next: None,
             retired: None,
         }
     }
@@ -171,10 +176,84 @@ impl KeyState {
         }
     }
 
+    /// Serves `cost` units at `now` from the lease in hand, or from the
+    /// prefetched one once the lease in hand has none left (it ends, and
+    /// what it held goes to `give_back`).
+    pub(super) fn serve(
+        &mut self,
+        key: &[u8],
+        cost: u64,
+        tuning: &Tuning,
+        now: u64,
+        give_back: &mut Vec<GiveBack>,
+    ) -> Serve {
+        loop {
+            let Some(lease) = &mut self.lease else {
+                if self.next.is_none() {
+                    return Serve::Nothing;
+                }
+                self.lease = self.next.take();
+                continue;
+            };
+            if let Some(at) = lease.take(now, cost) {
+                return Serve::Served(lease.served(now, cost, at, true), at);
+            }
+            if lease.unspent(now) > 0 {
+                // Held, but not enough for this charge (or a GCRA charge
+                // of several units): the lease stays for the next checks.
+                return Serve::Short;
+            }
+            self.end_lease(key, tuning, now, give_back);
+            if self.next.is_none() {
+                return Serve::Nothing;
+            }
+        }
+    }
+
+    /// Whether to ask for the next block now, in the background, and of
+    /// what size: when the lease in hand is down to a quarter of its block
+    /// (at least one unit), none is prefetched or in flight, and the key
+    /// is hot enough for a block. Marks the block in flight.
+    pub(super) fn prefetch_due(&mut self, tuning: &Tuning, now: u64, cost: u64) -> Option<u64> {
+        if !tuning.prefetch || self.acquiring || self.next.is_some() {
+            return None;
+        }
+        let lease = self.lease.as_mut()?;
+        let left = lease.unspent(now);
+        if left == 0 || left > (lease.block_units() / 4).max(1) {
+            return None;
+        }
+        let k = self.block_size(tuning, cost)?;
+        self.acquiring = true;
+        Some(k)
+    }
+
+    /// Ends both leases without adapting the block size; what they hold
+    /// goes to `give_back`.
+    fn give_back_all(&mut self, key: &[u8], now: u64, give_back: &mut Vec<GiveBack>) {
+        for mut lease in [self.lease.take(), self.next.take()].into_iter().flatten() {
+            give_back.extend(
+                lease
+                    .give_back(now)
+                    .map(|r| (key.to_vec(), lease.policy, r)),
+            );
+        }
+    }
+
     /// Current block size target (for tests and diagnostics).
     pub(super) fn block(&self) -> u64 {
         self.block
     }
+}
+
+/// What [`KeyState::serve`] did.
+pub(super) enum Serve {
+    /// Served: the decision, and the served receipt's instant.
+    Served(Decision, u64),
+    /// The lease holds units, but fewer than the charge.
+    Short,
+    /// No lease can serve (none, or all ended).
+    Nothing,
 }
 
 /// A receipt to give back to the inner store: key, policy, units.
@@ -212,9 +291,7 @@ impl Table {
         }
         let state = self.keys.get_mut(key)?;
         if state.policy != *policy {
-            if let Some(mut old) = state.lease.take() {
-                give_back.extend(old.give_back(now).map(|r| (key.to_vec(), old.policy, r)));
-            }
+            state.give_back_all(key, now, give_back);
             *state = KeyState::new(policy, tuning, now);
         }
         Some(state)
@@ -236,9 +313,7 @@ impl Table {
         self.keys.retain(|key, s| {
             let idle = now.saturating_sub(s.last_seen) >= s.period_ns.saturating_mul(2);
             if idle && !s.acquiring {
-                if let Some(mut lease) = s.lease.take() {
-                    give_back.extend(lease.give_back(now).map(|r| (key.clone(), lease.policy, r)));
-                }
+                s.give_back_all(key, now, give_back);
                 return false;
             }
             true
@@ -248,9 +323,7 @@ impl Table {
     /// Ends every lease; what they still hold goes to `give_back`.
     pub(super) fn end_all(&mut self, now: u64, give_back: &mut Vec<GiveBack>) {
         for (key, s) in &mut self.keys {
-            if let Some(mut lease) = s.lease.take() {
-                give_back.extend(lease.give_back(now).map(|r| (key.clone(), lease.policy, r)));
-            }
+            s.give_back_all(key, now, give_back);
         }
     }
 
@@ -259,6 +332,7 @@ impl Table {
     pub(super) fn drop_all(&mut self) {
         for s in self.keys.values_mut() {
             s.lease = None;
+            s.next = None;
         }
     }
 }

@@ -59,8 +59,14 @@ pub(super) struct Rig {
 }
 
 /// A leasing store over a counted memory store, both on one manual clock
-/// set at the start of a window of every length used here.
+/// set at the start of a window of every length used here; without
+/// prefetching (one lease at a time), as most tests here study one lease.
 pub(super) fn rig(hot: u64, initial: u64, max: u64) -> Rig {
+    rig_with(hot, initial, max, false)
+}
+
+/// [`rig`], prefetching or not.
+pub(super) fn rig_with(hot: u64, initial: u64, max: u64, prefetch: bool) -> Rig {
     let clock = ManualClock::starting_at(1_000 * 3_600 * S);
     let shared = MemoryStore::builder().clock(clock.clone()).build();
     let checks = Arc::new(AtomicUsize::new(0));
@@ -78,6 +84,7 @@ pub(super) fn rig(hot: u64, initial: u64, max: u64) -> Rig {
     .max_block(max)
     .blocks_per_period(1)
     .expiry_margin(Duration::ZERO)
+    .prefetch(prefetch)
     .build()
     .unwrap();
     Rig {
@@ -503,3 +510,4 @@ async fn waiters_go_on_when_the_block_is_dropped() {
 }
 
 mod gcra;
+mod prefetch;

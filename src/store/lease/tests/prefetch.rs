@@ -1,0 +1,100 @@
+//! Prefetching: a key's next block is asked for in the background when its
+//! lease is down to a quarter of its block, so its checks do not wait a
+//! round trip for each block.
+
+use std::future::Future;
+use std::sync::atomic::Ordering;
+
+use super::{fixed, rig_with, Rig};
+
+/// Lets the spawned block calls run until `done` holds (a bounded number
+/// of turns of this single-threaded runtime).
+async fn settle_until(r: &Rig, done: impl Fn(&Rig) -> bool) {
+    for _ in 0..100 {
+        if done(r) {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("the background block never landed");
+}
+
+fn resume(r: &Rig) {
+    r.stall.store(false, Ordering::SeqCst);
+    r.resume.notify_waiters();
+}
+
+#[tokio::test]
+async fn the_next_block_is_taken_while_the_lease_still_serves() {
+    let r = rig_with(1, 8, 8, true);
+    let p = fixed(100);
+    assert!(r.check("hot", &p).await.allowed, "the first block's check");
+    assert_eq!((r.calls(), r.store.local_units(b"hot")), (1, 7));
+    // Down to a quarter of the block (2 units): the next block is asked for
+    // in the background. The shared store stalls it; the lease still serves.
+    r.stall.store(true, Ordering::SeqCst);
+    for _ in 0..5 {
+        assert!(r.check("hot", &p).await.allowed);
+    }
+    settle_until(&r, |r| r.calls() == 2).await;
+    for _ in 0..2 {
+        assert!(r.check("hot", &p).await.allowed);
+    }
+    assert_eq!(
+        r.calls(),
+        2,
+        "served in process while the block is on its way"
+    );
+    // Spent out: a check waits for the block in flight, not asking itself.
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let mut waiting = Box::pin(r.check("hot", &p));
+    assert!(waiting.as_mut().poll(&mut cx).is_pending());
+    assert_eq!(r.calls(), 2);
+    resume(&r);
+    let d = waiting.await;
+    assert!(d.allowed);
+    assert_eq!(r.calls(), 2, "served from the prefetched block");
+    assert_eq!(r.store.local_units(b"hot"), 7);
+    assert_eq!(r.shared_remaining("hot", &p).await, 100 - 16);
+    // Both leases' units go back on a flush: here the second's 7.
+    r.store.flush().await.unwrap();
+    assert_eq!(r.shared_remaining("hot", &p).await, 100 - 9);
+}
+
+#[tokio::test]
+async fn a_block_landing_after_shutdown_goes_back() {
+    let r = rig_with(1, 8, 8, true);
+    let p = fixed(100);
+    for _ in 0..6 {
+        assert!(r.check("hot", &p).await.allowed);
+    }
+    // 2 left: the next block is due; stall it on its way.
+    r.stall.store(true, Ordering::SeqCst);
+    settle_until(&r, |r| r.calls() == 2).await;
+    assert_eq!(r.store.shutdown().await.unwrap(), 2, "the lease's 2 units");
+    assert_eq!(r.shared_remaining("hot", &p).await, 100 - 6);
+    resume(&r);
+    // Charged on landing (8 more), then given back whole: nothing is
+    // leased after shutdown.
+    settle_until(&r, |r| {
+        !r.store.shared.lock().get_mut(b"hot").unwrap().acquiring
+    })
+    .await;
+    assert_eq!(r.store.local_units(b"hot"), 0);
+    assert_eq!(r.shared_remaining("hot", &p).await, 100 - 6);
+}
+
+#[tokio::test]
+async fn without_prefetching_one_lease_is_held_at_a_time() {
+    let r = rig_with(1, 8, 8, false);
+    let p = fixed(100);
+    for _ in 0..8 {
+        assert!(r.check("hot", &p).await.allowed);
+    }
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(r.calls(), 1, "no block before the lease is spent");
+    assert!(r.check("hot", &p).await.allowed);
+    assert_eq!(r.calls(), 2);
+}
