@@ -1,8 +1,9 @@
 //! Issue 26 item 3: one global fixed-window key hammered by 4 client
 //! processes on one private `redis-server`, side by side in one run for
 //! leasing off (a plain `RedisStore`), leasing on (`LeasingStore` over a
-//! `RedisStore`) and the memory store (one per process: the physical limit
-//! in process, nothing shared).
+//! `RedisStore`, with and without prefetching the next block) and the
+//! memory store (one per process: the physical limit in process, nothing
+//! shared).
 //!
 //! ```text
 //! GIT_COMMIT=$(git rev-parse --short HEAD) cargo bench --features redis --bench lease
@@ -37,16 +38,16 @@
 //! Leasing settings for a hot global key: `hot_threshold(64)`,
 //! `initial_block(64)`, `max_block(1024)` (`BENCH_MAX_BLOCK`),
 //! `blocks_per_period(8)`, expiry margin 1 ms (the defaults but the first
-//! block). 4 processes hold at most 4 × 1,024 = 4,096 units, 4% of
-//! 100,000: a denial needs a window that admitted ≥ 95,904 (the
+//! block). 4 processes hold at most 4 × (1,024 + 256) = 5,120 units, 5% of
+//! 100,000: a denial needs a window that admitted ≥ 94,880 (the
 //! documented bound), and a full block costs one script per 1,024 checks.
-//! While a key's block is in flight, its other checks in that process go
-//! to Redis one by one (`LeasingStore` asks for one block at a time, only
-//! once the lease is spent): most of leasing's commands and its p99.
+//! With prefetching (the default), a key's next block is asked for when
+//! its lease is down to a quarter; without it (`blocking`), only once the
+//! lease is spent, and the key's checks in that process wait for the block.
 //!
 //! Other knobs: `BENCH_TASKS` (16), `BENCH_WORKERS` (tokio workers per
 //! child, 1), `BENCH_PROCS` (4), `BENCH_PHASES` (`open,near,over`),
-//! `BENCH_CONFIGS` (`off,lease,memory`). Latency includes two `Instant`
+//! `BENCH_CONFIGS` (`off,lease,blocking,memory`). Latency includes two `Instant`
 //! reads; unpaced tasks yield every 256 checks.
 
 #[path = "common/lease_stats.rs"]
@@ -65,9 +66,10 @@ use tower_throttle::{MemoryStore, Policy, Store};
 
 const WINDOW: Duration = Duration::from_secs(1);
 const OPEN_LIMIT: u64 = 1 << 40;
-const CONFIGS: [(&str, &str); 3] = [
+const CONFIGS: [(&str, &str); 4] = [
     ("off", "leasing off (RedisStore)"),
     ("lease", "leasing on (LeasingStore over RedisStore)"),
+    ("blocking", "leasing on, no prefetch"),
     ("memory", "memory store (per process)"),
 ];
 
@@ -138,13 +140,14 @@ fn child(spec: &str) {
             handshake();
             rt.block_on(run.drive(store))
         }
-        "lease" => {
+        "lease" | "blocking" => {
             let store = rt.block_on(async {
                 LeasingStore::builder(redis().await)
                     .hot_threshold(64)
                     .initial_block(64)
                     .max_block(env("BENCH_MAX_BLOCK", 1024))
                     .blocks_per_period(8)
+                    .prefetch(config == "lease")
                     .build()
                     .unwrap()
             });
@@ -257,7 +260,7 @@ struct Row {
 
 fn parent() {
     let phases: String = env("BENCH_PHASES", "open,near,over".to_string());
-    let configs: String = env("BENCH_CONFIGS", "off,lease,memory".to_string());
+    let configs: String = env("BENCH_CONFIGS", "off,lease,blocking,memory".to_string());
     let server = RedisServer::start();
     let mut admin = server.conn();
     let mut rows = Vec::new();
