@@ -226,6 +226,11 @@ impl Lease {
         }
     }
 
+    /// The shared `remaining` the block's decision reported.
+    pub(super) fn shared_remaining(&self) -> u64 {
+        self.block.remaining
+    }
+
     /// The block's size.
     pub(super) fn block_units(&self) -> u64 {
         self.receipt.units()

@@ -136,8 +136,9 @@
 //! # Decisions served from a lease
 //!
 //! `allowed`, `limit` and `charged` are exact. `remaining` is an
-//! **estimate**: the shared remaining at lease time plus the units this
-//! process still holds (other processes' admissions since are not seen).
+//! **estimate**: the shared remaining at the latest block (a prefetched
+//! one, once it has landed) plus the units this process still holds (other
+//! processes' admissions since are not seen).
 //! `reset_after` and `quota_after` are the block's, less the time since.
 //! The receipt names the block's window (windows) or the unit's slot on the
 //! inner store's clock (GCRA).

@@ -139,7 +139,11 @@ impl<S: Store> Store for LeasingStore<S> {
                     }
                     return Some(Ok(d));
                 }
-                if state.block_size(&self.shared.tuning, rule.cost).is_some() {
+                // A prefetched block to take up, or a block to ask for:
+                // the asynchronous path.
+                if state.next.is_some()
+                    || state.block_size(&self.shared.tuning, rule.cost).is_some()
+                {
                     return None;
                 }
             }

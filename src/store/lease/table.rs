@@ -196,7 +196,14 @@ impl KeyState {
                 continue;
             };
             if let Some(at) = lease.take(now, cost) {
-                return Serve::Served(lease.served(now, cost, at, true), at);
+                let mut d = lease.served(now, cost, at, true);
+                if let Some(next) = &mut self.next {
+                    // The prefetched block's figures are the later: the
+                    // shared remaining then, plus all this process holds.
+                    let held = lease.unspent(now).saturating_add(next.unspent(now));
+                    d.remaining = next.shared_remaining().saturating_add(held).min(d.limit);
+                }
+                return Serve::Served(d, at);
             }
             if lease.unspent(now) > 0 {
                 // Held, but not enough for this charge (or a GCRA charge

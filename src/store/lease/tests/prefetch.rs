@@ -98,3 +98,22 @@ async fn without_prefetching_one_lease_is_held_at_a_time() {
     assert!(r.check("hot", &p).await.allowed);
     assert_eq!(r.calls(), 2);
 }
+
+/// A check served while a prefetched block waits reports the later block's
+/// shared figure: what other processes took in between shows.
+#[tokio::test]
+async fn remaining_is_read_from_the_latest_block() {
+    let r = rig_with(1, 8, 8, true);
+    let p = fixed(100);
+    assert!(r.check("hot", &p).await.allowed);
+    // Another process takes 10 units.
+    let other = crate::store::Charge::new(b"hot", &p, 10);
+    assert!(crate::store::Store::check(&r.shared, other).await.unwrap().allowed);
+    for _ in 0..5 {
+        assert!(r.check("hot", &p).await.allowed);
+    }
+    settle_until(&r, |r| r.store.local_units(b"hot") == 2 + 8).await;
+    // 100 - 8 - 10 - 8 shared, plus the 1 + 8 units this process holds.
+    let d = r.check("hot", &p).await;
+    assert_eq!(d.remaining, 74 + 9);
+}
