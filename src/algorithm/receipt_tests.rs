@@ -1,4 +1,6 @@
-//! Where a window algorithm says a charge was taken.
+//! Where a window algorithm says a charge was taken, and the durations it
+//! gives, from an instant behind the key's stored window (another
+//! process's clock ahead).
 
 use super::{fixed_window, sliding_window, WindowParams};
 use crate::decision::{Decision, Receipt};
@@ -6,6 +8,8 @@ use crate::decision::{Decision, Receipt};
 /// One window algorithm, over the state left by admissions `(at, cost)`.
 struct Window {
     name: &'static str,
+    /// When a charge in window 2 (of 10 ns) stops counting.
+    stops_counting: u64,
     /// Decides `cost` at `now` over the state of admissions (at, cost).
     check: fn(&[(u64, u64)], u64, u64) -> Decision,
     /// The count in force after a refund of `receipt` at `now`.
@@ -32,11 +36,13 @@ fn sliding_state(charges: &[(u64, u64)]) -> sliding_window::SlidingWindowState {
 const WINDOWS: [Window; 2] = [
     Window {
         name: "fixed",
+        stops_counting: 30,
         check: |charges, now, cost| fixed_window::check(&P, &fixed_state(charges), now, cost),
         refunded: |charges, now, r| fixed_window::refund(&P, &fixed_state(charges), now, r).count,
     },
     Window {
         name: "sliding",
+        stops_counting: 40,
         check: |charges, now, cost| sliding_window::check(&P, &sliding_state(charges), now, cost),
         refunded: |charges, now, r| {
             sliding_window::refund(&P, &sliding_state(charges), now, r).current
@@ -70,5 +76,26 @@ fn a_charge_behind_the_stored_window_is_stamped_with_its_start() {
         assert_eq!(d.charged_at_ns, 23, "{name}: its own window");
         assert_eq!((w.check)(&ahead, 17, 5).charged_at_ns, 0, "{name}: denied");
         assert_eq!((w.check)(&ahead, 17, 0).charged_at_ns, 0, "{name}: a peek");
+    }
+}
+
+/// Behind a later stored window, `reset_after` and `retry_after` count from
+/// the check's own instant to the instants the stored window sets.
+#[test]
+fn durations_behind_the_stored_window_count_from_now() {
+    for w in WINDOWS {
+        let name = w.name;
+        let ahead = [(21, 1)];
+        let until = |ns: u64| std::time::Duration::from_nanos(ns);
+        let admitted = (w.check)(&ahead, 17, 3);
+        assert_eq!(admitted.reset_after, until(w.stops_counting - 17), "{name}");
+        let denied = (w.check)(&ahead, 17, 5);
+        assert!(!denied.allowed, "{name}");
+        assert_eq!(
+            denied.retry_after,
+            Some(until(w.stops_counting - 17)),
+            "{name}"
+        );
+        assert!(denied.quota_after <= denied.retry_after.unwrap(), "{name}");
     }
 }

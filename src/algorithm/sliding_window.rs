@@ -60,14 +60,16 @@ pub fn check(p: &WindowParams, s: &SlidingWindowState, now: u64, cost: u64) -> D
     let allowed = used + cost_w * w <= n * w;
     let used_after = if allowed { used + cost_w * w } else { used };
     let start = u128::from(s.window) * w;
-    let now_w = u128::from(now).max(start);
+    // Every duration counts from `now`, also behind a later stored window
+    // (where `start` > `now`): each instant below is at or after `start`.
+    let now_u = u128::from(now);
     let current_after = if allowed { cur + cost_w } else { cur };
     let reset_at = if current_after > 0 {
         start + 2 * w
     } else if prev > 0 {
         start + w
     } else {
-        now_w
+        now_u
     };
     let retry_after = if allowed || cost_w > n {
         None
@@ -75,12 +77,12 @@ pub fn check(p: &WindowParams, s: &SlidingWindowState, now: u64, cost: u64) -> D
         // Within this window, once prev·(w − e) ≤ (n − cur − cost)·w.
         let room = (n - cur - cost_w) * w;
         let e = w - (room / prev).min(w);
-        Some(dur(start + e - now_w))
+        Some(dur(start + e - now_u))
     } else {
         // In the next window, `cur` becomes the weighted previous count.
         let room = (n - cost_w) * w;
         let e = room.checked_div(cur).map_or(0, |fit| w - fit.min(w));
-        Some(dur(start + w + e - now_w))
+        Some(dur(start + w + e - now_u))
     };
     let remaining = sat((n * w).saturating_sub(used_after) / w);
     // More quota comes once the estimate drops by one unit: when
@@ -89,7 +91,7 @@ pub fn check(p: &WindowParams, s: &SlidingWindowState, now: u64, cost: u64) -> D
         Default::default()
     } else {
         let target = (n - u128::from(remaining) - 1) * w;
-        dur(until_at_most(prev, current_after, start, w, target).saturating_sub(now_w))
+        dur(until_at_most(prev, current_after, start, w, target).saturating_sub(now_u))
     };
     Decision {
         charged: 0,
@@ -104,7 +106,7 @@ pub fn check(p: &WindowParams, s: &SlidingWindowState, now: u64, cost: u64) -> D
         limit: p.max,
         remaining,
         retry_after,
-        reset_after: dur(reset_at - now_w),
+        reset_after: dur(reset_at - now_u),
         quota_after,
         permit: None,
     }

@@ -39,8 +39,10 @@ pub(super) struct KeyState {
     /// The shared `remaining` of the key's latest decision from the inner
     /// store (a block's counts the block as spent).
     last_remaining: Option<u64>,
-    /// A block is being asked for: other checks meanwhile go to the inner
-    /// store as they are, so one process holds one lease per key.
+    /// A block is being asked for (one at a time per key): checks that
+    /// meanwhile find no units wait for it or go to the inner store as
+    /// they are, so one process holds at most a lease and a prefetched
+    /// block of a key.
     pub(super) acquiring: bool,
     pub(super) lease: Option<Lease>,
     /// The block taken while `lease` still held units (prefetched): spent

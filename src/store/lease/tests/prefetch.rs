@@ -108,7 +108,12 @@ async fn remaining_is_read_from_the_latest_block() {
     assert!(r.check("hot", &p).await.allowed);
     // Another process takes 10 units.
     let other = crate::store::Charge::new(b"hot", &p, 10);
-    assert!(crate::store::Store::check(&r.shared, other).await.unwrap().allowed);
+    assert!(
+        crate::store::Store::check(&r.shared, other)
+            .await
+            .unwrap()
+            .allowed
+    );
     for _ in 0..5 {
         assert!(r.check("hot", &p).await.allowed);
     }
