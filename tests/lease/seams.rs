@@ -254,40 +254,39 @@ async fn a_lease_ends_when_the_primary_fails() {
 }
 
 /// A block prefetched in the background while the primary is down is
-/// decided by the fallback: not leased, given back there, and every lease
-/// ends with the primary.
+/// decided by the fallback: admitted there, it is not leased and goes back;
+/// denied there (less room than a block), nothing is charged. Either way
+/// every lease ends with the primary.
 #[tokio::test]
 async fn a_block_prefetched_from_the_fallback_is_not_leased() {
-    let clock = ManualClock::starting_at(3_600 * S);
-    let (primary, fallback, store) = over_a_fallback_pair(&clock);
-    let policy = Policy::fixed_window(100, Duration::from_secs(1)).unwrap();
-    // Two cold checks, then a block of 8 (7 left after its own check).
-    for _ in 0..3 {
-        store.check(Charge::new(b"k", &policy, 1)).await.unwrap();
-    }
-    assert_eq!(store.local_units(b"k"), 7);
-    primary.down.store(true, Ordering::SeqCst);
-    // Down to a quarter: the next block is asked for in the background.
-    for _ in 0..5 {
+    for taken in [0, 95] {
+        let clock = ManualClock::starting_at(3_600 * S);
+        let (primary, fallback, store) = over_a_fallback_pair(&clock);
+        let policy = Policy::fixed_window(100, Duration::from_secs(1)).unwrap();
+        // Another instance's use of the fallback.
+        let other = fallback.check(Charge::new(b"k", &policy, taken)).await;
+        assert!(other.unwrap().allowed);
+        // Two cold checks, then a block of 8 (7 left after its own check).
+        for _ in 0..3 {
+            store.check(Charge::new(b"k", &policy, 1)).await.unwrap();
+        }
+        assert_eq!(store.local_units(b"k"), 7);
+        primary.down.store(true, Ordering::SeqCst);
+        // Down to a quarter: the next block is asked for in the background.
+        for _ in 0..5 {
+            let d = store.check(Charge::new(b"k", &policy, 1)).await.unwrap();
+            assert_eq!(d.decided_by, DecidedBy::Primary, "served from the lease");
+        }
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        let ended = store.local_units(b"k");
+        assert_eq!(ended, 0, "{taken}: the leases ended with the primary");
+        let room = remaining(&fallback, b"k", &policy).await;
+        assert_eq!(room, 100 - taken, "{taken}: nothing of the block kept");
         let d = store.check(Charge::new(b"k", &policy, 1)).await.unwrap();
-        assert_eq!(d.decided_by, DecidedBy::Primary, "served from the lease");
+        assert_eq!((d.decided_by, d.charged), (DecidedBy::Fallback, 1));
     }
-    for _ in 0..10 {
-        tokio::task::yield_now().await;
-    }
-    assert_eq!(
-        store.local_units(b"k"),
-        0,
-        "the leases ended with the primary"
-    );
-    assert_eq!(
-        remaining(&fallback, b"k", &policy).await,
-        100,
-        "the block went back"
-    );
-    let d = store.check(Charge::new(b"k", &policy, 1)).await.unwrap();
-    assert_eq!((d.decided_by, d.charged), (DecidedBy::Fallback, 1));
-    assert_eq!(remaining(&fallback, b"k", &policy).await, 99);
 }
 
 #[tokio::test]

@@ -190,6 +190,7 @@ impl<S: Store> LeasingStoreBuilder<S> {
                 table: Mutex::new(Table::default()),
                 closed: std::sync::atomic::AtomicBool::new(false),
                 block_landed: tokio::sync::Notify::new(),
+                prefetching: std::sync::atomic::AtomicUsize::new(0),
             }),
         })
     }

@@ -1,6 +1,9 @@
 //! The inner store's calls of a [`LeasingStore`]: ordinary checks, blocks,
 //! and all-or-nothing rounds that mix served, ordinary and block charges.
 
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
 use super::plan::Plan;
 use super::table::GiveBack;
 use super::{give_back_all, LeasingShared, LeasingStore};
@@ -34,6 +37,41 @@ impl<S: Store> Drop for Acquiring<'_, S> {
             }
         }
         drop(table);
+        self.shared.landed();
+    }
+}
+
+/// A prefetch in flight (see [`LeasingStore::prefetch`]): counted while
+/// it lives; dropped before the block's answer (its task dropped, or the
+/// store shut down before it ran), it clears the key's `acquiring` mark.
+/// Either way it wakes the checks and a `shutdown` waiting for blocks.
+pub(super) struct Prefetching<S: Store> {
+    shared: Arc<LeasingShared<S>>,
+    key: Vec<u8>,
+    /// Until the inner store answers: the answer's handling clears the
+    /// mark itself (and a later block may have set it again since).
+    armed: bool,
+}
+
+impl<S: Store> Prefetching<S> {
+    fn new(shared: Arc<LeasingShared<S>>, key: &[u8]) -> Self {
+        shared.prefetching.fetch_add(1, Ordering::SeqCst);
+        Prefetching {
+            shared,
+            key: key.to_vec(),
+            armed: true,
+        }
+    }
+}
+
+impl<S: Store> Drop for Prefetching<S> {
+    fn drop(&mut self) {
+        if self.armed {
+            if let Some(state) = self.shared.lock().get_mut(&self.key) {
+                state.acquiring = false;
+            }
+        }
+        self.shared.prefetching.fetch_sub(1, Ordering::SeqCst);
         self.shared.landed();
     }
 }
@@ -104,27 +142,31 @@ impl<S: Store> LeasingStore<S> {
             self.shared.failed_block_quietly(rule);
             return;
         };
+        // Owned by the task from now on: whether it runs to its end, fails,
+        // or is dropped unpolled (its runtime shut down), the key is no
+        // longer acquiring afterwards, and `shutdown` stops waiting for it.
+        let mut in_flight = Prefetching::new(self.shared.clone(), rule.key);
         let store = self.clone();
-        let (key, policy) = (rule.key.to_vec(), *rule.policy);
+        let policy = *rule.policy;
         runtime.spawn(async move {
+            let key = in_flight.key.clone();
             let block = Charge {
                 cost: k,
                 ..Charge::new(&key, &policy, k)
             };
-            store.take_next(block).await;
+            store.take_next(block, &mut in_flight).await;
         });
     }
 
-    /// Charges a prefetched `block` on the inner store and keeps it as the
-    /// key's next lease.
-    async fn take_next(&self, block: Charge<'_>) {
+    /// Charges a prefetched `block` on the inner store (unless the store was
+    /// shut down meanwhile) and keeps it as the key's next lease.
+    async fn take_next(&self, block: Charge<'_>, in_flight: &mut Prefetching<S>) {
+        if self.shared.closed.load(Ordering::SeqCst) {
+            return;
+        }
         let taken_at = self.shared.clock.now_ns();
-        let guard = Acquiring {
-            shared: &self.shared,
-            keys: vec![block.key],
-        };
         let answer = self.shared.inner.check(block).await;
-        guard.disarm();
+        in_flight.armed = false;
         match answer {
             Err(e) => self.shared.failed(&e, &[&block]),
             Ok(d) if d.allowed => {
@@ -132,7 +174,11 @@ impl<S: Store> LeasingStore<S> {
                 self.shared.keep_next(&block, taken_at, d, &mut give_back);
                 self.settle(give_back).await;
             }
-            Ok(d) => self.shared.block_denied(&block, d.remaining),
+            Ok(d) => {
+                // A fallback's answer ends every lease, as any other.
+                self.shared.saw(&block, &d);
+                self.shared.block_denied(&block, d.remaining);
+            }
         }
     }
 

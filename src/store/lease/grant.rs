@@ -88,17 +88,21 @@ impl Lease {
             // later window than the charge's instant (another instance's
             // clock ran ahead, or its batch arrived first), the block counts
             // in that window, its receipt names that window's start, and
-            // `reset_after` runs to its end.
-            Algorithm::FixedWindow(_) => Slots::Window {
-                deadline: taken_at_early.checked_add(reset)?,
+            // `reset_after` runs to its end: the lease lasts at most one
+            // window all the same, so that a clock far behind never spends
+            // a window's units while the store has moved on past it.
+            Algorithm::FixedWindow(p) => Slots::Window {
+                deadline: taken_at_early.checked_add(reset.min(p.window_ns))?,
                 available: units,
                 refund_until: 0,
             },
             // `reset_after` runs to the end of the window after the charged
             // one (the charge still weighs there); the charged window ends
-            // one window earlier.
+            // one window earlier, and the lease lasts at most one window
+            // (as for fixed windows).
             Algorithm::SlidingWindow(p) => {
-                let deadline = taken_at_early.checked_add(reset.checked_sub(p.window_ns)?)?;
+                let charged_left = reset.checked_sub(p.window_ns)?.min(p.window_ns);
+                let deadline = taken_at_early.checked_add(charged_left)?;
                 Slots::Window {
                     deadline,
                     available: units,

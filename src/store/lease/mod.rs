@@ -124,8 +124,10 @@
 //! window ends (windows) or the units' slots pass (GCRA). The bound: each
 //! process holds at most a lease of a key down to a quarter of its block
 //! and the next block, `held = max_block + max(1, max_block / 4)` units
-//! (`max_block` without prefetching), so a window's count is its
-//! admissions plus at most `processes × held` units held, and a check is
+//! (`max_block` without prefetching; refunds of served checks put back
+//! into the lease that served them can raise it by the units refunded), so
+//! a window's count is its admissions plus at most `processes × held` units
+//! held, and a check is
 //! denied only once the window has admitted at least
 //! `limit − processes × held` (`tests/redis/redis_lease.rs` measures it on
 //! a real Redis). A GCRA lease pays
@@ -240,6 +242,8 @@ struct LeasingShared<S: Store> {
     /// or dropped): checks of its key wait for it instead of each asking
     /// the inner store while it is on its way.
     block_landed: tokio::sync::Notify,
+    /// Prefetches in flight (their tasks alive): `shutdown` waits for them.
+    prefetching: std::sync::atomic::AtomicUsize,
 }
 
 impl<S: Store> LeasingStore<S> {
@@ -293,10 +297,23 @@ impl<S: Store> LeasingStore<S> {
     }
 
     /// [`LeasingStore::flush`], and no new leases from then on (every check
-    /// goes to the inner store): call it before the process exits.
+    /// goes to the inner store): call it before the process exits. Blocks
+    /// prefetched in the background and still on their way are waited for:
+    /// each goes back by itself when it lands (and is not counted in the
+    /// units returned).
     pub async fn shutdown(&self) -> Result<u64, StoreError> {
         self.shared.closed.store(true, Ordering::SeqCst);
-        self.flush().await
+        let returned = self.flush().await;
+        loop {
+            let landed = self.shared.block_landed.notified();
+            let mut landed = std::pin::pin!(landed);
+            // Registered before looking: a landing in between still wakes.
+            landed.as_mut().enable();
+            if self.shared.prefetching.load(Ordering::SeqCst) == 0 {
+                return returned;
+            }
+            landed.await;
+        }
     }
 }
 

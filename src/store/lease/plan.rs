@@ -194,13 +194,18 @@ impl<S: Store> LeasingShared<S> {
                 }
             }
         }
+        let present = table
+            .get_mut(rule.key)
+            .is_some_and(|s| s.policy == *rule.policy);
         drop(table);
         // Not leased: the request keeps its own cost of the block, and the
         // rest goes back (GCRA: only to a fallback, which no other process
-        // shares; see the module docs).
+        // shares; see the module docs) — unless the key was reset or took
+        // another policy meanwhile: the reset may have cleared the charge,
+        // and a refund would then take units from the admissions after it.
         let extra = k - rule.cost;
         let gcra = matches!(rule.policy.algorithm(), Algorithm::Gcra(_));
-        if let (Some(r), true) = (d.receipt(), fallback || !gcra) {
+        if let (Some(r), true) = (d.receipt(), present && (fallback || !gcra)) {
             give_back.push((rule.key.to_vec(), *rule.policy, r.part(extra)));
         }
         Decision {
@@ -213,8 +218,9 @@ impl<S: Store> LeasingShared<S> {
     /// The block of `k` units prefetched for `rule` (a charge of `k`),
     /// asked for at local `taken_at`, was admitted as `d`: kept as the
     /// key's next lease. A block that cannot be leased (decided by the
-    /// fallback, not placeable in its slots, the key gone or under another
-    /// policy, after shutdown) goes back where the algorithm allows.
+    /// fallback, not placeable in its slots, after shutdown) goes back
+    /// where the algorithm allows; one whose key was reset or took another
+    /// policy meanwhile is left as charged.
     pub(super) fn keep_next(
         &self,
         rule: &Charge<'_>,
@@ -225,10 +231,11 @@ impl<S: Store> LeasingShared<S> {
         let fallback = d.decided_by == DecidedBy::Fallback;
         let mut table = self.lock();
         let lease = self.landed_lease(&mut table, rule.policy, &d, rule.cost, taken_at);
-        let mut kept = false;
+        let (mut kept, mut present) = (false, false);
         if let Some(state) = table.get_mut(rule.key) {
             state.acquiring = false;
             if state.policy == *rule.policy {
+                present = true;
                 state.saw_remaining(d.remaining);
                 if let Some(next) = lease {
                     // One block in flight per key, so no next lease is
@@ -245,7 +252,9 @@ impl<S: Store> LeasingShared<S> {
         }
         drop(table);
         self.landed();
-        if kept {
+        if kept || !present {
+            // Kept; or the key was reset or took another policy meanwhile
+            // (see `keep_block`): nothing goes back.
             return;
         }
         // Not leased: the block goes back (GCRA: only to a fallback, which
@@ -269,8 +278,8 @@ impl<S: Store> LeasingShared<S> {
     /// all-or-nothing check denied by another rule).
     pub(super) fn unspend(&self, rule: &Charge<'_>, now: u64, at_ns: u64) {
         let receipt = Receipt::new(rule.cost, at_ns, None);
-        if let Some(lease) = self.lock().get_mut(rule.key).and_then(|s| s.lease.as_mut()) {
-            let _ = lease.put_back(now, &receipt);
+        if let Some(state) = self.lock().get_mut(rule.key) {
+            let _ = state.put_back(now, &receipt);
         }
     }
 }

@@ -72,10 +72,7 @@ impl<S: Store> Store for LeasingStore<S> {
             match table.get_mut(key).filter(|s| s.policy == *policy) {
                 None => PutBack::NotOurs,
                 Some(state) => {
-                    let put = state
-                        .lease
-                        .as_mut()
-                        .map_or(PutBack::NotOurs, |l| l.put_back(now, receipt));
+                    let put = state.put_back(now, receipt);
                     match (put, state.retired.as_mut()) {
                         // A unit of the GCRA lease before: absorbed there.
                         (PutBack::NotOurs, Some(old)) => match old.put_back(now, receipt) {
@@ -122,7 +119,8 @@ impl<S: Store> Store for LeasingStore<S> {
                     // cannot serve takes the asynchronous path, which gives
                     // back what an ended lease held and takes up the next.
                     let at = lease.take(now, rule.cost)?;
-                    let d = lease.served(now, rule.cost, at, true);
+                    let mut d = lease.served(now, rule.cost, at, true);
+                    state.latest_remaining(&mut d, now);
                     state.note_check(now);
                     let prefetch = if self
                         .shared

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use super::grant::Lease;
+use super::grant::{Lease, PutBack};
 use crate::decision::{Decision, Receipt};
 use crate::policy::{Algorithm, Policy};
 
@@ -199,17 +199,20 @@ impl KeyState {
             };
             if let Some(at) = lease.take(now, cost) {
                 let mut d = lease.served(now, cost, at, true);
-                if let Some(next) = &mut self.next {
-                    // The prefetched block's figures are the later: the
-                    // shared remaining then, plus all this process holds.
-                    let held = lease.unspent(now).saturating_add(next.unspent(now));
-                    d.remaining = next.shared_remaining().saturating_add(held).min(d.limit);
-                }
+                self.latest_remaining(&mut d, now);
                 return Serve::Served(d, at);
             }
             if lease.unspent(now) > 0 {
                 // Held, but not enough for this charge (or a GCRA charge
-                // of several units): the lease stays for the next checks.
+                // of several units): the lease stays for the next checks,
+                // and the prefetched block, a lease of its own, may serve.
+                if let Some(next) = &mut self.next {
+                    if let Some(at) = next.take(now, cost) {
+                        let mut d = next.served(now, cost, at, true);
+                        self.latest_remaining(&mut d, now);
+                        return Serve::Served(d, at);
+                    }
+                }
                 return Serve::Short;
             }
             self.end_lease(key, tuning, now, give_back);
@@ -217,6 +220,33 @@ impl KeyState {
                 return Serve::Nothing;
             }
         }
+    }
+
+    /// Sets `d.remaining`, of a check served at `now`, from the latest
+    /// block once a prefetched one has landed: the shared remaining it
+    /// reported plus every unit this process holds.
+    pub(super) fn latest_remaining(&mut self, d: &mut Decision, now: u64) {
+        let Some(next) = &mut self.next else {
+            return;
+        };
+        let held = self.lease.as_mut().map_or(0, |l| l.unspent(now));
+        let held = held.saturating_add(next.unspent(now));
+        d.remaining = next.shared_remaining().saturating_add(held).min(d.limit);
+    }
+
+    /// Gives back into the lease that served it (the lease in hand or the
+    /// prefetched one) a served receipt.
+    pub(super) fn put_back(&mut self, now: u64, receipt: &Receipt) -> PutBack {
+        for lease in [self.lease.as_mut(), self.next.as_mut()]
+            .into_iter()
+            .flatten()
+        {
+            match lease.put_back(now, receipt) {
+                PutBack::NotOurs => {}
+                put => return put,
+            }
+        }
+        PutBack::NotOurs
     }
 
     /// Whether to ask for the next block now, in the background, and of

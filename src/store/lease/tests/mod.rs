@@ -182,11 +182,6 @@ async fn a_window_lease_expires_when_its_window_ends() {
     assert_eq!(r.shared_remaining("hot", &p).await, 99);
 }
 
-/// A block charged while the shared key holds a later window (another
-/// instance's clock ahead) is counted in that window, but its receipt names
-/// the window of the charge's instant: the lease ends with that window,
-/// never serving a unit after it, as `tests/redis/redis_lease.rs` asserts
-/// of four real instances.
 /// Takes a lease of `p` (fixed window of 1 s) on key `hot` half a window
 /// before the key's stored window, written by a clock ahead of this one.
 async fn lease_behind(r: &Rig, p: &Policy) {
@@ -202,16 +197,23 @@ async fn lease_behind(r: &Rig, p: &Policy) {
     assert_eq!(r.store.local_units(b"hot"), 7);
 }
 
+/// A block charged while the shared key holds a later window (another
+/// instance's clock ahead) counts in that window, and its receipt names it:
+/// the lease never outlives that window, lasts at most one window from its
+/// taking (a clock far behind never spends a window's units after the
+/// store moved on), and gives its unspent units back there, as
+/// `tests/redis/redis_lease.rs` asserts of four real instances.
 #[tokio::test]
 async fn a_block_counted_in_a_later_window_is_spent_and_given_back_there() {
     let p = fixed(100);
-    // Its units are spent until the window they counted in ends.
+    // The window it counts in ends 1.5 s after the lease was taken; the
+    // lease, one window after.
     let r = rig(1, 8, 8);
     lease_behind(&r, &p).await;
-    r.advance(3 * S / 2 - 1);
-    assert_eq!(r.store.local_units(b"hot"), 7, "until that window ends");
+    r.advance(S - 1);
+    assert_eq!(r.store.local_units(b"hot"), 7, "for one window");
     r.advance(1);
-    assert_eq!(r.store.local_units(b"hot"), 0, "ended with it");
+    assert_eq!(r.store.local_units(b"hot"), 0, "no longer");
     let calls = r.calls();
     r.check("hot", &p).await;
     assert_eq!(r.calls(), calls + 1, "not served from the lease");
@@ -219,7 +221,7 @@ async fn a_block_counted_in_a_later_window_is_spent_and_given_back_there() {
     // instant's window would be ignored there: 100 - 1 - 8).
     let r = rig(1, 8, 8);
     lease_behind(&r, &p).await;
-    r.advance(3 * S / 2 - 1);
+    r.advance(S - 1);
     assert_eq!(r.shared_remaining("hot", &p).await, 91);
     r.store.flush().await.unwrap();
     assert_eq!(r.shared_remaining("hot", &p).await, 100 - 1 - 1);

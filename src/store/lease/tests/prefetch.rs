@@ -71,17 +71,54 @@ async fn a_block_landing_after_shutdown_goes_back() {
     // 2 left: the next block is due; stall it on its way.
     r.stall.store(true, Ordering::SeqCst);
     settle_until(&r, |r| r.calls() == 2).await;
-    assert_eq!(r.store.shutdown().await.unwrap(), 2, "the lease's 2 units");
+    // Shutdown gives the lease's 2 units back, then waits for the block.
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    let mut shutdown = Box::pin(r.store.shutdown());
+    assert!(shutdown.as_mut().poll(&mut cx).is_pending());
     assert_eq!(r.shared_remaining("hot", &p).await, 100 - 6);
     resume(&r);
-    // Charged on landing (8 more), then given back whole: nothing is
-    // leased after shutdown.
-    settle_until(&r, |r| {
-        !r.store.shared.lock().get_mut(b"hot").unwrap().acquiring
-    })
-    .await;
+    // Charged on landing (8 more), then given back whole before shutdown
+    // returns: nothing is leased after shutdown.
+    assert_eq!(shutdown.await.unwrap(), 2, "the lease's 2 units");
     assert_eq!(r.store.local_units(b"hot"), 0);
     assert_eq!(r.shared_remaining("hot", &p).await, 100 - 6);
+}
+
+/// A block whose task never runs (its runtime shut down first) leaves no
+/// mark: the key leases again, and a shutdown does not wait for it.
+#[test]
+fn a_prefetch_whose_task_never_runs_leaves_no_mark() {
+    let r = rig_with(1, 8, 8, true);
+    let p = fixed(100);
+    let short_lived = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    short_lived.block_on(async {
+        for _ in 0..6 {
+            assert!(r.check("hot", &p).await.allowed);
+        }
+    });
+    // The prefetch was spawned on that runtime and never polled.
+    drop(short_lived);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        for _ in 0..2 {
+            assert!(r.check("hot", &p).await.allowed);
+        }
+        // Spent out: a new block is asked for at once, not awaited forever
+        // (the bound only turns a hang into a failure).
+        let next = tokio::time::timeout(std::time::Duration::from_secs(30), r.check("hot", &p));
+        assert!(
+            next.await
+                .expect("waited for a block never asked for")
+                .allowed
+        );
+        assert_eq!(r.calls(), 2);
+        assert_eq!(r.store.shutdown().await.unwrap(), 7);
+    });
 }
 
 #[tokio::test]
