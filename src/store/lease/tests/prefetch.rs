@@ -159,3 +159,54 @@ async fn remaining_is_read_from_the_latest_block() {
     let d = r.check("hot", &p).await;
     assert_eq!(d.remaining, 74 + 9);
 }
+
+/// A charge the lease in hand is short of is served from the prefetched
+/// block (a lease of its own), not sent to the store.
+#[tokio::test]
+async fn the_prefetched_block_serves_what_the_lease_in_hand_cannot() {
+    let r = rig_with(1, 8, 8, true);
+    let p = fixed(100);
+    for _ in 0..6 {
+        assert!(r.check("hot", &p).await.allowed);
+    }
+    settle_until(&r, |r| r.store.local_units(b"hot") == 2 + 8).await;
+    let three = crate::store::Charge::new(b"hot", &p, 3);
+    assert!(
+        crate::store::Store::check(&r.store, three)
+            .await
+            .unwrap()
+            .allowed
+    );
+    assert_eq!(r.calls(), 2, "no store call");
+    assert_eq!(r.store.local_units(b"hot"), 2 + 5);
+}
+
+/// A key reset while its prefetched block is on its way: the block is not
+/// leased, and nothing of it is refunded into the counts after the reset
+/// (the reset may have cleared it already); the key leases again.
+#[tokio::test]
+async fn a_block_landing_after_a_reset_is_left_as_charged() {
+    let r = rig_with(1, 8, 8, true);
+    let p = fixed(100);
+    for _ in 0..6 {
+        assert!(r.check("hot", &p).await.allowed);
+    }
+    r.stall.store(true, Ordering::SeqCst);
+    settle_until(&r, |r| r.calls() == 2).await;
+    crate::store::Store::reset(&r.store, b"hot", &p)
+        .await
+        .unwrap();
+    resume(&r);
+    settle_until(&r, |r| {
+        r.store.shared.prefetching.load(Ordering::SeqCst) == 0
+    })
+    .await;
+    assert_eq!(r.store.local_units(b"hot"), 0);
+    assert_eq!(
+        r.shared_remaining("hot", &p).await,
+        100 - 8,
+        "charged after the reset"
+    );
+    assert!(r.check("hot", &p).await.allowed);
+    assert_eq!(r.calls(), 3, "a new block");
+}
