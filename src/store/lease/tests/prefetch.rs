@@ -19,6 +19,16 @@ async fn settle_until(r: &Rig, done: impl Fn(&Rig) -> bool) {
     panic!("the background block never landed");
 }
 
+/// Six checks of a block of 8 leave 2 units, a quarter: the next block is
+/// asked for; the shared store stalls it on its way.
+async fn block_on_its_way(r: &Rig, p: &crate::policy::Policy) {
+    for _ in 0..6 {
+        assert!(r.check("hot", p).await.allowed);
+    }
+    r.stall.store(true, Ordering::SeqCst);
+    settle_until(r, |r| r.calls() == 2).await;
+}
+
 fn resume(r: &Rig) {
     r.stall.store(false, Ordering::SeqCst);
     r.resume.notify_waiters();
@@ -65,12 +75,7 @@ async fn the_next_block_is_taken_while_the_lease_still_serves() {
 async fn a_block_landing_after_shutdown_goes_back() {
     let r = rig_with(1, 8, 8, true);
     let p = fixed(100);
-    for _ in 0..6 {
-        assert!(r.check("hot", &p).await.allowed);
-    }
-    // 2 left: the next block is due; stall it on its way.
-    r.stall.store(true, Ordering::SeqCst);
-    settle_until(&r, |r| r.calls() == 2).await;
+    block_on_its_way(&r, &p).await;
     // Shutdown gives the lease's 2 units back, then waits for the block.
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     let mut shutdown = Box::pin(r.store.shutdown());
@@ -188,11 +193,7 @@ async fn the_prefetched_block_serves_what_the_lease_in_hand_cannot() {
 async fn a_block_landing_after_a_reset_is_left_as_charged() {
     let r = rig_with(1, 8, 8, true);
     let p = fixed(100);
-    for _ in 0..6 {
-        assert!(r.check("hot", &p).await.allowed);
-    }
-    r.stall.store(true, Ordering::SeqCst);
-    settle_until(&r, |r| r.calls() == 2).await;
+    block_on_its_way(&r, &p).await;
     crate::store::Store::reset(&r.store, b"hot", &p)
         .await
         .unwrap();
