@@ -146,7 +146,9 @@ impl<S: Store> LeasingStoreBuilder<S> {
     /// lease is down to a quarter of its block (default `true`), so that
     /// its checks do not wait a round trip for each block. A process then
     /// holds up to a block and a quarter of a key (see the module docs,
-    /// *Block size and fairness*).
+    /// *Block size and fairness*). The block is taken on a task of the
+    /// Tokio runtime the check runs on; a check outside any runtime leaves
+    /// the next block to be asked for when the lease runs out.
     pub fn prefetch(mut self, prefetch: bool) -> Self {
         self.tuning.prefetch = prefetch;
         self

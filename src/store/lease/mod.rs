@@ -127,13 +127,11 @@
 //! (`max_block` without prefetching; refunds of served checks put back
 //! into the lease that served them can raise it by the units refunded), so
 //! a window's count is its admissions plus at most `processes × held` units
-//! held, and a check is
-//! denied only once the window has admitted at least
+//! held, and a check is denied only once the window has admitted at least
 //! `limit − processes × held` (`tests/redis/redis_lease.rs` measures it on
-//! a real Redis). A GCRA lease pays
-//! only where one process spends about as fast as the key's rate (`1/T`) or
-//! the key has a backlog: units spent slower than their slots lapse, and the
-//! block shrinks.
+//! a real Redis). A GCRA lease pays only where one process spends about as
+//! fast as the key's rate (`1/T`) or the key has a backlog: units spent
+//! slower than their slots lapse, and the block shrinks.
 //!
 //! # Decisions served from a lease
 //!
