@@ -57,7 +57,11 @@ impl Metrics {
             return;
         }
         if let Some(s) = self.get(key) {
-            s[stat as usize].fetch_add(n, Ordering::Relaxed);
+            // Saturating: a `hits_addend` near 2^64 must not wrap a counter
+            // back to a small number (which reads as a counter reset).
+            let _ = s[stat as usize].fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some(v.saturating_add(n))
+            });
         }
     }
 

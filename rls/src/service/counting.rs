@@ -4,8 +4,12 @@
 //! requests_per_unit`: rejected hits still count, and every descriptor is
 //! incremented whatever the others say. Here that counter is the crate's
 //! fixed window with a limit no request reaches (2^50): it admits every
-//! hit, so `after = 2^50 − remaining`. The window is the crate's
-//! `floor(now / unit)` on a Unix-anchored clock: upstream's epoch alignment.
+//! hit, so `after = 2^50 − remaining`. A descriptor's `hits_addend` runs to
+//! 2^64 − 1, so one charge takes at most 2^40 of them: more than any
+//! `requests_per_unit` (a u32), so the window is over all the same, and
+//! the counter saturates at 2^50 rather than refusing (and forgetting) the
+//! charge. The window is the crate's `floor(now / unit)` on a Unix-anchored
+//! clock: upstream's epoch alignment.
 //!
 //! In all-or-nothing mode (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` or
 //! `RLS_ALL_OR_NOTHING`) the real limits go through the store's atomic
@@ -20,6 +24,11 @@ use crate::config::{Algorithm, Limit, Unit};
 
 /// The counter's limit: never reached, and within what Redis scripts take.
 const COUNTER_MAX: u64 = 1 << 50;
+
+/// The most one request charges the counter: above every
+/// `requests_per_unit`, and 1,024 of them fill the counter, which then
+/// answers over for every later hit of its window.
+const CHARGE_MAX: u64 = 1 << 40;
 
 /// What the store said for one limited descriptor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,10 +120,15 @@ pub async fn count_each(
         let unit = item.limit.unit.unwrap_or(Unit::Second);
         let counted = match (item.limit.algorithm, &item.limit.policy) {
             (Algorithm::FixedWindow, _) => {
+                let charge = item.hits.min(CHARGE_MAX);
                 let d = store
-                    .check(Charge::new(&item.key, counter.policy(unit), item.hits))
+                    .check(Charge::new(&item.key, counter.policy(unit), charge))
                     .await?;
-                let before = COUNTER_MAX - d.remaining - if d.allowed { item.hits } else { 0 };
+                // A refused charge (a full counter) leaves the count as it was.
+                let charged = if d.allowed { charge } else { 0 };
+                let before = COUNTER_MAX
+                    .saturating_sub(d.remaining)
+                    .saturating_sub(charged);
                 fixed(item.limit, before, item.hits, reset_secs(unit, now_s))
             }
             (_, Some(policy)) => other(

@@ -9,6 +9,7 @@ mod support;
 mod binary;
 mod extension;
 mod health;
+mod hits;
 mod http;
 mod python;
 mod redis;
