@@ -33,7 +33,9 @@ struct Ask {
 }
 
 /// The estimate charged at admission: the request's `max_tokens`, the most
-/// the model may produce (256 when absent, as the handlers assume).
+/// the model may produce (256 when absent, as the handlers assume). A
+/// client's `max_tokens=0` is charged as 1 (a settled rule's estimate never
+/// goes below 1), so it cannot pass a spent quota.
 fn max_tokens(req: &RequestHead<'_>) -> u64 {
     let query = req.uri().query().unwrap_or("");
     (query.split('&'))
@@ -41,12 +43,13 @@ fn max_tokens(req: &RequestHead<'_>) -> u64 {
         .unwrap_or(256)
 }
 
-/// What the "model" produces: fewer tokens than asked for, as models do.
+/// What the "model" produces: fewer tokens than asked for, as models do,
+/// and never more (so `max_tokens` is an upper bound).
 fn generate(max_tokens: u64) -> Vec<&'static str> {
     let words = [
         "rate", "limits", "keep", "the", "lights", "on", "for", "everyone",
     ];
-    let n = (max_tokens / 3).clamp(1, 64) as usize;
+    let n = (max_tokens / 3).clamp(1, 64).min(max_tokens) as usize;
     words.iter().cycle().take(n).copied().collect()
 }
 

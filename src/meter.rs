@@ -18,7 +18,7 @@
 //!     .key(BearerToken)
 //!     .cost_fn(|req| {
 //!         let max = req.headers().get("x-max-tokens").and_then(|v| v.to_str().ok());
-//!         max.and_then(|v| v.parse().ok()).unwrap_or(1_000)
+//!         max.and_then(|v| v.parse().ok()).unwrap_or(4_096)
 //!     })
 //!     .settle_cost(ActualCost::Reported);
 //! let layer = ThrottleLayer::new(MemoryStore::new(), Policy::token_bucket(10, 10.0)?)
@@ -38,11 +38,28 @@
 //!   download's `Content-Length`) is exact, sequential or concurrent: a
 //!   request is admitted only if its estimate fits, and settling only gives
 //!   units back.
+//! - **Every estimate is at least 1.** An estimate of 0 (a client that
+//!   sends `max_tokens=0`, a header left out) is charged as 1 and given back
+//!   at settlement if the request cost nothing: a check of 0 units would only
+//!   peek and be admitted on a spent quota. So a request on a spent quota is
+//!   refused, whatever its estimate, and the requests admitted in a window
+//!   are never more than the limit admits of 1-unit requests.
 //! - **An estimate below the actual cost**: the excess is charged when the
 //!   response ends, as far as the quota has room; what does not fit is that
-//!   one response's overshoot. Sequential requests never add to it (the
-//!   next one finds the quota spent); concurrent ones exceed the limit by at
-//!   most the sum of their in-flight estimates' errors.
+//!   response's *overshoot*, not carried over. The quota is then spent, so
+//!   the next request is refused until it refills:
+//!   - on a fixed window, sequential requests cost at most the limit plus
+//!     one response's overshoot per window;
+//!   - on a sliding window, a sliding log and GCRA the quota refills a unit
+//!     at a time, and each unit that comes back can admit one more request
+//!     with an overshoot of its own: at most one overshoot per unit refilled
+//!     after the quota was spent. An upper-bound estimate avoids this.
+//!   - concurrent requests exceed the limit by at most the sum of their
+//!     in-flight estimates' errors.
+//!
+//!   The overshoot is dropped rather than carried as debt because not every
+//!   store can hold state beyond its limit (redis-cell's `CL.THROTTLE` has no
+//!   such charge), and one definition must hold on every store.
 //! - A cost that is never reported (no [`ReportedCost`], no trailer), and a
 //!   settlement the store fails, leave the estimate charged.
 //! - With [`count_if`](crate::ThrottleLayer::count_if), a response that does

@@ -82,7 +82,8 @@ impl Rule {
     /// Charges [`cost`](Self::cost) (or [`cost_fn`](Self::cost_fn)) as an
     /// estimate at admission, and settles the request's actual cost from
     /// its response (see [`crate::meter`]): bytes sent, or a number the
-    /// handler reports.
+    /// handler reports. An estimate below 1 is charged as 1, so a request
+    /// on a spent quota is refused whatever estimate it brings.
     pub fn settle_cost(mut self, actual: ActualCost) -> Self {
         self.actual = Some(actual);
         self
@@ -188,6 +189,17 @@ impl Cost {
         match self {
             Cost::Fixed(n) => *n,
             Cost::Fn(f) => f(req),
+        }
+    }
+
+    /// This cost, never below 1: a settled rule's estimate. A check of 0
+    /// units is a peek, admitted on a spent quota; an estimate of 1 or more
+    /// is refused there, so a client choosing an estimate of 0 cannot slip
+    /// past the limit (see [`crate::meter`]).
+    pub(crate) fn at_least_one(self) -> Cost {
+        match self {
+            Cost::Fixed(n) => Cost::Fixed(n.max(1)),
+            Cost::Fn(f) => Cost::Fn(Arc::new(move |req| f(req).max(1))),
         }
     }
 }

@@ -199,15 +199,27 @@ fn actual_cost(
 }
 
 /// Charges `units` beyond an estimate; when the quota has less room, what
-/// is left of it, so the next request finds it spent.
+/// is left of it, so the next request finds it spent. A store may answer
+/// a part from more than one place (a lease's units in process, then the
+/// shared count), so the parts are charged until none is left: a few
+/// rounds at most.
 async fn overage<St: Store>(store: &St, key: &[u8], policy: &Policy, units: u64) {
-    let Ok(d) = store.check(Charge::new(key, policy, units)).await else {
-        return;
-    };
-    if !d.allowed && d.remaining > 0 {
-        let _ = store
-            .check(Charge::new(key, policy, d.remaining.min(units)))
-            .await;
+    let mut left = units;
+    for _ in 0..4 {
+        let Ok(d) = store.check(Charge::new(key, policy, left)).await else {
+            return;
+        };
+        if d.allowed || d.remaining == 0 {
+            return;
+        }
+        let part = d.remaining.min(left);
+        match store.check(Charge::new(key, policy, part)).await {
+            Ok(d) if d.allowed => left -= part,
+            _ => return,
+        }
+        if left == 0 {
+            return;
+        }
     }
 }
 

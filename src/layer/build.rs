@@ -94,11 +94,15 @@ impl<St: Store> ThrottleLayer<St> {
             .map(|limit| {
                 let key_head = self.key_head(limit);
                 self.claim(&key_head);
+                let cost = limit.cost.clone().unwrap_or_else(|| self.cost.clone());
                 RuleCfg {
                     key_head: key_head.into(),
                     policy: limit.policy,
                     key: limit.key.clone().unwrap_or_else(|| self.key.clone()),
-                    cost: limit.cost.clone().unwrap_or_else(|| self.cost.clone()),
+                    cost: match limit.actual {
+                        Some(_) => cost.at_least_one(),
+                        None => cost,
+                    },
                     source: limit.source.clone(),
                     actual: limit.actual.clone(),
                 }

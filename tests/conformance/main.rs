@@ -15,6 +15,8 @@ mod redis_support;
 
 #[cfg(feature = "conformance")]
 mod conformance;
+#[cfg(feature = "redis")]
+mod estimates;
 #[cfg(feature = "conformance")]
 mod exactness;
 #[cfg(feature = "conformance")]

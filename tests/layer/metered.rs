@@ -194,9 +194,9 @@ async fn response_bytes_are_counted_as_they_stream() {
     let frame = body.frame().await.unwrap().unwrap();
     assert_eq!(frame.into_data().unwrap().len(), 50);
     drop(body);
-    // 150 + 50: an estimate of 0 peeks at 800 left.
+    // 150 + 50: 800 left, of which an estimate of 0 is charged 1.
     let after_drop = send(&mut svc, &[("x-max", 0)]).await;
-    assert_eq!(after_drop, (StatusCode::OK, Some(800)));
+    assert_eq!(after_drop, (StatusCode::OK, Some(799)));
 }
 
 /// A streamed response reporting its usage in a trailer: settled when the
@@ -222,8 +222,9 @@ async fn a_cost_in_the_trailers_settles_a_streamed_response() {
     );
     let third = send(&mut svc, &[("x-max", 20), ("x-chunks", 1)]).await;
     assert_eq!(third, (StatusCode::OK, Some(60)), "15 by the head's report");
+    // An estimate of 0 is charged 1: 60 left before it.
     let peek = send(&mut svc, &[("x-max", 0)]).await;
-    assert_eq!(peek, (StatusCode::OK, Some(60)), "the unreported 20 stand");
+    assert_eq!(peek, (StatusCode::OK, Some(59)), "the unreported 20 stand");
 }
 
 /// With `count_if`, a response that does not count gives back its whole
@@ -243,8 +244,9 @@ async fn count_if_and_a_settled_cost_compose() {
     assert_eq!(failed, (StatusCode::SERVICE_UNAVAILABLE, Some(50)));
     let ok = send(&mut svc, &[("x-max", 50), ("x-used", 30)]).await;
     assert_eq!(ok, (StatusCode::OK, Some(50)), "the 503 cost nothing");
+    // An estimate of 0 is charged 1: 70 left before it.
     let peek = send(&mut svc, &[("x-max", 0)]).await;
-    assert_eq!(peek, (StatusCode::OK, Some(70)));
+    assert_eq!(peek, (StatusCode::OK, Some(69)));
 }
 
 /// Settled after a window boundary: the refund goes to the window the
@@ -283,9 +285,10 @@ async fn a_settlement_after_a_window_boundary_lands_in_the_estimate_s_window() {
     let slow = slow.await.unwrap().unwrap();
     assert_eq!(slow.headers()["x-remaining"], "20");
     slow.into_body().collect().await.unwrap();
-    // 70 went back to window 0; window 1 still holds its 50.
+    // 70 went back to window 0; window 1 still holds its 50 (and this
+    // estimate of 0, charged 1).
     let peek = send(&mut svc, &[("x-max", 0)]).await;
-    assert_eq!(peek, (StatusCode::OK, Some(50)));
+    assert_eq!(peek, (StatusCode::OK, Some(49)));
 }
 
 /// GCRA gives units back to the charge's own slot: a token bucket of 100
@@ -299,8 +302,9 @@ async fn a_token_bucket_gets_its_units_back() {
     let mut svc = layer(memory(&clock), bucket).layer(tower::service_fn(handler));
     let first = send(&mut svc, &[("x-max", 60), ("x-used", 20)]).await;
     assert_eq!(first, (StatusCode::OK, Some(40)));
+    // 80 left, of which an estimate of 0 is charged 1.
     let peek = send(&mut svc, &[("x-max", 0)]).await;
-    assert_eq!(peek, (StatusCode::OK, Some(80)));
+    assert_eq!(peek, (StatusCode::OK, Some(79)));
 }
 
 /// Sequential requests with upper-bound estimates never pass the limit:
@@ -379,6 +383,61 @@ async fn concurrent_upper_bound_estimates_never_pass_the_limit() {
         response.into_body().collect().await.unwrap();
     }
     let mut svc = svc;
+    // 70 left, of which an estimate of 0 is charged 1.
     let peek = send(&mut svc, &[("x-max", 0)]).await;
-    assert_eq!(peek, (StatusCode::OK, Some(70)));
+    assert_eq!(peek, (StatusCode::OK, Some(69)));
+}
+
+/// Delay mode with a settled cost: a request whose estimate does not fit
+/// waits for its slot, runs there, and its unused units go back to the
+/// slot they were reserved in, so the next waiter runs that much sooner.
+/// A token bucket of 5 refilled 1/s, on paused tokio time.
+#[tokio::test(start_paused = true)]
+async fn delay_mode_settles_a_waiters_cost_into_its_reserved_slot() {
+    let store = crate::tokio_clock::tokio_store();
+    let bucket = Rule::new(
+        "tokens",
+        Policy::cell(4, 5, Duration::from_secs(5)).unwrap(),
+    )
+    .cost_fn(estimate)
+    .settle_cost(ActualCost::Reported);
+    let start = tokio::time::Instant::now();
+    let svc = layer(store, bucket)
+        .delay_up_to(Duration::from_secs(10))
+        .layer(tower::service_fn(move |req: Request<()>| async move {
+            let ran = start.elapsed();
+            let mut response = handler(req).await?;
+            let ms = HeaderValue::from(ran.as_millis() as u64);
+            response.headers_mut().insert("x-ran-ms", ms);
+            Ok::<_, Infallible>(response)
+        }));
+    let ran_at = |headers: &'static [(&'static str, u64)]| {
+        let svc = svc.clone();
+        async move {
+            let response = svc.oneshot(req(headers)).await.unwrap();
+            assert_eq!(response.status(), StatusCode::OK, "{headers:?}");
+            let ms = response.headers()["x-ran-ms"].to_str().unwrap();
+            let ms: u64 = ms.parse().unwrap();
+            response.into_body().collect().await.unwrap();
+            Duration::from_millis(ms)
+        }
+    };
+    // 5 charged, 1 used: 4 left at once.
+    assert_eq!(ran_at(&[("x-max", 5), ("x-used", 1)]).await, Duration::ZERO);
+    assert_eq!(ran_at(&[("x-max", 4), ("x-used", 4)]).await, Duration::ZERO);
+    // Spent: 3 units come back in 3 s; the waiter uses none of them.
+    assert_eq!(
+        ran_at(&[("x-max", 3), ("x-used", 0)]).await,
+        Duration::from_secs(3)
+    );
+    // Its 3 units went back to its slot: the next 3 run at once.
+    assert_eq!(
+        ran_at(&[("x-max", 3), ("x-used", 3)]).await,
+        Duration::from_secs(3)
+    );
+    // And an estimate of 0 on the spent bucket waits for a unit, as 1 would.
+    assert_eq!(
+        ran_at(&[("x-max", 0), ("x-used", 0)]).await,
+        Duration::from_secs(4)
+    );
 }

@@ -237,6 +237,19 @@ impl<S: Store> LeasingShared<S> {
             if state.policy == *rule.policy {
                 present = true;
                 state.saw_remaining(d.remaining);
+                let drain = std::mem::take(&mut state.drain);
+                let lease = match lease {
+                    // The leases ended short of a charge meanwhile: a
+                    // window block goes back, a GCRA one is spent here.
+                    Some(mut next) if drain => {
+                        let gcra = matches!(rule.policy.algorithm(), Algorithm::Gcra(_));
+                        gcra.then(|| {
+                            super::table::spend_all(&mut next, taken_at);
+                            next
+                        })
+                    }
+                    lease => lease,
+                };
                 if let Some(next) = lease {
                     // One block in flight per key, so no next lease is
                     // held; one would go back all the same.

@@ -52,6 +52,9 @@ pub(super) struct KeyState {
     /// refunded: such a refund is absorbed here, never sent to the inner
     /// store (see the module docs, *Why GCRA units are not given back*).
     pub(super) retired: Option<Lease>,
+    /// The leases ended short of a charge while a block was in flight:
+    /// that block is not leased when it lands (see [`KeyState::short`]).
+    pub(super) drain: bool,
 }
 
 impl KeyState {
@@ -78,6 +81,7 @@ impl KeyState {
             lease: None,
             next: None,
             retired: None,
+            drain: false,
         }
     }
 
@@ -213,13 +217,35 @@ impl KeyState {
                         return Serve::Served(d, at);
                     }
                 }
-                return Serve::Short;
+                return self.short(key, now, give_back);
             }
             self.end_lease(key, tuning, now, give_back);
             if self.next.is_none() {
                 return Serve::Nothing;
             }
         }
+    }
+
+    /// The leases are short of a charge that the inner store will decide
+    /// as it is: they end first, so it decides on the whole room. A settled
+    /// cost charged "as far as the quota has room" must not leave units
+    /// here that admit requests after the quota was spent. Window leases
+    /// give their units back; GCRA leases cannot (see the module docs) and
+    /// are spent where they are, kept to absorb their refunds. A block in
+    /// flight meets the same fate when it lands (`drain`).
+    fn short(&mut self, key: &[u8], now: u64, give_back: &mut Vec<GiveBack>) -> Serve {
+        self.drain = self.acquiring;
+        if matches!(self.policy.algorithm(), Algorithm::Gcra(_)) {
+            for lease in [self.lease.as_mut(), self.next.as_mut()]
+                .into_iter()
+                .flatten()
+            {
+                spend_all(lease, now);
+            }
+        } else {
+            self.give_back_all(key, now, give_back);
+        }
+        Serve::Short
     }
 
     /// Sets `d.remaining`, of a check served at `now`, from the latest
@@ -282,6 +308,15 @@ impl KeyState {
     /// Current block size target (for tests and diagnostics).
     pub(super) fn block(&self) -> u64 {
         self.block
+    }
+}
+
+/// Marks every unit of a GCRA lease spent: they stay charged.
+pub(super) fn spend_all(lease: &mut Lease, now: u64) {
+    for _ in 0..lease.unspent(now) {
+        if lease.take(now, 1).is_none() {
+            break;
+        }
     }
 }
 
