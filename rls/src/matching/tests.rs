@@ -7,20 +7,23 @@ fn table(text: &str) -> Table {
     t
 }
 
-fn entries(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+fn entries(pairs: &[(&str, &str)]) -> Vec<(Vec<u8>, Vec<u8>)> {
     pairs
         .iter()
-        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
         .collect()
 }
 
 fn find(t: &Table, domain: &str, pairs: &[(&str, &str)]) -> Option<Matched> {
-    let e = entries(pairs);
+    find_bytes(t, domain.as_bytes(), &entries(pairs))
+}
+
+fn find_bytes(t: &Table, domain: &[u8], e: &[(Vec<u8>, Vec<u8>)]) -> Option<Matched> {
     get_limit(
         t,
         domain,
         &Query {
-            entries: &e,
+            entries: e,
             override_limit: None,
         },
     )
@@ -94,15 +97,47 @@ fn middle_wildcards_and_share_threshold() {
 #[test]
 fn wildcard_match_as_upstream() {
     let parts = |p: &str| p.split('*').map(str::to_owned).collect::<Vec<_>>();
-    assert!(wildcard_match(&parts("a*"), "a"));
-    assert!(wildcard_match(&parts("a*c*e"), "abcde"));
-    assert!(wildcard_match(&parts("a*c*e"), "ace"));
-    assert!(!wildcard_match(&parts("a*c*e"), "abde"));
+    assert!(wildcard_match(&parts("a*"), b"a"));
+    assert!(wildcard_match(&parts("a*c*e"), b"abcde"));
+    assert!(wildcard_match(&parts("a*c*e"), b"ace"));
+    assert!(!wildcard_match(&parts("a*c*e"), b"abde"));
     assert!(
-        !wildcard_match(&parts("ab*ba"), "aba"),
+        !wildcard_match(&parts("ab*ba"), b"aba"),
         "prefix and suffix may not overlap"
     );
-    assert!(wildcard_match(&parts("*"), "anything"));
+    assert!(wildcard_match(&parts("*"), b"anything"));
+    assert!(wildcard_match(&parts("a**e"), b"ae"), "an empty part");
+}
+
+#[test]
+fn wildcard_match_on_bytes_that_are_not_utf8() {
+    let parts = |p: &str| p.split('*').map(str::to_owned).collect::<Vec<_>>();
+    assert!(wildcard_match(&parts("a*"), b"a\xff"));
+    assert!(wildcard_match(&parts("*\u{e9}"), b"\xff\xc3\xa9"));
+    assert!(wildcard_match(&parts("a*c*e"), b"a\xffc\xfee"));
+    assert!(wildcard_match(&parts("a**e"), b"a\xffe"));
+    assert!(!wildcard_match(&parts("a*c*e"), b"a\xff\xfee"));
+    assert!(
+        !wildcard_match(&parts("*\u{e9}"), b"\xc3"),
+        "half a character is not the character"
+    );
+    assert!(!wildcard_match(&parts("\u{e9}"), b"\xc3"));
+}
+
+#[test]
+fn bytes_that_are_not_utf8_match_as_bytes() {
+    let t = table(CONFIG);
+    let one = |k: &[u8], v: &[u8]| vec![(k.to_vec(), v.to_vec())];
+    let rpu = |d: &[u8], e: Vec<(Vec<u8>, Vec<u8>)>| {
+        find_bytes(&t, d, &e).map(|m| m.limit.requests_per_unit)
+    };
+    assert_eq!(rpu(b"d", one(b"k", b"pre\xff")), Some(2), "a wildcard");
+    assert_eq!(rpu(b"d", one(b"k", b"\xff")), Some(3), "the key alone");
+    assert_eq!(rpu(b"d", one(b"k\xff", b"exact")), None);
+    assert_eq!(rpu(b"d\xff", one(b"k", b"exact")), None);
+    let m = find_bytes(&t, b"d", &one(b"path", b"/a/\xff/c\xfe")).unwrap();
+    assert_eq!(m.share, vec![Some("/a/*/c*".to_owned())]);
+    assert_eq!(m.stats_key, "d.path_/a/*/c*");
 }
 
 #[test]
@@ -113,18 +148,18 @@ fn overrides_in_known_domains_only() {
         entries: &e,
         override_limit: Some((7, 2)),
     };
-    let m = get_limit(&t, "d", &q).unwrap().unwrap();
+    let m = get_limit(&t, b"d", &q).unwrap().unwrap();
     assert_eq!(
         (m.limit.requests_per_unit, m.limit.unit),
         (7, Some(Unit::Minute))
     );
     assert_eq!(m.stats_key, "d.free_x.form");
-    assert!(get_limit(&t, "other", &q).unwrap().is_none());
+    assert!(get_limit(&t, b"other", &q).unwrap().is_none());
     let bad = Query {
         entries: &e,
         override_limit: Some((7, 0)),
     };
-    assert_eq!(get_limit(&t, "d", &bad).unwrap_err(), BadOverrideUnit(0));
+    assert_eq!(get_limit(&t, b"d", &bad).unwrap_err(), BadOverrideUnit(0));
 }
 
 #[test]

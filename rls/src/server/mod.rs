@@ -10,7 +10,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::serve::ListenerExt;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -210,7 +209,7 @@ pub async fn start(settings: &Settings, mut hooks: TestHooks) -> Result<Running,
         .max_connection_age(age)
         .max_connection_age_grace(grace)
         .add_service(health_service)
-        .add_service(RateLimitServiceServer::new(RateLimitGrpc(limiter.clone())));
+        .add_service(RateLimitGrpc(limiter.clone()));
     let grpc_server: GrpcServe = match grpc {
         Grpc::Tcp(l) => Box::pin(grpc_router.serve_with_incoming_shutdown(
             // Small replies must not wait for delayed ACKs.

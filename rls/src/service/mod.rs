@@ -5,17 +5,21 @@ mod counting;
 mod grpc;
 mod request;
 mod response;
+mod wire;
 
 use std::sync::{Arc, Mutex, PoisonError};
 
 use arc_swap::ArcSwapOption;
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use tower_throttle::clock::Clock;
 use tower_throttle::store::BoxStore;
 
 pub use counting::{reset_secs, Counted};
 pub use grpc::RateLimitGrpc;
 pub use request::{Bounds, RequestError};
+pub use wire::{
+    RequestDecoder, ResponseEncoder, WireCodec, WireDescriptor, WireEntry, WireRequest,
+};
 
 use crate::config::{Algorithm, Limit, Table};
 use crate::health::Health;
@@ -131,12 +135,14 @@ impl RateLimiter {
         &self.metrics
     }
 
-    /// Answers one request.
+    /// Answers one request: a generated `RateLimitRequest`, or a
+    /// [`WireRequest`] whose strings may be any bytes (each counted as its
+    /// bytes; text gives the same counter either way).
     pub async fn should_rate_limit(
         &self,
-        req: RateLimitRequest,
+        req: impl Into<WireRequest>,
     ) -> Result<RateLimitResponse, RequestError> {
-        let (domain, descriptors) = request::check(req, self.options.bounds)?;
+        let (domain, descriptors) = request::check(req.into(), self.options.bounds)?;
         let table = self.table.load_full().ok_or(RequestError::NoConfig)?;
         let mut plans = Vec::with_capacity(descriptors.len());
         for d in &descriptors {
@@ -200,30 +206,36 @@ impl RateLimiter {
     /// `CACHE_KEY_PREFIX + domain + "_" + (key "_" value "_")* + window
     /// start` (upstream's `GenerateCacheKey`); the extension algorithms end
     /// with their name instead, their state not being per window.
+    ///
+    /// Built from the request's bytes, so a value that is not UTF-8 has a
+    /// counter of its own and one that is gives upstream's key.
     fn counter_key(
         &self,
-        domain: &str,
+        domain: &[u8],
         d: &request::Descriptor,
         m: &Matched,
         now_s: u64,
     ) -> Vec<u8> {
-        let mut key = String::with_capacity(64);
-        key.push_str(&self.options.cache_key_prefix);
-        key.push_str(domain);
-        key.push('_');
+        let mut key = Vec::with_capacity(64);
+        key.extend_from_slice(self.options.cache_key_prefix.as_bytes());
+        key.extend_from_slice(domain);
+        key.push(b'_');
         for (i, (k, v)) in d.entries.iter().enumerate() {
-            key.push_str(k);
-            key.push('_');
-            key.push_str(m.share.get(i).and_then(Option::as_deref).unwrap_or(v));
-            key.push('_');
+            key.extend_from_slice(k);
+            key.push(b'_');
+            let shared = m.share.get(i).and_then(Option::as_deref);
+            key.extend_from_slice(shared.map_or(v.as_slice(), str::as_bytes));
+            key.push(b'_');
         }
         match (m.limit.algorithm, m.limit.unit) {
-            (Algorithm::FixedWindow, Some(unit)) => {
-                key.push_str(&(now_s / unit.divider() * unit.divider()).to_string())
-            }
-            (algorithm, _) => key.push_str(algorithm.name()),
+            (Algorithm::FixedWindow, Some(unit)) => key.extend_from_slice(
+                (now_s / unit.divider() * unit.divider())
+                    .to_string()
+                    .as_bytes(),
+            ),
+            (algorithm, _) => key.extend_from_slice(algorithm.name().as_bytes()),
         }
-        key.into_bytes()
+        key
     }
 
     /// Upstream's near/over/within/shadow statistics.

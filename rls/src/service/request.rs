@@ -1,7 +1,7 @@
 //! A `RateLimitRequest` checked and flattened: upstream's service errors,
 //! and this server's bounds on what one request may hold.
 
-use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use super::wire::WireRequest;
 
 /// Bounds on one request (`RLS_MAX_*`).
 #[derive(Clone, Copy, Debug)]
@@ -54,19 +54,17 @@ impl std::error::Error for RequestError {}
 /// One descriptor, flattened.
 #[derive(Clone, Debug)]
 pub struct Descriptor {
-    /// `(key, value)` pairs.
-    pub entries: Vec<(String, String)>,
+    /// `(key, value)` pairs, as the bytes they came as (UTF-8 or not).
+    pub entries: Vec<(Vec<u8>, Vec<u8>)>,
     /// The request's `limit` override.
     pub override_limit: Option<(u32, i32)>,
     /// Hits to add (upstream's `GetHitsAddends`).
     pub hits: u64,
 }
 
-/// Checks `req` against upstream's rules and `bounds`, and flattens it.
-pub fn check(
-    req: RateLimitRequest,
-    bounds: Bounds,
-) -> Result<(String, Vec<Descriptor>), RequestError> {
+/// Checks `req` against upstream's rules and `bounds`, and flattens it
+/// into its domain and descriptors.
+pub fn check(req: WireRequest, bounds: Bounds) -> Result<(Vec<u8>, Vec<Descriptor>), RequestError> {
     if req.domain.is_empty() {
         return Err(RequestError::EmptyDomain);
     }

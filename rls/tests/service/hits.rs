@@ -6,9 +6,11 @@ use crate::redis::redis_support::RedisServer;
 use crate::redis::{start, CFG};
 use crate::support::*;
 
-/// A descriptor-level addend, its answer, and the next 1-hit request's
-/// answer, on `k` (5 a minute).
-const DESCRIPTOR_EDGES: [(u64, (i32, u32), (i32, u32)); 7] = [
+/// An addend, its `(code, remaining)`, and the next 1-hit request's.
+type Edge<H> = (H, (i32, u32), (i32, u32));
+
+/// The descriptor-level addend's edges on `k` (5 a minute).
+const DESCRIPTOR_EDGES: [Edge<u64>; 7] = [
     (0, (OK, 5), (OK, 4)),
     (1, (OK, 4), (OK, 3)),
     (5, (OK, 0), (OVER, 0)),
@@ -19,7 +21,7 @@ const DESCRIPTOR_EDGES: [(u64, (i32, u32), (i32, u32)); 7] = [
 ];
 
 /// The same for the request-level addend (a u32; 0 counts as 1).
-const REQUEST_EDGES: [(u32, (i32, u32), (i32, u32)); 5] = [
+const REQUEST_EDGES: [Edge<u32>; 5] = [
     (0, (OK, 4), (OK, 3)),
     (1, (OK, 4), (OK, 3)),
     (5, (OK, 0), (OVER, 0)),

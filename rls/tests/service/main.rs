@@ -12,6 +12,7 @@ mod health;
 mod hits;
 mod http;
 mod python;
+mod raw_bytes;
 mod redis;
 mod reload;
 mod requests;

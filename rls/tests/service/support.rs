@@ -249,12 +249,24 @@ pub async fn http(
     path: &str,
     body: &str,
 ) -> (u16, String, String) {
+    http_bytes(addr, method, path, body.as_bytes()).await
+}
+
+/// The same with a body of any bytes.
+pub async fn http_bytes(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    body: &[u8],
+) -> (u16, String, String) {
     let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
         body.len()
-    );
-    s.write_all(req.as_bytes()).await.unwrap();
+    )
+    .into_bytes();
+    req.extend_from_slice(body);
+    s.write_all(&req).await.unwrap();
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).await.unwrap();
     let text = String::from_utf8_lossy(&raw).into_owned();
