@@ -7,6 +7,7 @@
 mod support;
 
 mod binary;
+mod cluster;
 mod extension;
 mod health;
 mod hits;
