@@ -118,13 +118,14 @@ impl LayerConfig {
     /// A [`ThrottleLayer`] over `store` as this file describes it, once the
     /// store has said it can run every rule ([`ThrottleLayer::validate`]).
     pub fn layer<St: Store>(&self, store: St) -> Result<ThrottleLayer<St>, ConfigError> {
-        self.layer_on(std::sync::Arc::new(store), "configuration")
+        self.layer_on(std::sync::Arc::new(store), "configuration", None)
     }
 
     pub(crate) fn layer_on<St: Store>(
         &self,
         store: std::sync::Arc<St>,
         source: &str,
+        owner: Option<std::sync::Arc<()>>,
     ) -> Result<ThrottleLayer<St>, ConfigError> {
         let mut rules = self.rules.iter().map(|r| {
             let mut rule = Rule::new(&r.name, r.policy.0);
@@ -168,17 +169,24 @@ impl LayerConfig {
                 .map_err(|e| ConfigError::new(source, e).at_field("lockout"))?;
             layer = layer.lockout(penalty);
         }
-        layer.validate().map_err(|e| {
-            let field = match e.rules.as_slice() {
-                [one] => match self.rules.iter().position(|r| *r.name == **one) {
-                    Some(i) => format!("rules[{i}]"),
-                    None => one.to_string(),
-                },
-                _ => "rules".to_owned(),
-            };
-            ConfigError::new(source, e.to_string()).at_field(field)
-        })?;
+        if let Some(owner) = owner {
+            // Before validating: the namespaces this owner holds are its own.
+            layer = layer.owned_by(owner);
+        }
+        layer.validate().map_err(|e| self.rule_error(source, &e))?;
         Ok(layer)
+    }
+
+    /// A rule the store refused, as an error naming the file and field.
+    pub(crate) fn rule_error(&self, source: &str, e: &crate::rule::RuleError) -> ConfigError {
+        let field = match e.rules.as_slice() {
+            [one] => match self.rules.iter().position(|r| *r.name == **one) {
+                Some(i) => format!("rules[{i}]"),
+                None => one.to_string(),
+            },
+            _ => "rules".to_owned(),
+        };
+        ConfigError::new(source, e.to_string()).at_field(field)
     }
 }
 

@@ -71,9 +71,13 @@ impl<St: Store> RuleTable<St> {
     /// A table running `config` over `store`, once the store has said it
     /// can run every rule.
     pub fn new(store: St, config: LayerConfig) -> Result<Self, ConfigError> {
+        Self::new_named(store, config, "configuration")
+    }
+
+    fn new_named(store: St, config: LayerConfig, source: &str) -> Result<Self, ConfigError> {
         let store = Arc::new(store);
         let owner = Arc::new(());
-        let layer = build(&store, &owner, &config, "configuration")?;
+        let layer = build(&store, &owner, &config, source)?;
         let built = Built {
             layer,
             config: Arc::new(config),
@@ -90,7 +94,9 @@ impl<St: Store> RuleTable<St> {
 
     /// A table running the file at `path` (see [`LayerConfig::from_path`]).
     pub fn from_path(store: St, path: impl AsRef<Path>) -> Result<Self, ConfigError> {
-        Self::new(store, LayerConfig::from_path(path)?)
+        let path = path.as_ref();
+        let config = LayerConfig::from_path(path)?;
+        Self::new_named(store, config, &path.display().to_string())
     }
 
     /// Replaces the rules with `config`'s, once the store has said it can
@@ -146,8 +152,11 @@ fn build<St: Store>(
     config: &LayerConfig,
     source: &str,
 ) -> Result<ThrottleLayer<St>, ConfigError> {
-    let layer = config.layer_on(store.clone(), source)?;
-    Ok(layer.owned_by(owner.clone()))
+    let layer = config.layer_on(store.clone(), source, Some(owner.clone()))?;
+    layer
+        .claim_namespaces()
+        .map_err(|e| config.rule_error(source, &e))?;
+    Ok(layer)
 }
 
 /// The tower [`Layer`] of a [`RuleTable`].

@@ -13,13 +13,18 @@ use crate::store::{RuleSpec, Store};
 impl<St: Store> ThrottleLayer<St> {
     /// Asks the store whether it can run this layer's rules
     /// ([`Store::validate`]): each rule alone, then all of them as the one
-    /// all-or-nothing check a request makes. [`Layer::layer`](tower_layer::Layer::layer) panics with
+    /// all-or-nothing check a request makes; and whether another live layer
+    /// on the store already uses one of its key namespaces (`prefix:rule:`),
+    /// which would share its counters. [`Layer::layer`](tower_layer::Layer::layer) panics with
     /// this error, so a store that cannot run a rule (a sliding log above
     /// Redis's cap, a policy outside a store's exact range, rules that cannot
     /// share a cluster slot, a lock-out on a store that cannot keep its
     /// strikes) stops the service from starting instead of failing every
     /// request. Call it first to handle the error yourself.
     pub fn validate(&self) -> Result<(), RuleError> {
+        if let Some(clash) = self.namespace_clash() {
+            return Err(clash);
+        }
         let heads: Vec<Vec<u8>> = self.limits.iter().map(|l| self.key_head(l)).collect();
         let specs: Vec<RuleSpec<'_>> = self
             .limits
@@ -153,12 +158,42 @@ impl<St: Store> ThrottleLayer<St> {
         })
     }
 
+    /// The error for the first key namespace of this layer that another
+    /// live layer on the store holds, unless it shares on purpose.
+    fn namespace_clash(&self) -> Option<RuleError> {
+        if self.shared_namespace {
+            return None;
+        }
+        let namespaces = self.store.namespaces()?;
+        self.limits.iter().find_map(|limit| {
+            let head = self.key_head(limit);
+            namespaces
+                .held_by_other(&head, &self.owner)
+                .then(|| namespace_error(limit, &head))
+        })
+    }
+
+    /// Claims every key namespace of the layer now, or none: a layer built
+    /// from a file holds its names from the moment it is loaded, so a
+    /// second file (or a reload) that would share them is refused like a
+    /// bad file instead of panicking when its service is built.
+    pub(crate) fn claim_namespaces(&self) -> Result<(), RuleError> {
+        if let Some(clash) = self.namespace_clash() {
+            return Err(clash);
+        }
+        for limit in &self.limits {
+            self.claim(&self.key_head(limit));
+        }
+        Ok(())
+    }
+
     /// Claims a rule's namespace in the store.
     ///
     /// # Panics
     ///
     /// When another live layer holds it and this one does not share on
-    /// purpose: a configuration error, found when the service is built.
+    /// purpose: a configuration error, found when the service is built
+    /// ([`validate`](Self::validate) reports it first).
     fn claim(&self, namespace: &[u8]) {
         if self.shared_namespace {
             return;
@@ -168,10 +203,27 @@ impl<St: Store> ThrottleLayer<St> {
         };
         assert!(
             namespaces.claim(namespace, &self.owner),
-            "two rate-limit layers on one store use the key namespace {:?} and would share \
-             its counters; give one its own `.prefix(\"...\")` or rule `.name(...)`, or call \
-             `.share_counters()` on the layer that shares them on purpose",
-            String::from_utf8_lossy(namespace)
+            "{}",
+            namespace_message(namespace)
         );
+    }
+}
+
+fn namespace_message(namespace: &[u8]) -> String {
+    format!(
+        "two rate-limit layers on one store use the key namespace {:?} and would share \
+         its counters; give one its own `.prefix(\"...\")` or rule `.name(...)`, or call \
+         `.share_counters()` on the layer that shares them on purpose",
+        String::from_utf8_lossy(namespace)
+    )
+}
+
+fn namespace_error(limit: &Rule, namespace: &[u8]) -> RuleError {
+    RuleError {
+        rules: vec![limit.name.clone()],
+        policy: Some(Box::new(limit.policy)),
+        error: Box::new(crate::store::StoreError::Config(namespace_message(
+            namespace,
+        ))),
     }
 }

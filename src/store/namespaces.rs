@@ -27,6 +27,13 @@ impl fmt::Debug for Namespaces {
 }
 
 impl Namespaces {
+    /// Whether a live owner other than `owner` uses `namespace`.
+    pub(crate) fn held_by_other(&self, namespace: &[u8], owner: &Arc<()>) -> bool {
+        let map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let held = map.get(namespace).and_then(Weak::upgrade);
+        held.is_some_and(|held| !Arc::ptr_eq(&held, owner))
+    }
+
     /// Records that `owner` uses `namespace`; returns `false` when another
     /// live owner already does. An owner is dropped with its last layer
     /// and service, freeing its namespaces.

@@ -20,6 +20,8 @@ mod concurrency_hold;
 mod config_errors;
 #[cfg(feature = "config")]
 mod config_file;
+#[cfg(feature = "config")]
+mod config_tables;
 mod count_if;
 mod delay_rules;
 #[cfg(feature = "axum")]
