@@ -64,7 +64,9 @@ pub enum StoreError {
 /// What keeps a store that answers from deciding now
 /// ([`StoreError::Unavailable`]). Each is a state of the server that passes
 /// (memory freed, the other script done, the data loaded, a failover
-/// finished), not a defect.
+/// finished, the disk writable again, a client gone), not a defect; the
+/// credential ones pass once the server or the app is given the new
+/// password.
 ///
 /// The Redis stores recognise these by the error code of the server's reply,
 /// whether it answers the command itself or a command one of the crate's
@@ -94,6 +96,27 @@ pub enum Outage {
     /// not change that (Redis `NOSCRIPT` after a reload: the script cache
     /// flushed again, or calls spread over servers behind a proxy).
     ScriptsLost,
+    /// The server cannot persist to disk and refuses writes until it can
+    /// (Redis `MISCONF`: an RDB save failed under
+    /// `stop-writes-on-bgsave-error yes`, the default, e.g. on a full disk;
+    /// or AOF writes fail).
+    PersistenceFailing,
+    /// Fewer replicas than `min-replicas-to-write` are connected and in
+    /// time, so the server refuses writes (Redis `NOREPLICAS`).
+    NoReplicas,
+    /// The server has its `maxclients` connections and refused the store's
+    /// new one (Redis `ERR max number of clients reached`).
+    TooManyClients,
+    /// The server wants credentials the store's URL lacks (Redis `NOAUTH`
+    /// after connect: the server restarted with a password). A setup to
+    /// fix as well: the Redis stores log it at error level with the fix.
+    /// At connect it is a [`StoreError::Config`] instead.
+    AuthRequired,
+    /// The server refuses the store's credentials (Redis `WRONGPASS` on a
+    /// reconnect: the password changed). A setup to fix as well: the Redis
+    /// stores log it at error level with the fix. At connect it is a
+    /// [`StoreError::Config`] instead.
+    AuthRefused,
 }
 
 impl fmt::Display for Outage {
@@ -107,6 +130,11 @@ impl fmt::Display for Outage {
             Outage::ClusterDown => "cluster down (CLUSTERDOWN)",
             Outage::TryAgain => "slot being migrated (TRYAGAIN)",
             Outage::ScriptsLost => "scripts not loaded (NOSCRIPT after a reload)",
+            Outage::PersistenceFailing => "refusing writes: cannot persist to disk (MISCONF)",
+            Outage::NoReplicas => "refusing writes: not enough replicas (NOREPLICAS)",
+            Outage::TooManyClients => "refusing connections: max number of clients reached",
+            Outage::AuthRequired => "wants credentials the store lacks (NOAUTH)",
+            Outage::AuthRefused => "refusing the store's credentials (WRONGPASS)",
         })
     }
 }

@@ -1,4 +1,5 @@
-//! Redis refusing work (OOM, BUSY, LOADING, READONLY, …), with what is logged.
+//! Redis refusing work (OOM, BUSY, LOADING, READONLY, MISCONF, NOREPLICAS,
+//! maxclients, credentials changed, …), with what is logged.
 //!
 //! One test binary for the area (`cargo test --test redis_outages`); each module
 //! is one file of tests, and the shared helpers are mounted once below.
@@ -14,3 +15,4 @@ mod outages;
 mod redis_support;
 
 mod redis_outages;
+mod redis_refusals;

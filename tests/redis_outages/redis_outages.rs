@@ -38,12 +38,12 @@ use tracing::Level;
 
 /// Generous: an outage is answered at once, and a slow machine must not
 /// turn it into a timeout.
-const TIMEOUT: Duration = Duration::from_secs(2);
-const LIMIT: u64 = 3;
-const DAY: Duration = Duration::from_secs(86_400);
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const LIMIT: u64 = 3;
+pub(crate) const DAY: Duration = Duration::from_secs(86_400);
 
 /// One policy per script path, each admitting `LIMIT` at once.
-fn policies() -> Vec<(&'static str, Policy)> {
+pub(crate) fn policies() -> Vec<(&'static str, Policy)> {
     vec![
         ("gcra", Policy::cell(LIMIT - 1, 1, DAY).unwrap()),
         ("fixed", Policy::fixed_window(LIMIT, DAY).unwrap()),
@@ -55,13 +55,13 @@ fn policies() -> Vec<(&'static str, Policy)> {
 
 /// The fallbacks' store, on a clock that stands still: on the system clock
 /// a day boundary mid-test would open a new fixed window and admit more.
-fn fallback_memory() -> MemoryStore<ManualClock> {
+pub(crate) fn fallback_memory() -> MemoryStore<ManualClock> {
     MemoryStore::builder().clock(ManualClock::new()).build()
 }
 
 /// A batched and an unbatched store on `url` (no denial cache: every check
 /// reaches Redis).
-async fn stores(url: &str) -> [RedisStore; 2] {
+pub(crate) async fn stores(url: &str) -> [RedisStore; 2] {
     let store = |batching| async move {
         RedisStore::builder()
             .timeout(TIMEOUT)
@@ -85,7 +85,7 @@ fn growing_first() -> Vec<(&'static str, Policy)> {
 
 /// Every check of `store` under `ps` fails with `Unavailable(why)`, and so
 /// does a two-rule check of `ps[1]` and `ps[2]`.
-async fn assert_refused<C>(
+pub(crate) async fn assert_refused<C>(
     store: &RedisStore<C>,
     ps: &[(&'static str, Policy)],
     why: Outage,
@@ -122,8 +122,11 @@ async fn assert_refused<C>(
 
 /// Through a `FallbackStore` asking Redis on every call, every check is
 /// decided by the fallback, which admits each key its limit.
-async fn assert_fallback_decides<C>(redis: RedisStore<C>, ps: &[(&'static str, Policy)], tag: &str)
-where
+pub(crate) async fn assert_fallback_decides<C>(
+    redis: RedisStore<C>,
+    ps: &[(&'static str, Policy)],
+    tag: &str,
+) where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
     let store = FallbackStore::new(redis, fallback_memory()).probe_interval(Duration::ZERO);
@@ -142,7 +145,7 @@ where
 
 /// A fail-closed layer over a `FallbackStore`: no 503, each user gets the
 /// limit and then 429s, every admission decided by the fallback.
-async fn assert_layer_answers(redis: RedisStore, tag: &str) {
+pub(crate) async fn assert_layer_answers(redis: RedisStore, tag: &str) {
     let store = FallbackStore::new(redis, fallback_memory()).probe_interval(Duration::ZERO);
     let layer = ThrottleLayer::new(store, Policy::fixed_window(LIMIT, DAY).unwrap())
         .key(HeaderKey::new(http::HeaderName::from_static("x-user")))
@@ -172,7 +175,7 @@ async fn assert_layer_answers(redis: RedisStore, tag: &str) {
 
 /// Once the state is over Redis decides again (the breaker may fail calls
 /// at once for up to a store timeout after a busy or loading server).
-async fn assert_recovers<C>(store: &RedisStore<C>, tag: &str)
+pub(crate) async fn assert_recovers<C>(store: &RedisStore<C>, tag: &str)
 where
     C: ConnectionLike + Clone + Send + Sync + 'static,
 {
@@ -198,7 +201,7 @@ where
 
 /// Everything an outage must hold for the checks under `ps`, on both
 /// stores, then the fallback and the layer on the first.
-async fn assert_outage(
+pub(crate) async fn assert_outage(
     stores: &[RedisStore; 2],
     ps: &[(&'static str, Policy)],
     why: Outage,
@@ -217,7 +220,7 @@ async fn assert_outage(
 }
 
 /// A server started with `args`, a runtime, and both stores on the server.
-fn started(args: &[String]) -> (RedisServer, tokio::runtime::Runtime, [RedisStore; 2]) {
+pub(crate) fn started(args: &[String]) -> (RedisServer, tokio::runtime::Runtime, [RedisStore; 2]) {
     Capture::install();
     let server = RedisServer::start_with_args(args);
     let rt = current_thread_runtime();
@@ -225,13 +228,18 @@ fn started(args: &[String]) -> (RedisServer, tokio::runtime::Runtime, [RedisStor
     (server, rt, stores)
 }
 
-fn why_code(why: Outage) -> &'static str {
+pub(crate) fn why_code(why: Outage) -> &'static str {
     match why {
         Outage::OutOfMemory => "OOM",
         Outage::Busy => "BUSY",
         Outage::Loading => "LOADING",
         Outage::ReadOnly => "READONLY",
         Outage::MasterDown => "MASTERDOWN",
+        Outage::PersistenceFailing => "MISCONF",
+        Outage::NoReplicas => "NOREPLICAS",
+        Outage::TooManyClients => "max number of clients",
+        Outage::AuthRequired => "NOAUTH",
+        Outage::AuthRefused => "WRONGPASS",
         _ => "NOSCRIPT",
     }
 }

@@ -297,3 +297,72 @@ pub async fn meddled(
         .build(conn, false)
         .unwrap()
 }
+
+/// `--enable-protected-configs local`, for `CONFIG SET dir` (see
+/// [`FailingSaves`]).
+pub fn dir_settable() -> Vec<String> {
+    ["--enable-protected-configs", "local"]
+        .map(String::from)
+        .to_vec()
+}
+
+/// One field of `INFO <section>` (`name:value`), trimmed.
+pub fn info_field(server: &RedisServer, section: &str, name: &str) -> Option<String> {
+    let info: String = redis::cmd("INFO")
+        .arg(section)
+        .query(&mut server.conn())
+        .ok()?;
+    let prefix = format!("{name}:");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map(|v| v.trim().to_owned())
+}
+
+/// A server whose RDB saves fail, on a server started with
+/// [`dir_settable`]: it saves (`save 3600 1`, so
+/// `stop-writes-on-bgsave-error yes`, the default, applies) into a
+/// directory that is then removed, and a `BGSAVE` fails for want of it
+/// (root writes anywhere, but not into a directory that is gone).
+/// Meanwhile the server answers writes and `PING` with `MISCONF`.
+pub struct FailingSaves {
+    dir: std::path::PathBuf,
+}
+
+impl FailingSaves {
+    /// Makes the next save fail, runs one, and waits until `INFO
+    /// persistence` says it failed.
+    pub fn start(server: &RedisServer) -> FailingSaves {
+        let base: Vec<String> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg("dir")
+            .query(&mut server.conn())
+            .expect("CONFIG GET dir");
+        let dir = std::path::Path::new(&base[1]).join("rdb");
+        std::fs::create_dir_all(&dir).unwrap();
+        config_set(server, "dir", dir.to_str().unwrap());
+        config_set(server, "save", "3600 1");
+        std::fs::remove_dir_all(&dir).unwrap();
+        bgsave(server, "err");
+        FailingSaves { dir }
+    }
+
+    /// Gives the server its directory back (a new one at the same path),
+    /// saves, and waits until the save succeeded: writes are taken again.
+    pub fn fix(self, server: &RedisServer) {
+        std::fs::create_dir_all(&self.dir).unwrap();
+        config_set(server, "dir", self.dir.to_str().unwrap());
+        bgsave(server, "ok");
+    }
+}
+
+/// Runs a `BGSAVE` and waits until it is over with `status` (`ok`, `err`).
+fn bgsave(server: &RedisServer, status: &str) {
+    let _: String = redis::cmd("BGSAVE")
+        .query(&mut server.conn())
+        .expect("BGSAVE");
+    wait_until(&format!("rdb_last_bgsave_status:{status}"), || {
+        info_field(server, "persistence", "rdb_bgsave_in_progress").as_deref() == Some("0")
+            && info_field(server, "persistence", "rdb_last_bgsave_status").as_deref()
+                == Some(status)
+    });
+}

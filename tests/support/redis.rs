@@ -188,6 +188,22 @@ impl RedisServer {
         self.start_again();
     }
 
+    /// Kills the server and starts it again on the same port with the
+    /// default user's password `password` (`--requirepass`), or with none:
+    /// a restart that changed the server's credentials.
+    pub fn restart_with_password(&mut self, password: Option<&str>) {
+        self.kill();
+        if let Some(i) = self.extra.iter().position(|a| a == "--requirepass") {
+            self.extra.drain(i..i + 2);
+        }
+        if let Some(pw) = password {
+            self.extra
+                .splice(0..0, ["--requirepass".to_owned(), pw.to_owned()]);
+        }
+        self.password = password.map(str::to_owned);
+        self.spawn();
+    }
+
     /// `redis://user:password@127.0.0.1:<port>/`.
     pub fn url_as(&self, user: &str, password: &str) -> String {
         format!("redis://{user}:{password}@127.0.0.1:{}/", self.port)

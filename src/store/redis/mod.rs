@@ -108,36 +108,54 @@
 //! A server that answers but cannot decide now fails the call with
 //! [`StoreError::Unavailable`] naming the state ([`Outage`](crate::store::Outage)),
 //! recognised by the reply's error code whether the server refused the
-//! `EVALSHA` itself or a command the script ran:
+//! `EVALSHA` itself or a command the script ran. Outages, timeouts, broken
+//! connections and cluster routing failures are
+//! [`StoreError::is_unavailable`]: a [`FallbackStore`](crate::store::FallbackStore)
+//! answers them, else the layer's [`FailMode`](crate::FailMode). A setup
+//! to fix is a [`StoreError::Config`] naming the fix. A defect (of this
+//! crate, or of what sits between it and the server) is a
+//! [`StoreError::Script`] or [`StoreError::Protocol`]: returned (a fallback
+//! would hide it) and logged at error level, once per distinct cause
+//! rather than per request.
 //!
-//! | Redis replies | [`StoreError`] |
-//! |---|---|
-//! | `OOM` (`maxmemory` reached, nothing evictable) | `Unavailable(OutOfMemory)` |
-//! | `BUSY` (another client's long script) | `Unavailable(Busy)` |
-//! | `LOADING` (loading its data set) | `Unavailable(Loading)` |
-//! | `READONLY` (a replica, or a master demoted by a failover) | `Unavailable(ReadOnly)` |
-//! | `MASTERDOWN` (a replica without its master, `replica-serve-stale-data no`) | `Unavailable(MasterDown)` |
-//! | `CLUSTERDOWN`, `TRYAGAIN` | `Unavailable(ClusterDown)`, `Unavailable(TryAgain)` |
-//! | `NOSCRIPT` again after loading the script and retrying once | `Unavailable(ScriptsLost)` |
-//! | no answer in time; a refused or broken connection | `Timeout`, `Connection` |
-//! | `MOVED`, `ASK`, `CROSSSLOT`, no connection to a cluster node | `Cluster` |
-//! | credentials, ACL | `Config` |
-//! | anything else (a Lua error, a reply of the wrong shape) | `Script`, `Protocol` |
+//! ## Which server errors fall back
 //!
-//! All but the last two rows are [`StoreError::is_unavailable`]: a
-//! [`FallbackStore`](crate::store::FallbackStore) answers them, else the
-//! layer's [`FailMode`](crate::FailMode). `BUSY`, `LOADING` and `MASTERDOWN`
-//! (the server refuses every command until they pass) also trip the store's
-//! breaker, as a timeout does: calls then fail at once with that error and
-//! one `PING` per store timeout asks whether it is over, so a busy server
-//! is not sent every check. Under `OOM` a sliding-log or concurrency check
-//! is still decided by Redis: its script's first write is a
-//! `ZREMRANGEBYSCORE`, which Redis allows, and a script that has written may
-//! write past `maxmemory`.
+//! Every error reply of Redis 7 and Valkey, by code:
 //!
-//! The last row is a defect, of this crate or of what sits between it and
-//! the server: the error is returned (the fallback would hide it) and logged
-//! at error level, once per distinct cause rather than per request.
+//! | Reply | Meaning | Class | What the store does |
+//! |---|---|---|---|
+//! | `OOM` | `maxmemory` reached, nothing to evict | outage | `Unavailable(OutOfMemory)` (sliding-log and concurrency checks are still decided: below) |
+//! | `BUSY` | another client's script or function past the busy threshold (a script timeout), or a module command | outage | `Unavailable(Busy)`; trips the breaker |
+//! | `LOADING` | loading its data set (a restart, a replica's sync) | outage | `Unavailable(Loading)`; trips the breaker |
+//! | `READONLY` | a replica, or a master demoted by a failover | outage | `Unavailable(ReadOnly)`; a Sentinel store asks the sentinels and retries once |
+//! | `MASTERDOWN` | a replica cut off from its master, `replica-serve-stale-data no` | outage | `Unavailable(MasterDown)`; trips the breaker |
+//! | `MISCONF` | an RDB save failed under `stop-writes-on-bgsave-error yes` (the default; a full disk, a lost directory) or AOF writes fail: writes and `PING` refused until a save succeeds | outage | `Unavailable(PersistenceFailing)` |
+//! | `NOREPLICAS` | fewer good replicas than `min-replicas-to-write`: writes refused | outage | `Unavailable(NoReplicas)` |
+//! | `ERR max number of clients reached` | `maxclients` reached: a new connection (a connect, a reconnect) refused and closed | outage | `Unavailable(TooManyClients)`; redis-rs often meets it as a reset connection: `Connection` |
+//! | `CLUSTERDOWN`, `TRYAGAIN` | slots not served; a multi-key call during a slot's migration | outage | `Unavailable(ClusterDown)`, `Unavailable(TryAgain)` |
+//! | `MOVED`, `ASK` | the slot is served elsewhere | followed by the cluster client; outage when it gives up | `Cluster` |
+//! | `NOSCRIPT` | the script cache flushed (a restart, `SCRIPT FLUSH`) | reloaded and retried once; outage if it persists | `Unavailable(ScriptsLost)` |
+//! | `NOAUTH`, `ERR Protocol error: unauthenticated …` | the server wants credentials the URL lacks | setup at connect; after it (a restart with a password) outage **and** setup | `Config` at connect; then `Unavailable(AuthRequired)`, logged at error level with the fix at most once a minute |
+//! | `WRONGPASS` | the URL's credentials refused | setup at connect; on a reconnect (a changed password) outage **and** setup | `Config` at connect; then `Unavailable(AuthRefused)`, logged likewise: the connection does not retry such a reconnect, so the fallback decides until the store is connected again |
+//! | `NOPERM`, an ACL failure in a script | the ACL user may not run a command or touch a key | setup (an ACL is not tightened in passing) | `Config` naming the `+command` or `~<prefix>:*` to add |
+//! | `DENIED` | protected mode refuses a connection from another host | setup | `Config` |
+//! | `CROSSSLOT` | keys of two slots in one call | defect: a cluster store's multi-rule checks share one hash tag, refused before any traffic otherwise | `Script`, logged |
+//! | `WRONGTYPE` | a key of another type | defect: the scripts look at a key's type first and repair foreign data ([`StoreError::ForeignData`]) | `Script`, logged |
+//! | `EXECABORT`, `BUSYKEY`, `NOTBUSY`, `UNKILLABLE`, `UNBLOCKED`, `NOGROUP`, `BUSYGROUP`, `NOSUB`, `NOPROTO`, `IOERR`, other `ERR Protocol error` | replies to what the store never sends (`MULTI`, `RESTORE`, `SCRIPT KILL`, blocking, stream and pub/sub commands, `HELLO 3`, `MIGRATE`, malformed bytes) | defect | `Script`, logged |
+//! | any other `ERR` (a Lua error, a command unknown to a proxy), a reply of the wrong shape | | defect | `Script`, `Protocol`, logged |
+//! | no answer in time; a refused, reset or broken connection | | outage | `Timeout`, `Connection` |
+//!
+//! `BUSY`, `LOADING` and `MASTERDOWN` (the server refuses every command
+//! until they pass) also trip the store's breaker, as a timeout does: calls
+//! then fail at once with that error and one `PING` per store timeout asks
+//! whether it is over, so a busy server is not sent every check. Under
+//! `OOM` a sliding-log or concurrency check is still decided by Redis: its
+//! script's first write is a `ZREMRANGEBYSCORE`, which Redis allows, and a
+//! script that has written may write past `maxmemory`. `MISCONF` and
+//! `NOREPLICAS` refuse that write too. Credentials refused after connect
+//! are an outage rather than a setup error alone because every check fails
+//! until someone acts: the fallback keeps limiting meanwhile, and the error
+//! log says what to fix.
 //!
 //! # The denial cache
 //!

@@ -15,20 +15,31 @@ pub(crate) const AUTH_REFUSED: &str = "the Redis server refused the credentials 
     (wrong password, or an unknown or disabled ACL user): check the user and password in \
     redis://user:password@host/";
 
+/// A server in protected mode refusing a connection from another host.
+pub(crate) const PROTECTED_MODE: &str = "the Redis server runs in protected mode and refuses \
+    connections from other hosts: give it a password (requirepass, or an ACL user) and put it \
+    in the URL (redis://user:password@host/)";
+
 /// Where the minimal ACL rule is documented, appended to ACL errors.
 pub(crate) const ACL_DOCS: &str =
     "the minimal rule is in the docs of RedisStoreBuilder::connect (\"Access control\")";
 
 /// The outage a server's error reply reports, if it is one: its code
 /// (`OOM`, `BUSY`, `LOADING`, `READONLY`, `MASTERDOWN`, `CLUSTERDOWN`,
-/// `TRYAGAIN`), whether the server refused the command itself or a command
-/// a script ran and did not catch (Redis 7 passes the code on; Redis 6 wraps
-/// it in `ERR Error running script`). `NOSCRIPT` is one too: every call
-/// site loads the script again and retries once before giving up, so a
-/// `NOSCRIPT` that reaches here survived a reload.
+/// `TRYAGAIN`, `MISCONF`, `NOREPLICAS`), whether the server refused the
+/// command itself or a command a script ran and did not catch (Redis 7
+/// passes the code on; Redis 6 wraps it in `ERR Error running script`).
+/// `NOSCRIPT` is one too: every call site loads the script again and
+/// retries once before giving up, so a `NOSCRIPT` that reaches here
+/// survived a reload. So is a connection refused for `maxclients`, which
+/// has no code of its own (`ERR max number of clients reached`, on a
+/// cluster `ERR max number of clients + cluster connections reached`).
 pub(crate) fn outage(e: &RedisError) -> Option<Outage> {
     if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) {
         return Some(Outage::ScriptsLost);
+    }
+    if e.to_string().contains(MAX_CLIENTS) {
+        return Some(Outage::TooManyClients);
     }
     let code = e.code()?;
     outage_of_code(code).or_else(|| {
@@ -36,6 +47,11 @@ pub(crate) fn outage(e: &RedisError) -> Option<Outage> {
         (code == "ERR").then(|| wrapped(detail)).flatten()
     })
 }
+
+/// What a server at its `maxclients` writes to a new connection before
+/// closing it (Redis and Valkey alike). Looked for in the whole error's
+/// text: redis-rs may report it inside the error of the connection setup.
+const MAX_CLIENTS: &str = "max number of clients";
 
 /// The outage an error message from a script reports, if it is one: the
 /// error of a `redis.call` the script caught and returned as a check's own
@@ -55,6 +71,8 @@ fn outage_of_code(code: &str) -> Option<Outage> {
         "MASTERDOWN" => Outage::MasterDown,
         "CLUSTERDOWN" => Outage::ClusterDown,
         "TRYAGAIN" => Outage::TryAgain,
+        "MISCONF" => Outage::PersistenceFailing,
+        "NOREPLICAS" => Outage::NoReplicas,
         _ => return None,
     })
 }
@@ -92,6 +110,11 @@ pub(crate) fn setup(e: &RedisError) -> Option<String> {
         || e.kind() == ErrorKind::AuthenticationFailed
     {
         return Some(AUTH_REFUSED.to_owned());
+    }
+    // Protected mode (no password, not bound to loopback only) answers
+    // other hosts `-DENIED` and closes the connection.
+    if code == "DENIED" || (text.contains("DENIED") && text.contains("protected mode")) {
+        return Some(PROTECTED_MODE.to_owned());
     }
     // A script refused a command or key after connect (the ACL changed):
     // Redis 6 and 7.0 say "The user executing the script can't ...", 7.2

@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 use std::sync::{Mutex, PoisonError};
 
+use super::credentials::after_connect;
 use crate::store::StoreError;
 
 /// The most distinct defects logged; past it one more line says so and
@@ -15,10 +16,13 @@ static DEFECTS_LOGGED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
 
 /// Logs `r`'s error at error level if it is a defect (a reply this crate
 /// does not understand: [`StoreError::Script`], [`StoreError::Protocol`]),
-/// once per distinct cause, not per call; returns `r`. Outages and
-/// misconfigurations are not logged here: the fallback store or the
-/// layer's fail mode answers them (and the layer logs each failed check).
+/// once per distinct cause, not per call; returns `r`, with credentials
+/// refused since the store connected made outages (logged there: see
+/// [`after_connect`]). Other outages and misconfigurations are not logged
+/// here: the fallback store or the layer's fail mode answers them (and the
+/// layer logs each failed check).
 pub(crate) fn surfaced<T>(r: Result<T, StoreError>) -> Result<T, StoreError> {
+    let r = r.map_err(after_connect);
     if let Err(e @ (StoreError::Script(_) | StoreError::Protocol(_))) = &r {
         let text = e.to_string();
         if let Some(last) = first_report(cause(&text)) {

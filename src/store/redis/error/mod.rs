@@ -6,9 +6,11 @@ use redis::{ErrorKind, RedisError, ServerErrorKind};
 
 use crate::store::StoreError;
 
-// What a server's reply means (`classify`), and the defects logged once
-// (`defect`); this file maps an error to a `StoreError`.
+// What a server's reply means (`classify`), credentials refused after
+// connect (`credentials`), and the defects logged once (`defect`); this
+// file maps an error to a `StoreError`.
 mod classify;
+mod credentials;
 mod defect;
 
 pub(crate) use classify::{acl_commands, ACL_DOCS};
@@ -42,10 +44,16 @@ pub(crate) fn map(e: RedisError, timeout: Duration) -> StoreError {
         | ErrorKind::InvalidClientConfig
         | ErrorKind::Client
         | ErrorKind::RESP3NotSupported => StoreError::Connection(Box::new(e)),
+        // A redirection the cluster client gave up following (a slot moving
+        // and moving again): the topology settles.
         ErrorKind::ClusterConnectionNotFound
-        | ErrorKind::Server(
-            ServerErrorKind::Moved | ServerErrorKind::Ask | ServerErrorKind::CrossSlot,
-        ) => StoreError::Cluster(Box::new(e)),
+        | ErrorKind::Server(ServerErrorKind::Moved | ServerErrorKind::Ask) => {
+            StoreError::Cluster(Box::new(e))
+        }
+        // `CROSSSLOT` is no outage: a multi-rule check's keys share one
+        // hash tag on a cluster (refused before any traffic otherwise), so
+        // it is a defect, or a store built with `cluster: false` on a
+        // cluster connection. A fallback would hide it.
         ErrorKind::Parse | ErrorKind::UnexpectedReturnType => StoreError::Protocol(e.to_string()),
         _ => StoreError::Script(Box::new(e)),
     }
@@ -157,6 +165,32 @@ mod tests {
                 "NOSCRIPT No matching script. Please use EVAL.",
                 Outage::ScriptsLost,
             ),
+            // A redis.call's write refused in a script (Redis 7.0 appends
+            // where), and the server refusing a flagged script itself.
+            (
+                "MISCONF Redis is configured to save RDB snapshots, but it's currently unable to \
+                 persist to disk. Commands that may modify the data set are disabled, because \
+                 this instance is configured to report errors during writes if RDB snapshotting \
+                 fails (stop-writes-on-bgsave-error option). Please check the Redis logs for \
+                 details about the RDB error. script: e984b76882c219d9da245b525c16ffbd79bf8b25, \
+                 on @user_script:1.",
+                Outage::PersistenceFailing,
+            ),
+            (
+                "MISCONF Errors writing to the AOF file: No space left on device",
+                Outage::PersistenceFailing,
+            ),
+            (
+                "NOREPLICAS Not enough good replicas to write. script: \
+                 e984b76882c219d9da245b525c16ffbd79bf8b25, on @user_script:1.",
+                Outage::NoReplicas,
+            ),
+            // No code of its own; a cluster node words it longer.
+            ("ERR max number of clients reached", Outage::TooManyClients),
+            (
+                "ERR max number of clients + cluster connections reached",
+                Outage::TooManyClients,
+            ),
             // Redis 6 wraps the error of a script's redis.call.
             (
                 "ERR Error running script (call to f_e984b76882c219d9da245b525c16ffbd79bf8b25): \
@@ -203,6 +237,15 @@ mod tests {
                 "TRYAGAIN Multiple keys request during rehashing of slot",
                 Some(Outage::TryAgain),
             ),
+            (
+                "MISCONF Redis is configured to save RDB snapshots, but it's currently unable \
+                 to persist to disk.",
+                Some(Outage::PersistenceFailing),
+            ),
+            (
+                "NOREPLICAS Not enough good replicas to write.",
+                Some(Outage::NoReplicas),
+            ),
             ("ERR value is not an integer or out of range", None),
             ("user_script:12: attempt to compare nil with number", None),
             // A word of a message is no code outside a wrapped script error.
@@ -228,6 +271,13 @@ mod tests {
             "WEIRD a code nobody knows",
             "BUSYKEY Target key name already exists.",
             "EXECABORT Transaction discarded because of previous errors.",
+            // Keys of two slots in one call: never sent (see `map`).
+            "CROSSSLOT Keys in request don't hash to the same slot",
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+            "UNBLOCKED client unblocked via CLIENT UNBLOCK",
+            "NOTBUSY No scripts in execution right now.",
+            "ERR Protocol error: invalid multibulk length",
+            "NOPROTO unsupported protocol version",
         ] {
             let e = mapped(line);
             assert!(
@@ -244,5 +294,36 @@ mod tests {
             mapped("MOVED 3999 127.0.0.1:6381"),
             StoreError::Cluster(_)
         ));
+    }
+
+    /// A setup to fix is a `Config` error naming the fix (at connect; see
+    /// `credentials` for the same replies on a running store).
+    #[test]
+    fn setup_replies_name_the_fix() {
+        for (line, says) in [
+            ("NOAUTH Authentication required.", "requires a password"),
+            (
+                "WRONGPASS invalid username-password pair or user is disabled.",
+                "refused the credentials",
+            ),
+            (
+                "ERR Protocol error: unauthenticated multibulk length",
+                "requires a password",
+            ),
+            (
+                "DENIED Redis is running in protected mode because protected mode is enabled \
+                 and no password is set for the default user.",
+                "protected mode",
+            ),
+            (
+                "NOPERM User limiter has no permissions to run the 'evalsha' command",
+                "+evalsha",
+            ),
+        ] {
+            match mapped(line) {
+                StoreError::Config(fix) => assert!(fix.contains(says), "{line}: {fix}"),
+                other => panic!("{line}: {other:?}"),
+            }
+        }
     }
 }
