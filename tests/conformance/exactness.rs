@@ -419,6 +419,8 @@ fn full_store_under_concurrency_never_exceeds_the_cap() {
     let store = MemoryStore::builder()
         .clock(clock.clone())
         .max_keys(1_000)
+        .evict_when_full(false)
+        .overflow_buckets(1)
         .shards(8)
         .sweep_interval(None)
         .build();

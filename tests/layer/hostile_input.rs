@@ -773,6 +773,8 @@ fn a_million_distinct_keys_stay_under_the_cap() {
     let store = MemoryStore::builder()
         .clock(clock.clone())
         .max_keys(CAP)
+        .evict_when_full(false)
+        .overflow_buckets(1)
         .shards(16)
         .sweep_interval(None)
         .build();
@@ -817,6 +819,49 @@ fn a_million_distinct_keys_stay_under_the_cap() {
             cpu < Duration::from_secs(30),
             "{cpu:?} of CPU ({took:?} wall)"
         );
+    }
+}
+
+/// The same flood on a store that evicts (the default): every key beyond
+/// the cap takes the room of the least used one, so the store stays at its
+/// cap and a key at its limit is never the one evicted; the work stays
+/// bounded (CPU time, not wall time).
+#[test]
+fn a_flood_on_an_evicting_store_stays_under_the_cap_in_bounded_work() {
+    const CAP: usize = 5_000;
+    let clock = ManualClock::new();
+    let store = MemoryStore::builder()
+        .clock(clock.clone())
+        .max_keys(CAP)
+        .shards(16)
+        .sweep_interval(None)
+        .build();
+    let policy = Policy::cell(4, 1, Duration::from_secs(60)).unwrap();
+    // A spammer spends its burst first.
+    let spammer = b"spammer";
+    while store
+        .check_sync(Charge::new(spammer, &policy, 1))
+        .unwrap()
+        .allowed
+    {}
+    let cpu0 = thread_cpu_time();
+    for i in 0..200_000u32 {
+        if i % 1000 == 0 {
+            clock.advance(Duration::from_millis(1));
+            assert!(store.len() <= CAP, "{} keys at {i}", store.len());
+        }
+        let d = store
+            .check_sync(Charge::new(&i.to_le_bytes(), &policy, 1))
+            .unwrap();
+        assert!(d.allowed, "key {i}: a new key beyond the cap was refused");
+    }
+    let cpu = cpu0.zip(thread_cpu_time()).map(|(a, b)| b - a);
+    assert_eq!(store.len(), CAP);
+    assert!(store.evicted_keys() >= 190_000, "{}", store.evicted_keys());
+    let d = store.check_sync(Charge::new(spammer, &policy, 1)).unwrap();
+    assert!(!d.allowed, "the spammer at its limit was evicted");
+    if let Some(cpu) = cpu {
+        assert!(cpu < Duration::from_secs(30), "{cpu:?} of CPU");
     }
 }
 

@@ -42,6 +42,8 @@ fn full_store(clock: &ManualClock) -> MemoryStore<ManualClock> {
         .sweep_interval(None)
         .shards(1)
         .max_keys(4)
+        .evict_when_full(false)
+        .overflow_buckets(1)
         .build();
     let long = Policy::sliding_log(1_000, Duration::from_secs(3600)).unwrap();
     for i in 0..4 {

@@ -10,6 +10,7 @@ use tower_throttle::decision::Receipt;
 use tower_throttle::store::Charge;
 use tower_throttle::{Limiter, MemoryStore, Policy, StoreError};
 
+mod flood;
 mod full;
 mod hottest;
 
@@ -394,6 +395,8 @@ fn a_multi_rule_check_counts_a_cold_key_it_brings_back() {
         .sweep_interval(None)
         .shards(1)
         .max_keys(2)
+        .evict_when_full(false)
+        .overflow_buckets(1)
         .build();
     let p = Policy::cell(4, 1, Duration::from_secs(1)).unwrap();
     for key in [&b"a"[..], b"c"] {
@@ -429,6 +432,8 @@ fn flood_of_distinct_keys_stays_under_the_cap() {
     let store = MemoryStore::builder()
         .clock(clock.clone())
         .max_keys(10_000)
+        .evict_when_full(false)
+        .overflow_buckets(1)
         .shards(16)
         .sweep_interval(None)
         .build();

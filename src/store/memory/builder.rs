@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::hottest::{Tracker, Tracking};
 use super::{
     MemoryShared, MemoryStore, Overflow, Shard, Space, DEFAULT_HOTTEST_SAMPLE, DEFAULT_MAX_KEYS,
-    DEFAULT_MAX_PENALTY_KEYS, DEFAULT_SWEEP_INTERVAL,
+    DEFAULT_MAX_PENALTY_KEYS, DEFAULT_OVERFLOW_BUCKETS, DEFAULT_SWEEP_INTERVAL,
 };
 use crate::clock::{Clock, SystemClock};
 
@@ -25,6 +25,8 @@ pub struct MemoryStoreBuilder<C> {
     /// Capacity and interval of the hottest-keys summaries, when tracked.
     hottest: Option<(usize, u64)>,
     hottest_sample: u32,
+    overflow_buckets: usize,
+    evict_when_full: bool,
 }
 
 impl MemoryStoreBuilder<SystemClock> {
@@ -38,6 +40,8 @@ impl MemoryStoreBuilder<SystemClock> {
             sweep_interval: Some(DEFAULT_SWEEP_INTERVAL),
             hottest: None,
             hottest_sample: DEFAULT_HOTTEST_SAMPLE,
+            overflow_buckets: DEFAULT_OVERFLOW_BUCKETS,
+            evict_when_full: true,
         }
     }
 }
@@ -54,12 +58,15 @@ impl<C: Clock> MemoryStoreBuilder<C> {
             sweep_interval: self.sweep_interval,
             hottest: self.hottest,
             hottest_sample: self.hottest_sample,
+            overflow_buckets: self.overflow_buckets,
+            evict_when_full: self.evict_when_full,
         }
     }
 
     /// Cap on live keys (default [`DEFAULT_MAX_KEYS`]; at least 1) that
     /// match no [`max_keys_for`](Self::max_keys_for) prefix. New keys beyond
-    /// it are decided on shared counters (see [the module](super#when-the-store-is-full)).
+    /// it take the room of keys at rest or of the least used live key, or are
+    /// decided on shared counters (see [the module](super#when-the-store-is-full)).
     pub fn max_keys(mut self, max_keys: usize) -> Self {
         self.max_keys = max_keys.max(1);
         self
@@ -149,6 +156,29 @@ impl<C: Clock> MemoryStoreBuilder<C> {
         self
     }
 
+    /// Whether a full namespace evicts a live key to make room for a new one
+    /// (default `true`): the least used of a sample of the shard's keys of
+    /// that namespace and policy, and only one with quota left, never one at
+    /// its limit, lock-out state or a concurrency key. What a client gains
+    /// when its evicted key comes back fresh is at most the units it had
+    /// used, fewer than the limit. Off, a full namespace decides new keys on
+    /// its shared counters at once (see [the module](super#when-the-store-is-full)).
+    pub fn evict_when_full(mut self, evict: bool) -> Self {
+        self.evict_when_full = evict;
+        self
+    }
+
+    /// How many shared counters per (namespace, policy) decide the new keys
+    /// a full namespace finds no room for (default
+    /// [`DEFAULT_OVERFLOW_BUCKETS`]; 1 to 4,096): each new key is decided
+    /// on the one its hash picks, so a flood spends the counters its keys
+    /// land on, and together new keys get at most this many times the
+    /// rule's rate. Each counter holds one state of the rule's policy.
+    pub fn overflow_buckets(mut self, buckets: usize) -> Self {
+        self.overflow_buckets = buckets.clamp(1, 4096);
+        self
+    }
+
     /// Builds the store, starting the janitor thread if enabled.
     pub fn build(self) -> MemoryStore<C> {
         let total = (self.prefix_caps.iter()).fold(self.max_keys, |sum, c| sum.saturating_add(c.1));
@@ -177,7 +207,7 @@ impl<C: Clock> MemoryStoreBuilder<C> {
             shards: (0..shards).map(|_| RwLock::new(Shard::new())).collect(),
             shard_bits: shards.trailing_zeros(),
             spaces,
-            overflow: Overflow::default(),
+            overflow: Overflow::new(self.overflow_buckets, self.evict_when_full),
             next_permit: AtomicU64::new(1),
             janitor: Mutex::new(None),
             namespaces: Default::default(),

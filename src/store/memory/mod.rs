@@ -15,24 +15,39 @@
 //! # When the store is full
 //!
 //! The number of live keys is capped ([`MemoryStoreBuilder::max_keys`],
-//! default [`DEFAULT_MAX_KEYS`]). A live key is never evicted to make room:
-//! that would hand whoever floods the store a fresh quota on every key it
-//! pushes out. Instead, a check whose key is new while the store is at its
-//! cap (and no cold key can be swept) is decided on a **shared counter**:
-//! one per rule policy (per namespace, below), with that policy's own limit,
-//! shared by every new key that arrives while the store is full. So:
+//! default [`DEFAULT_MAX_KEYS`]). A new key that finds its namespace (below)
+//! at its cap gets room in this order:
 //!
-//! - **Keys already held keep their exact limits.** A `Global` route, a
-//!   logged-in user, a client seen before the flood: nothing changes for them.
-//! - **New keys are decided, not refused and not waved through.** Together
-//!   they get at most the rule's own rate (a sliding log of 5 a minute lets
-//!   5 new-key requests a minute through, whoever sends them). An attacker
-//!   flooding with fresh keys is itself limited to that rate, but it competes
-//!   with legitimate newcomers for it: until keys go cold (the rule's window
-//!   or burst time after their last admission) and new keys get their own
-//!   state again, a new legitimate client can be denied by the attacker's
-//!   traffic on the same rule. Rules with different policies have separate
-//!   shared counters.
+//! 1. **Keys at rest are reclaimed**: keys back to a fresh state are swept,
+//!    in the key's shard, then in the others (at most once a second, or as
+//!    soon as a key seen there comes to rest).
+//! 2. **The least used live key is evicted**
+//!    ([`MemoryStoreBuilder::evict_when_full`], on by default): of a sample
+//!    of 32 keys of the new key's shard, namespace and policy, the one with
+//!    the most quota left. Never a key with nothing left (a spammer at its
+//!    limit stays limited through any flood), never lock-out state, never a
+//!    concurrency key (its permits are held), never a key of the same
+//!    multi-rule check. What a client gains when its evicted key comes back
+//!    fresh is what it had used: fewer units than the limit, per eviction.
+//!    The cost is a walk of at most 1,056 keys of the shard under its write
+//!    lock, paid only by a new key of a full namespace.
+//! 3. **Else a shared counter decides it**: one of
+//!    [`overflow_buckets`](MemoryStoreBuilder::overflow_buckets) (default
+//!    [`DEFAULT_OVERFLOW_BUCKETS`]) per rule policy and namespace, with the
+//!    policy's own limit, picked by the key's hash (keyed per store, so a
+//!    client cannot aim at another's). A flood spends the counters its keys
+//!    land on, not every newcomer's: together, new keys get at most that
+//!    many times the rule's rate, and each counter holds one state of the
+//!    policy (for a sliding log, up to its limit of timestamps).
+//!
+//! So:
+//!
+//! - **Keys at their limit keep it, and keys with room lose at most what
+//!   they used.** A `Global` route or a logged-in user that uses its quota
+//!   is never evicted while it has none left.
+//! - **New keys are decided, not refused and not waved through**, and a
+//!   flood of distinct keys does not lock out new clients: measured in
+//!   BENCHMARKS.md (*A flood of new keys*).
 //! - A multi-rule check stays all or nothing, whichever rules land on their
 //!   own keys and whichever on shared counters; rules of one check that land
 //!   on one shared counter are charged together. Concurrency permits taken
@@ -40,17 +55,18 @@
 //!   A refund of a check decided on a shared counter is not returned (it errs on the
 //!   strict side), and [`Store::reset`] does not touch shared counters.
 //! - A peek (cost 0) of a new key reports a fresh state.
-//! - [`MemoryStore::overflowed_checks`] counts these checks and
+//! - [`MemoryStore::evicted_keys`] and [`MemoryStore::overflowed_checks`]
+//!   count evictions and checks decided on shared counters, and
 //!   [`MemoryStore::is_full`] tells whether some namespace is at its cap; the
 //!   first overflow logs a `tracing` warning (target `tower_throttle`), then
 //!   at most one a minute per namespace, naming counts and the configured
 //!   prefix, never a key.
 //!
 //! Shared counters count toward no cap and are swept like keys. At most
-//! 1,024 distinct (namespace, policy) states are held at once; only a
-//! program that builds a new policy per request can reach that, and then
-//! (alone) [`StoreError::Full`] is returned. The memory store returns it in
-//! no other case.
+//! 1,024 distinct (namespace, policy) pairs have shared counters at once;
+//! only a program that builds a new policy per request can reach that, and
+//! then (alone) [`StoreError::Full`] is returned. The memory store returns
+//! it in no other case.
 //!
 //! ## Per-prefix caps
 //!
@@ -118,6 +134,8 @@ pub const DEFAULT_MAX_KEYS: usize = 1 << 22;
 /// Default cap on keys of lock-out state (strikes and locks), apart from
 /// [`DEFAULT_MAX_KEYS`]: see [`MemoryStoreBuilder::max_penalty_keys`].
 pub const DEFAULT_MAX_PENALTY_KEYS: usize = 1 << 16;
+/// Default [`MemoryStoreBuilder::overflow_buckets`].
+pub const DEFAULT_OVERFLOW_BUCKETS: usize = 256;
 /// Default interval of the background sweep.
 pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 /// Default sampling of the hottest keys: one check in 16 per thread

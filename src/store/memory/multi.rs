@@ -64,14 +64,14 @@ impl<C: Clock> MemoryStore<C> {
             let g = guard_of(shard);
             let place = if rule.cost > 0 && !guards[g].1.slots.contains_key(&hash) {
                 let ns = self.space_of(rule);
-                if self.make_room(&mut guards[g].1, now, ns) {
+                if self.make_room(&mut guards[g].1, now, ns, rule.policy, &hashes) {
                     Place::New(ns)
                 } else if rule.penalty {
                     unreserve_places(self, &places);
                     return Err(self.penalty_room_full());
                 } else {
                     self.note_overflow(ns, now);
-                    Place::Overflow(ns)
+                    Place::Overflow(ns, self.inner.overflow.bucket_of(hash))
                 }
             } else {
                 Place::Own
@@ -80,20 +80,20 @@ impl<C: Clock> MemoryStore<C> {
         }
         let unreserve = || unreserve_places(self, &places);
         let mut states = (places.iter())
-            .any(|p| matches!(p, Place::Overflow(_)))
+            .any(|p| matches!(p, Place::Overflow(..)))
             .then(|| self.overflow_states());
 
         let mut decisions = Vec::with_capacity(rules.len());
         for (i, ((rule, &(hash, shard)), &permit)) in
             rules.iter().zip(&located).zip(&permits).enumerate()
         {
-            let d = if let Place::Overflow(ns) = places[i] {
+            let d = if let Place::Overflow(ns, bucket) = places[i] {
                 // Rules of this check on one shared counter are charged together.
                 let cost = (rules.iter().zip(&places))
                     .filter(|&(r, &p)| p == places[i] && r.policy == rule.policy)
                     .fold(0u64, |sum, (r, _)| sum.saturating_add(r.cost));
                 let states = states.as_mut().expect("locked when a rule overflows");
-                match self.overflow_slot(states, ns, rule.policy, now) {
+                match self.overflow_slot(states, ns, bucket, rule.policy, now) {
                     Ok(slot) => slot.peek_as(rule.policy, now, cost, permit),
                     Err(e) => {
                         unreserve();
@@ -114,8 +114,8 @@ impl<C: Clock> MemoryStore<C> {
                     continue;
                 }
                 let peek = match (places[i], states.as_mut()) {
-                    (Place::Overflow(ns), Some(states)) => {
-                        (self.overflow_slot(states, ns, rule.policy, now))
+                    (Place::Overflow(ns, bucket), Some(states)) => {
+                        (self.overflow_slot(states, ns, bucket, rule.policy, now))
                             .ok()
                             .and_then(|s| s.peek_as(rule.policy, now, 0, None))
                     }
@@ -134,8 +134,8 @@ impl<C: Clock> MemoryStore<C> {
             if rule.cost == 0 {
                 continue;
             }
-            if let (Place::Overflow(ns), Some(states)) = (places[i], states.as_mut()) {
-                let slot = self.overflow_slot(states, ns, rule.policy, now)?;
+            if let (Place::Overflow(ns, bucket), Some(states)) = (places[i], states.as_mut()) {
+                let slot = self.overflow_slot(states, ns, bucket, rule.policy, now)?;
                 let d = slot.check(rule.policy, now, rule.cost, permit);
                 debug_assert!(d.is_some_and(|d| d.allowed), "admitted under the same lock");
                 // Charged one by one: each reports what its own charge left.
@@ -193,8 +193,9 @@ enum Place {
     Own,
     /// On a new key given room in namespace `ns`: inserted if admitted.
     New(Ns),
-    /// On the shared counter of full namespace `ns`.
-    Overflow(Ns),
+    /// On the shared counter of full namespace `ns` that the key's hash
+    /// picks (its bucket).
+    Overflow(Ns, u32),
 }
 
 fn fresh_peek(rule: &Charge<'_>, now: u64, cost: u64, permit: Option<PermitId>) -> Decision {

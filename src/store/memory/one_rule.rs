@@ -103,12 +103,15 @@ impl<C: Clock> MemoryStore<C> {
         }
         if decision.allowed && rule.cost > 0 {
             let ns = self.space_of(&rule);
-            if !shard.slots.contains_key(&hash) && !self.make_room(&mut shard, now, ns) {
+            if !shard.slots.contains_key(&hash)
+                && !self.make_room(&mut shard, now, ns, rule.policy, &[])
+            {
                 drop(shard);
                 if rule.penalty {
                     return Err(self.penalty_room_full());
                 }
-                return self.check_overflow(ns, rule, now, permit);
+                let bucket = self.inner.overflow.bucket_of(hash);
+                return self.check_overflow(ns, bucket, rule, now, permit);
             }
             fresh.set_ns(ns);
             shard.next_expiry = shard.next_expiry.min(fresh.expires_at());

@@ -17,7 +17,12 @@ use crate::store::{Charge, StoreError};
 /// from configuration, so real applications hold a handful; the bound only
 /// keeps a program that builds a new policy per request from growing this
 /// map without limit.
-pub(super) const MAX_OVERFLOW_STATES: usize = 1024;
+pub(super) const MAX_OVERFLOW_POLICIES: usize = 1024;
+/// Keys of a full shard looked at for one to evict (see `evict`).
+const EVICTION_SAMPLE: usize = 32;
+/// Evictions start their sample at most this far into a shard's map: the
+/// walk to it is paid under the shard's write lock.
+const EVICTION_REACH: usize = 1024;
 /// At most one warning per namespace this often.
 const WARN_EVERY_NS: u64 = 60_000_000_000;
 /// A full namespace rescans the other shards for cold keys at most this
@@ -67,16 +72,42 @@ impl Space {
     }
 }
 
-type States = HashMap<(Ns, Policy), Slot>;
+/// A shared counter: its namespace, its bucket, and the policy it counts.
+type StateKey = (Ns, u32, Policy);
+type States = HashMap<StateKey, Slot>;
 
 /// The shared counters, apart from the shards: they count toward no cap.
-#[derive(Default)]
 pub(super) struct Overflow {
+    /// Shared counters per (namespace, policy).
+    buckets: u32,
+    /// Whether a full namespace evicts a live key first.
+    evict: bool,
     states: RwLock<States>,
     /// Set once a state exists: until then releases skip the lock.
     used: AtomicBool,
     /// No shard's key expires before this, as of the last full scan.
     scan_after: AtomicU64,
+    /// Live keys evicted to make room.
+    evicted: AtomicU64,
+}
+
+impl Overflow {
+    pub(super) fn new(buckets: usize, evict: bool) -> Self {
+        Overflow {
+            buckets: u32::try_from(buckets).unwrap_or(u32::MAX).max(1),
+            evict,
+            states: RwLock::default(),
+            used: AtomicBool::new(false),
+            scan_after: AtomicU64::new(0),
+            evicted: AtomicU64::new(0),
+        }
+    }
+
+    /// The shared counter a key's hash picks.
+    pub(super) fn bucket_of(&self, hash: u64) -> u32 {
+        // The low bits: the shard index uses bits 32 and up.
+        (hash % u64::from(self.buckets)) as u32
+    }
 }
 
 /// The shared counters, locked for a multi-rule check.
@@ -88,6 +119,12 @@ impl<C: Clock> MemoryStore<C> {
     pub fn overflowed_checks(&self) -> u64 {
         let spaces = self.inner.spaces.iter();
         spaces.map(|s| s.overflowed.load(Ordering::Relaxed)).sum()
+    }
+
+    /// Live keys evicted to make room for new ones since the store was
+    /// built (see [the module](super#when-the-store-is-full)).
+    pub fn evicted_keys(&self) -> u64 {
+        self.inner.overflow.evicted.load(Ordering::Relaxed)
     }
 
     /// True when some namespace holds as many keys as its cap allows, so its
@@ -136,9 +173,19 @@ impl<C: Clock> MemoryStore<C> {
         }
     }
 
-    /// Takes a key of namespace `ns`'s cap for a new key in `shard`,
-    /// sweeping cold keys first; false when the namespace is full.
-    pub(super) fn make_room(&self, shard: &mut Shard, now: u64, ns: Ns) -> bool {
+    /// Takes a key of namespace `ns`'s cap for a new key of `policy` in
+    /// `shard`: sweeping keys at rest first (in this shard, then the
+    /// others), then evicting the least used key of a sample of this shard
+    /// (see [`evict`](Self::evict)); false when the namespace is full and
+    /// no key may go. `keep` are keys that must stay (a multi-rule check's).
+    pub(super) fn make_room(
+        &self,
+        shard: &mut Shard,
+        now: u64,
+        ns: Ns,
+        policy: &Policy,
+        keep: &[u64],
+    ) -> bool {
         let space = &self.inner.spaces[ns as usize];
         if shard.slots.len() >= shard.sweep_at && now >= shard.next_expiry {
             self.sweep_shard(shard, now);
@@ -153,28 +200,65 @@ impl<C: Clock> MemoryStore<C> {
             }
         }
         let scan_after = &self.inner.overflow.scan_after;
-        if now < scan_after.load(Ordering::Relaxed) {
+        if now >= scan_after.load(Ordering::Relaxed) {
+            // Other shards may hold cold keys; skip any that is busy (or is
+            // one we hold) rather than wait for it.
+            let mut soonest = shard.next_expiry.min(now.saturating_add(RESCAN_NS));
+            for other in self.inner.shards.iter() {
+                if space.fits() {
+                    break;
+                }
+                if let Ok(mut other) = other.try_write() {
+                    if now >= other.next_expiry {
+                        self.sweep_shard(&mut other, now);
+                    }
+                    soonest = soonest.min(other.next_expiry);
+                }
+            }
+            if space.take() {
+                return true;
+            }
+            scan_after.store(soonest.max(now.saturating_add(1)), Ordering::Relaxed);
+        }
+        self.evict(shard, now, ns, policy, keep) && space.take()
+    }
+
+    /// Evicts, from a sample of `shard`, the key of namespace `ns` under
+    /// `policy` with the most quota left, if it has any left: the least a
+    /// client gains from finding its key fresh again (at most the units it
+    /// used, fewer than the limit). Never a key with nothing left (a spammer
+    /// at its limit stays limited), lock-out state, or a concurrency key
+    /// (its permits are held).
+    fn evict(&self, shard: &mut Shard, now: u64, ns: Ns, policy: &Policy, keep: &[u64]) -> bool {
+        if !self.inner.overflow.evict
+            || ns == PENALTY_NS
+            || policy.is_concurrency()
+            || shard.slots.is_empty()
+        {
             return false;
         }
-        // Other shards may hold cold keys; skip any that is busy (or is one
-        // we hold) rather than wait for it.
-        let mut soonest = shard.next_expiry.min(now.saturating_add(RESCAN_NS));
-        for other in self.inner.shards.iter() {
-            if space.fits() {
-                break;
-            }
-            if let Ok(mut other) = other.try_write() {
-                if now >= other.next_expiry {
-                    self.sweep_shard(&mut other, now);
-                }
-                soonest = soonest.min(other.next_expiry);
-            }
+        let len = shard.slots.len();
+        let start = shard.evict_at % len.min(EVICTION_REACH);
+        shard.evict_at = start + EVICTION_SAMPLE;
+        let candidates = (shard.slots.iter().skip(start))
+            .filter(|(hash, slot)| slot.ns() == ns && !keep.contains(hash))
+            .take(EVICTION_SAMPLE)
+            .filter_map(|(&hash, slot)| Some((hash, slot.peek_as(policy, now, 0, None)?)));
+        let best = candidates
+            .filter(|(_, d)| d.remaining > 0)
+            .max_by_key(|(_, d)| (d.remaining, std::cmp::Reverse(d.reset_after)));
+        let Some((hash, _)) = best else {
+            return false;
+        };
+        if let Some(mut slot) = shard.slots.remove(&hash) {
+            // A hot cell is retired, so no thread cache decides on it again.
+            slot.demote();
+            self.inner.spaces[ns as usize]
+                .live
+                .fetch_sub(1, Ordering::Relaxed);
+            self.inner.overflow.evicted.fetch_add(1, Ordering::Relaxed);
         }
-        if space.take() {
-            return true;
-        }
-        scan_after.store(soonest.max(now.saturating_add(1)), Ordering::Relaxed);
-        false
+        true
     }
 
     /// Decides `rule`, whose key is new while namespace `ns` is full, on the
@@ -182,13 +266,14 @@ impl<C: Clock> MemoryStore<C> {
     pub(super) fn check_overflow(
         &self,
         ns: Ns,
+        bucket: u32,
         rule: Charge<'_>,
         now: u64,
         permit: Option<PermitId>,
     ) -> Result<Decision, StoreError> {
         self.note_overflow(ns, now);
         let states = &self.inner.overflow.states;
-        let key = (ns, *rule.policy);
+        let key = (ns, bucket, *rule.policy);
         let found = read(states)
             .get(&key)
             .and_then(|s| s.check(rule.policy, now, rule.cost, permit));
@@ -196,7 +281,7 @@ impl<C: Clock> MemoryStore<C> {
             return Ok(d);
         }
         let mut states = write(states);
-        let slot = self.overflow_slot(&mut states, ns, rule.policy, now)?;
+        let slot = self.overflow_slot(&mut states, ns, bucket, rule.policy, now)?;
         Ok(slot
             .check(rule.policy, now, rule.cost, permit)
             .expect("a shared counter matches its policy"))
@@ -207,21 +292,23 @@ impl<C: Clock> MemoryStore<C> {
         write(&self.inner.overflow.states)
     }
 
-    /// The shared counter of (`ns`, `policy`), created if absent. Errs only
-    /// when [`MAX_OVERFLOW_STATES`] distinct states are live.
+    /// The shared counter of (`ns`, `bucket`, `policy`), created if absent.
+    /// Errs only when [`MAX_OVERFLOW_POLICIES`] distinct (namespace, policy) pairs' states are live.
     pub(super) fn overflow_slot<'s>(
         &self,
         states: &'s mut States,
         ns: Ns,
+        bucket: u32,
         policy: &Policy,
         now: u64,
     ) -> Result<&'s mut Slot, StoreError> {
-        let key = (ns, *policy);
+        let key = (ns, bucket, *policy);
         if !states.contains_key(&key) {
-            if states.len() >= MAX_OVERFLOW_STATES {
+            let max = MAX_OVERFLOW_POLICIES.saturating_mul(self.inner.overflow.buckets as usize);
+            if states.len() >= max {
                 states.retain(|_, s| !s.retire_if_cold(now));
             }
-            if states.len() >= MAX_OVERFLOW_STATES {
+            if states.len() >= max {
                 return Err(StoreError::Full {
                     max_keys: self.inner.spaces[ns as usize].max_keys,
                 });
@@ -251,7 +338,7 @@ impl<C: Clock> MemoryStore<C> {
                 live = space.live.load(Ordering::Relaxed),
                 max_keys = space.max_keys,
                 overflowed,
-                "rate-limit memory store is full: new keys share one counter per rule until keys go cold"
+                "rate-limit memory store is full: new keys share counters (by key hash, per rule) until keys go cold"
             );
         }
     }
@@ -270,7 +357,8 @@ impl<C: Clock> MemoryStore<C> {
             return;
         }
         let ns = self.namespace(key);
-        if let Some(slot) = write(&self.inner.overflow.states).get_mut(&(ns, *policy)) {
+        let bucket = self.inner.overflow.bucket_of(self.locate(key).0);
+        if let Some(slot) = write(&self.inner.overflow.states).get_mut(&(ns, bucket, *policy)) {
             slot.release(policy, permit);
         }
     }

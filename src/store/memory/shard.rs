@@ -13,6 +13,8 @@ pub(super) struct Shard {
     pub(super) sweep_at: usize,
     /// No slot expires before this: sweeping earlier frees nothing.
     pub(super) next_expiry: u64,
+    /// Where the next eviction's sample starts (see `MemoryStore::evict`).
+    pub(super) evict_at: usize,
 }
 
 impl Shard {
@@ -21,6 +23,7 @@ impl Shard {
             slots: Slots::default(),
             sweep_at: MIN_SWEEP_AT,
             next_expiry: 0,
+            evict_at: 0,
         }
     }
 

@@ -14,6 +14,9 @@ const HOUR: Duration = Duration::from_secs(3600);
 fn small_store(clock: &ManualClock, max_keys: usize) -> MemoryStore<ManualClock> {
     MemoryStore::builder()
         .clock(clock.clone())
+        // The shared counters' lane: no eviction, one counter per rule.
+        .evict_when_full(false)
+        .overflow_buckets(1)
         .sweep_interval(None)
         .shards(1)
         .max_keys(max_keys)
@@ -133,6 +136,9 @@ fn a_flooded_prefix_leaves_new_keys_of_other_prefixes_alone() {
     let clock = ManualClock::new();
     let store = MemoryStore::builder()
         .clock(clock.clone())
+        // The shared counters' lane: no eviction, one counter per rule.
+        .evict_when_full(false)
+        .overflow_buckets(1)
         .sweep_interval(None)
         .shards(4)
         .max_keys(100)
