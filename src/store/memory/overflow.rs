@@ -46,6 +46,8 @@ pub(super) struct Space {
     pub(super) overflowed: AtomicU64,
     /// When the last warning was logged (0: never).
     warned_at: AtomicU64,
+    /// When the last eviction warning was logged (0: never).
+    evict_warned_at: AtomicU64,
 }
 
 impl Space {
@@ -56,6 +58,7 @@ impl Space {
             live: AtomicUsize::new(0),
             overflowed: AtomicU64::new(0),
             warned_at: AtomicU64::new(0),
+            evict_warned_at: AtomicU64::new(0),
         }
     }
 
@@ -253,10 +256,18 @@ impl<C: Clock> MemoryStore<C> {
         if let Some(mut slot) = shard.slots.remove(&hash) {
             // A hot cell is retired, so no thread cache decides on it again.
             slot.demote();
-            self.inner.spaces[ns as usize]
-                .live
-                .fetch_sub(1, Ordering::Relaxed);
-            self.inner.overflow.evicted.fetch_add(1, Ordering::Relaxed);
+            let space = &self.inner.spaces[ns as usize];
+            space.live.fetch_sub(1, Ordering::Relaxed);
+            let evicted = self.inner.overflow.evicted.fetch_add(1, Ordering::Relaxed) + 1;
+            if due(&space.evict_warned_at, now) {
+                tracing::warn!(
+                    target: "tower_throttle",
+                    prefix = %String::from_utf8_lossy(&space.prefix),
+                    max_keys = space.max_keys,
+                    evicted,
+                    "rate-limit memory store is full: evicting the least used keys for new ones"
+                );
+            }
         }
         true
     }
@@ -324,14 +335,7 @@ impl<C: Clock> MemoryStore<C> {
     pub(super) fn note_overflow(&self, ns: Ns, now: u64) {
         let space = &self.inner.spaces[ns as usize];
         let overflowed = space.overflowed.fetch_add(1, Ordering::Relaxed) + 1;
-        let last = space.warned_at.load(Ordering::Relaxed);
-        let due = last == 0 || now >= last.saturating_add(WARN_EVERY_NS);
-        if due
-            && space
-                .warned_at
-                .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok()
-        {
+        if due(&space.warned_at, now) {
             tracing::warn!(
                 target: "tower_throttle",
                 prefix = %String::from_utf8_lossy(&space.prefix),
@@ -362,6 +366,15 @@ impl<C: Clock> MemoryStore<C> {
             slot.release(policy, permit);
         }
     }
+}
+
+/// Whether a warning last logged at `warned_at` is due again at `now`
+/// (the first time, then once a minute); claims it if so.
+fn due(warned_at: &AtomicU64, now: u64) -> bool {
+    let last = warned_at.load(Ordering::Relaxed);
+    let due = last == 0 || now >= last.saturating_add(WARN_EVERY_NS);
+    due && (warned_at.compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed))
+        .is_ok()
 }
 
 fn read(lock: &RwLock<States>) -> RwLockReadGuard<'_, States> {
