@@ -35,7 +35,7 @@
 //!     "rules: [{ name: reply, policy: { sliding_log: { limit: 5, window: 60s } } }]",
 //! )?;
 //! let table = RuleTable::new(MemoryStore::new(), config)?;
-//! let layer = table.layer(); // a tower `Layer`; wrap routes with it
+//! let layer = table.layer("default")?; // a file of one layer is the route `default`
 //! // Later, when the file changes:
 //! table.reload(LayerConfig::parse(
 //!     "limits.yaml",
@@ -47,6 +47,8 @@
 
 use std::path::Path;
 
+use serde::de::DeserializeOwned;
+
 use crate::layer::ThrottleLayer;
 use crate::mode::{FailMode, Mode};
 use crate::rule::Rule;
@@ -55,10 +57,12 @@ use crate::store::Store;
 mod duration;
 mod error;
 mod reload;
+mod service;
 mod spec;
 
 pub use error::ConfigError;
 pub use reload::{ReloadLayer, ReloadService, RuleTable};
+pub use service::{ServiceConfig, DEFAULT_ROUTE};
 pub use spec::{
     ClientIpConfig, FailConfig, KeyConfig, LayerConfig, LockoutConfig, ModeConfig, PolicyConfig,
     RuleConfig,
@@ -91,13 +95,7 @@ impl LayerConfig {
     /// Reads and checks the file at `path`, in the format its extension
     /// names (`.yaml`/`.yml`, `.toml`, `.json`).
     pub fn from_path(path: impl AsRef<Path>) -> Result<LayerConfig, ConfigError> {
-        let path = path.as_ref();
-        let source = path.display().to_string();
-        let format = Format::of_path(path).ok_or_else(|| {
-            ConfigError::new(&source, "the file must end in .yaml, .yml, .toml or .json")
-        })?;
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigError::new(&source, format!("cannot be read: {e}")))?;
+        let (source, text, format) = read_file(path.as_ref())?;
         Self::parse_as(&source, &text, format)
     }
 
@@ -108,11 +106,7 @@ impl LayerConfig {
 
     /// Checks text in `format`; `source` names it in errors.
     pub fn parse_as(source: &str, text: &str, format: Format) -> Result<LayerConfig, ConfigError> {
-        match format {
-            Format::Yaml => read_yaml(source, text),
-            Format::Toml => read_toml(source, text),
-            Format::Json => read_json(source, text),
-        }
+        read(source, text, format)
     }
 
     /// A [`ThrottleLayer`] over `store` as this file describes it, once the
@@ -190,6 +184,26 @@ impl LayerConfig {
     }
 }
 
+/// A file's name (for errors), text and format.
+fn read_file(path: &Path) -> Result<(String, String, Format), ConfigError> {
+    let source = path.display().to_string();
+    let format = Format::of_path(path).ok_or_else(|| {
+        ConfigError::new(&source, "the file must end in .yaml, .yml, .toml or .json")
+    })?;
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| ConfigError::new(&source, format!("cannot be read: {e}")))?;
+    Ok((source, text, format))
+}
+
+/// Reads `text` in `format` as a `T`; `source` names it in errors.
+fn read<T: DeserializeOwned>(source: &str, text: &str, format: Format) -> Result<T, ConfigError> {
+    match format {
+        Format::Yaml => read_yaml(source, text),
+        Format::Toml => read_toml(source, text),
+        Format::Json => read_json(source, text),
+    }
+}
+
 /// The field path of a failed read (`.` when at the top).
 fn field_of<E>(e: &serde_path_to_error::Error<E>) -> String {
     e.path().to_string()
@@ -204,7 +218,7 @@ fn bare(message: String) -> String {
     }
 }
 
-fn read_yaml(source: &str, text: &str) -> Result<LayerConfig, ConfigError> {
+fn read_yaml<T: DeserializeOwned>(source: &str, text: &str) -> Result<T, ConfigError> {
     let de = yaml_serde::Deserializer::from_str(text);
     let mut track = serde_path_to_error::Track::new();
     // One-key maps for enums (`{ sliding_log: {..} }`), as in JSON and
@@ -231,7 +245,7 @@ fn yaml_message(e: &yaml_serde::Error) -> String {
     }
 }
 
-fn read_toml(source: &str, text: &str) -> Result<LayerConfig, ConfigError> {
+fn read_toml<T: DeserializeOwned>(source: &str, text: &str) -> Result<T, ConfigError> {
     let located = |message: &str, span: Option<std::ops::Range<usize>>| {
         let mut error = ConfigError::new(source, message.trim_end());
         if let Some(span) = span {
@@ -248,9 +262,9 @@ fn read_toml(source: &str, text: &str) -> Result<LayerConfig, ConfigError> {
     })
 }
 
-fn read_json(source: &str, text: &str) -> Result<LayerConfig, ConfigError> {
+fn read_json<T: DeserializeOwned>(source: &str, text: &str) -> Result<T, ConfigError> {
     let mut de = serde_json::Deserializer::from_str(text);
-    let config: LayerConfig = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+    let config: T = serde_path_to_error::deserialize(&mut de).map_err(|e| {
         let field = field_of(&e);
         let inner = e.into_inner();
         ConfigError::new(source, bare(inner.to_string()))

@@ -9,14 +9,19 @@ use arc_swap::ArcSwap;
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::{ConfigError, LayerConfig};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+
+use super::{ConfigError, ServiceConfig};
 use crate::layer::ThrottleLayer;
 use crate::service::Throttle;
 use crate::store::Store;
 
-/// The running rules of a layer built from a [`LayerConfig`], replaceable
-/// at run time: [`RuleTable::reload`] checks the new rules with the store,
-/// then swaps them in atomically.
+/// The running limits of a service built from a [`ServiceConfig`] (one
+/// layer, or several routes), replaceable at run time:
+/// [`RuleTable::reload`] checks the new file as a start would (every route
+/// with the store, the routes against each other and against every other
+/// table on the store), then swaps all routes in at once.
 ///
 /// * A request that started on the old rules finishes on them (its
 ///   response future keeps them); the next request a service is made ready
@@ -25,8 +30,9 @@ use crate::store::Store;
 ///   the store under `prefix:rule-name:key`, and a reload changes no store
 ///   state. A rule whose policy changes carries its state as
 ///   [`crate::resolve`] describes for a policy change.
-/// * A reload the store refuses, or a file that does not parse, is an
-///   error, and the running rules stay as they were.
+/// * A reload the store refuses, a file that does not parse, or one that
+///   drops a route the service uses is an error, and the running limits
+///   stay as they were.
 ///
 /// Clones share the table.
 pub struct RuleTable<St> {
@@ -40,12 +46,15 @@ struct TableShared<St> {
     /// so a reload may keep (or take over) the names of the rules it
     /// replaces while any other layer on the store still may not.
     owner: Arc<()>,
+    /// The routes handed out as layers: a reload must keep each. Held
+    /// across a reload's check and swap.
+    in_use: Mutex<BTreeSet<String>>,
 }
 
-/// One generation of the table's rules.
+/// One generation of the table's routes.
 struct Built<St> {
-    layer: ThrottleLayer<St>,
-    config: Arc<LayerConfig>,
+    layers: BTreeMap<String, ThrottleLayer<St>>,
+    config: Arc<ServiceConfig>,
     generation: u64,
 }
 
@@ -68,18 +77,20 @@ impl<St> fmt::Debug for RuleTable<St> {
 }
 
 impl<St: Store> RuleTable<St> {
-    /// A table running `config` over `store`, once the store has said it
-    /// can run every rule.
-    pub fn new(store: St, config: LayerConfig) -> Result<Self, ConfigError> {
-        Self::new_named(store, config, "configuration")
+    /// A table running `config` (a [`ServiceConfig`], or one
+    /// [`LayerConfig`](super::LayerConfig): the route
+    /// [`DEFAULT_ROUTE`](super::DEFAULT_ROUTE)) over `store`, once the store
+    /// has said it can run every rule of every route.
+    pub fn new(store: St, config: impl Into<ServiceConfig>) -> Result<Self, ConfigError> {
+        Self::new_named(store, config.into(), "configuration")
     }
 
-    fn new_named(store: St, config: LayerConfig, source: &str) -> Result<Self, ConfigError> {
+    fn new_named(store: St, config: ServiceConfig, source: &str) -> Result<Self, ConfigError> {
         let store = Arc::new(store);
         let owner = Arc::new(());
-        let layer = build(&store, &owner, &config, source)?;
+        let layers = build(&store, &owner, &config, source)?;
         let built = Built {
-            layer,
+            layers,
             config: Arc::new(config),
             generation: 0,
         };
@@ -88,39 +99,49 @@ impl<St: Store> RuleTable<St> {
                 store,
                 current: ArcSwap::from_pointee(built),
                 owner,
+                in_use: Mutex::default(),
             }),
         })
     }
 
-    /// A table running the file at `path` (see [`LayerConfig::from_path`]).
+    /// A table running the file at `path` (see [`ServiceConfig::from_path`]).
     pub fn from_path(store: St, path: impl AsRef<Path>) -> Result<Self, ConfigError> {
         let path = path.as_ref();
-        let config = LayerConfig::from_path(path)?;
+        let config = ServiceConfig::from_path(path)?;
         Self::new_named(store, config, &path.display().to_string())
     }
 
-    /// Replaces the rules with `config`'s, once the store has said it can
-    /// run them; on an error the running rules stay.
-    pub fn reload(&self, config: LayerConfig) -> Result<(), ConfigError> {
-        self.reload_named(config, "configuration")
+    /// Replaces every route with `config`'s, once it passes every check a
+    /// start makes and keeps every route in use; on an error the running
+    /// limits stay.
+    pub fn reload(&self, config: impl Into<ServiceConfig>) -> Result<(), ConfigError> {
+        self.reload_named(config.into(), "configuration")
     }
 
     /// [`RuleTable::reload`] from the file at `path`: a file that cannot
-    /// be read or parsed leaves the running rules as they were.
+    /// be read or parsed leaves the running limits as they were.
     pub fn reload_from_path(&self, path: impl AsRef<Path>) -> Result<(), ConfigError> {
         let path = path.as_ref();
-        let config = LayerConfig::from_path(path)?;
+        let config = ServiceConfig::from_path(path)?;
         self.reload_named(config, &path.display().to_string())
     }
 
-    fn reload_named(&self, config: LayerConfig, source: &str) -> Result<(), ConfigError> {
+    fn reload_named(&self, config: ServiceConfig, source: &str) -> Result<(), ConfigError> {
         let shared = &self.shared;
-        let layer = build(&shared.store, &shared.owner, &config, source)?;
+        let in_use = lock(&shared.in_use);
+        if let Some(gone) = in_use.iter().find(|route| config.route(route).is_none()) {
+            let message = format!(
+                "the route `{gone}` serves requests and this file has no such route; \
+                 keep it (a route is removed by a deploy that stops using it)"
+            );
+            return Err(ConfigError::new(source, message).at_field(config.field_of(gone, None)));
+        }
+        let layers = build(&shared.store, &shared.owner, &config, source)?;
         let config = Arc::new(config);
-        // Concurrent reloads each get their own generation; the last swap
-        // wins, and every service sees that the generation moved.
+        // Reloads are serialised by `in_use`; every service sees that the
+        // generation moved.
         shared.current.rcu(|old| Built {
-            layer: layer.clone(),
+            layers: layers.clone(),
             config: config.clone(),
             generation: old.generation + 1,
         });
@@ -128,7 +149,7 @@ impl<St: Store> RuleTable<St> {
     }
 
     /// The configuration running now.
-    pub fn config(&self) -> Arc<LayerConfig> {
+    pub fn config(&self) -> Arc<ServiceConfig> {
         self.shared.current.load().config.clone()
     }
 
@@ -137,37 +158,81 @@ impl<St: Store> RuleTable<St> {
         self.shared.current.load().generation
     }
 
-    /// The tower layer: its services run whatever rules the table holds
-    /// when they are made ready.
-    pub fn layer(&self) -> ReloadLayer<St> {
-        ReloadLayer {
-            table: self.clone(),
+    /// The tower layer of `route` (a file of one layer is the route
+    /// [`DEFAULT_ROUTE`](super::DEFAULT_ROUTE)): its services run whatever
+    /// rules the table holds for the route when they are made ready. An
+    /// unknown route is an error now, before any traffic; from then on a
+    /// reload that drops the route is refused.
+    pub fn layer(&self, route: &str) -> Result<ReloadLayer<St>, ConfigError> {
+        let mut in_use = lock(&self.shared.in_use);
+        let current = self.shared.current.load();
+        if !current.layers.contains_key(route) {
+            let routes: Vec<&str> = current.layers.keys().map(String::as_str).collect();
+            let message = format!("no route `{route}`; the file has {}", routes.join(", "));
+            return Err(ConfigError::new("configuration", message));
         }
+        in_use.insert(route.to_owned());
+        Ok(ReloadLayer {
+            table: self.clone(),
+            route: route.into(),
+        })
+    }
+
+    /// The layer `route` runs now (for [`ThrottleLayer::peek`] and
+    /// [`ThrottleLayer::reset`] on its keys), if the table has that route.
+    pub fn current(&self, route: &str) -> Option<ThrottleLayer<St>> {
+        self.shared.current.load().layers.get(route).cloned()
     }
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Every route's layer, checked as a start checks them: each with the
+/// store, and each route's key namespaces claimed against every other
+/// table on the store.
 fn build<St: Store>(
     store: &Arc<St>,
     owner: &Arc<()>,
-    config: &LayerConfig,
+    config: &ServiceConfig,
     source: &str,
-) -> Result<ThrottleLayer<St>, ConfigError> {
-    let layer = config.layer_on(store.clone(), source, Some(owner.clone()))?;
-    layer
-        .claim_namespaces()
-        .map_err(|e| config.rule_error(source, &e))?;
-    Ok(layer)
+) -> Result<BTreeMap<String, ThrottleLayer<St>>, ConfigError> {
+    let in_route = |route: &str, e: ConfigError| {
+        let field = config.field_of(route, e.field.as_deref());
+        ConfigError {
+            field: Some(field),
+            ..e
+        }
+    };
+    let mut layers = BTreeMap::new();
+    for (route, layer_config) in config.routes() {
+        let layer = layer_config
+            .layer_on(store.clone(), source, Some(owner.clone()))
+            .map_err(|e| in_route(route, e))?;
+        layers.insert(route.to_owned(), layer);
+    }
+    // Claimed once every route passed, so a refused file claims nothing.
+    for (route, layer) in &layers {
+        let layer_config = config.route(route).expect("built from the config");
+        layer
+            .claim_namespaces()
+            .map_err(|e| in_route(route, layer_config.rule_error(source, &e)))?;
+    }
+    Ok(layers)
 }
 
 /// The tower [`Layer`] of a [`RuleTable`].
 pub struct ReloadLayer<St> {
     table: RuleTable<St>,
+    route: Arc<str>,
 }
 
 impl<St> Clone for ReloadLayer<St> {
     fn clone(&self) -> Self {
         ReloadLayer {
             table: self.table.clone(),
+            route: self.route.clone(),
         }
     }
 }
@@ -175,6 +240,7 @@ impl<St> Clone for ReloadLayer<St> {
 impl<St> fmt::Debug for ReloadLayer<St> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ReloadLayer")
+            .field("route", &self.route)
             .field("table", &self.table)
             .finish()
     }
@@ -185,11 +251,14 @@ impl<S: Clone, St: Store> Layer<S> for ReloadLayer<St> {
 
     fn layer(&self, inner: S) -> Self::Service {
         let built = self.table.shared.current.load_full();
+        // Present: a reload that drops a route in use is refused.
+        let layer = &built.layers[&*self.route];
         ReloadService {
-            current: built.layer.layer(inner.clone()),
+            current: layer.layer(inner.clone()),
             generation: built.generation,
             inner,
             table: self.table.clone(),
+            route: self.route.clone(),
         }
     }
 }
@@ -199,6 +268,7 @@ impl<S: Clone, St: Store> Layer<S> for ReloadLayer<St> {
 pub struct ReloadService<S, St> {
     inner: S,
     table: RuleTable<St>,
+    route: Arc<str>,
     current: Throttle<S, St>,
     generation: u64,
 }
@@ -208,6 +278,7 @@ impl<S: Clone, St> Clone for ReloadService<S, St> {
         ReloadService {
             inner: self.inner.clone(),
             table: self.table.clone(),
+            route: self.route.clone(),
             current: self.current.clone(),
             generation: self.generation,
         }
@@ -218,6 +289,7 @@ impl<S: fmt::Debug, St> fmt::Debug for ReloadService<S, St> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ReloadService")
             .field("inner", &self.inner)
+            .field("route", &self.route)
             .field("generation", &self.generation)
             .finish_non_exhaustive()
     }
@@ -237,7 +309,9 @@ where
         // Swap only here: `call` must go to the service made ready.
         let current = self.table.shared.current.load();
         if current.generation != self.generation {
-            self.current = current.layer.layer(self.inner.clone());
+            if let Some(layer) = current.layers.get(&*self.route) {
+                self.current = layer.layer(self.inner.clone());
+            }
             self.generation = current.generation;
         }
         self.current.poll_ready(cx)

@@ -97,7 +97,7 @@ async fn a_layer_from_a_file_limits_as_written() {
     let table = RuleTable::from_path(frozen(), &path).unwrap();
     let (inner, release) = hold_first();
     drop(release); // no call waits
-    let mut svc = table.layer().layer(inner);
+    let mut svc = table.layer("default").unwrap().layer(inner);
     for _ in 0..5 {
         let r = svc.ready().await.unwrap().call(from("ann")).await.unwrap();
         assert_eq!(r.status(), StatusCode::OK);
@@ -116,7 +116,7 @@ async fn a_layer_from_a_file_limits_as_written() {
 async fn a_reload_swaps_the_rules_between_requests_and_keeps_unchanged_counters() {
     let table = RuleTable::new(frozen(), LayerConfig::parse("a.yaml", REPLY).unwrap()).unwrap();
     let (inner, release) = hold_first();
-    let mut svc = table.layer().layer(inner);
+    let mut svc = table.layer("default").unwrap().layer(inner);
     let in_flight = svc.ready().await.unwrap().call(from("ann"));
     let in_flight = tokio::spawn(in_flight);
     let r = svc.ready().await.unwrap().call(from("ann")).await.unwrap();
@@ -154,7 +154,7 @@ async fn a_tightened_rule_applies_to_what_was_already_counted() {
     let table = RuleTable::new(frozen(), LayerConfig::parse("a.yaml", REPLY).unwrap()).unwrap();
     let (inner, release) = hold_first();
     drop(release);
-    let mut svc = table.layer().layer(inner);
+    let mut svc = table.layer("default").unwrap().layer(inner);
     for _ in 0..3 {
         let r = svc.ready().await.unwrap().call(from("ann")).await.unwrap();
         assert_eq!(r.status(), StatusCode::OK);
@@ -206,7 +206,7 @@ async fn a_refused_reload_keeps_the_running_rules() {
 
     let (inner, release) = hold_first();
     drop(release);
-    let mut svc = table.layer().layer(inner);
+    let mut svc = table.layer("default").unwrap().layer(inner);
     for _ in 0..5 {
         svc.ready().await.unwrap().call(from("ann")).await.unwrap();
     }
@@ -227,7 +227,7 @@ async fn a_lockout_from_a_file_survives_a_reload() {
     .unwrap();
     let (inner, release) = hold_first();
     drop(release);
-    let mut svc = table.layer().layer(inner);
+    let mut svc = table.layer("default").unwrap().layer(inner);
     for _ in 0..5 {
         svc.ready().await.unwrap().call(from("ann")).await.unwrap();
     }

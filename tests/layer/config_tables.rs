@@ -61,7 +61,7 @@ async fn a_second_table_on_the_same_namespace_is_refused_at_load_and_at_reload()
     let store = frozen();
     let reply =
         RuleTable::from_path(store.clone(), file("reply.yaml", &rules("ugc", "reply", 2))).unwrap();
-    let mut reply_svc = reply.layer().layer(ok());
+    let mut reply_svc = reply.layer("default").unwrap().layer(ok());
     reply_svc
         .ready()
         .await
@@ -81,7 +81,7 @@ async fn a_second_table_on_the_same_namespace_is_refused_at_load_and_at_reload()
 
     let post_path = file("post.yaml", &rules("ugc", "post", 3));
     let post = RuleTable::from_path(store.clone(), &post_path).unwrap();
-    let mut post_svc = post.layer().layer(ok());
+    let mut post_svc = post.layer("default").unwrap().layer(ok());
     post_svc
         .ready()
         .await
@@ -195,7 +195,7 @@ fn random_tables_on_one_store_load_or_fail_but_never_panic() {
                 let _ = first.reload(config);
             }
             for table in &tables {
-                let mut svc = table.layer().layer(ok());
+                let mut svc = table.layer("default").unwrap().layer(ok());
                 for user in ["ann", "bob"] {
                     let r = svc.ready().await.unwrap().call(from(user)).await.unwrap();
                     assert!(matches!(r.status(), StatusCode::OK | StatusCode::TOO_MANY_REQUESTS));
@@ -225,7 +225,7 @@ async fn a_reload_under_load_loses_and_double_counts_nothing() {
     let answered = Arc::new(AtomicUsize::new(0));
     let tasks: Vec<_> = (0..4)
         .map(|_| {
-            let svc = table.layer().layer(ok());
+            let svc = table.layer("default").unwrap().layer(ok());
             let (admitted, answered) = (admitted.clone(), answered.clone());
             tokio::spawn(async move {
                 for _ in 0..40 {

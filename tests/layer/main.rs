@@ -21,6 +21,8 @@ mod config_errors;
 #[cfg(feature = "config")]
 mod config_file;
 #[cfg(feature = "config")]
+mod config_routes;
+#[cfg(feature = "config")]
 mod config_tables;
 mod count_if;
 mod delay_rules;

@@ -81,7 +81,7 @@ fn a_reloaded_rule_table_keeps_its_counters_on_redis() {
         let inner = tower::service_fn(|_: Request<()>| async {
             Ok::<_, std::convert::Infallible>(http::Response::new(String::new()))
         });
-        let mut svc = table.layer().layer(inner);
+        let mut svc = table.layer("default").unwrap().layer(inner);
         let from = || Request::builder().header("x-user-id", "ann").body(()).unwrap();
         for _ in 0..3 {
             let r = svc.ready().await.unwrap().call(from()).await.unwrap();
