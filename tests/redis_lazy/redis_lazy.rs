@@ -37,18 +37,18 @@ use tracing::Level;
 
 use capture::Capture;
 
-const LIMIT: u64 = 100_000;
+pub(crate) const LIMIT: u64 = 100_000;
 /// How long Redis gets to take over once it answers: the connect retry
 /// (≤ 2 s) plus the fallback's probe interval (1 s), with room to spare.
-const TAKE_OVER: Duration = Duration::from_secs(10);
+pub(crate) const TAKE_OVER: Duration = Duration::from_secs(10);
 
-type Res = Response<ThrottleBody<Empty<Bytes>>>;
+pub(crate) type Res = Response<ThrottleBody<Empty<Bytes>>>;
 
-fn policy() -> Policy {
+pub(crate) fn policy() -> Policy {
     Policy::fixed_window(LIMIT, Duration::from_secs(86_400)).unwrap()
 }
 
-fn lazy(url: &str) -> LazyRedisStore {
+pub(crate) fn lazy(url: &str) -> LazyRedisStore {
     lazy_on(url, TimeSource::Server)
 }
 
@@ -63,7 +63,7 @@ fn lazy_on(url: &str, time: TimeSource) -> LazyRedisStore {
 
 /// A fail-closed layer on `store`, keyed by `x-user` (keys `up:n:<user>`),
 /// whose responses carry who decided.
-fn service<St: Store>(
+pub(crate) fn service<St: Store>(
     store: St,
 ) -> impl Service<Request<()>, Response = Res, Error = Infallible, Future = impl Send> + Clone + Send
 {
@@ -85,7 +85,7 @@ fn service<St: Store>(
 }
 
 /// One request as user `u`: its status and who decided.
-async fn request<S>(svc: &S) -> (StatusCode, Option<DecidedBy>)
+pub(crate) async fn request<S>(svc: &S) -> (StatusCode, Option<DecidedBy>)
 where
     S: Service<Request<()>, Response = Res, Error = Infallible> + Clone,
 {
@@ -96,7 +96,7 @@ where
 
 /// Requests until `done`, each answered 200 by the fallback, within
 /// [`TAKE_OVER`] (`what` names the awaited event).
-async fn on_fallback_until<S>(svc: &S, what: &str, mut done: impl FnMut() -> bool)
+pub(crate) async fn on_fallback_until<S>(svc: &S, what: &str, mut done: impl FnMut() -> bool)
 where
     S: Service<Request<()>, Response = Res, Error = Infallible> + Clone,
 {
@@ -115,7 +115,7 @@ where
 }
 
 /// Requests, each answered 200, until Redis decides one, within [`TAKE_OVER`].
-async fn until_redis_decides<S>(svc: &S)
+pub(crate) async fn until_redis_decides<S>(svc: &S)
 where
     S: Service<Request<()>, Response = Res, Error = Infallible> + Clone,
 {
@@ -231,7 +231,7 @@ fn with_redis_up_at_start_redis_decides_from_the_first_probe_on() {
 }
 
 /// `INFO stats`' `total_connections_received`, through `admin`.
-fn connections(admin: &mut redis::Connection) -> u64 {
+pub(crate) fn connections(admin: &mut redis::Connection) -> u64 {
     let info: String = redis::cmd("INFO").arg("stats").query(admin).unwrap();
     info.lines()
         .find_map(|l| l.strip_prefix("total_connections_received:"))

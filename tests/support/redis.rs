@@ -247,19 +247,37 @@ impl RedisCluster {
         let dir = temp_dir("cluster");
         let mut nodes = Vec::new();
         for _ in 0..3 {
-            let port = free_port(true);
-            let node_dir = dir.join(port.to_string());
-            std::fs::create_dir_all(&node_dir).unwrap();
-            let extra = vec![
-                "--cluster-enabled".into(),
-                "yes".into(),
-                "--cluster-config-file".into(),
-                node_dir.join("nodes.conf").display().to_string(),
-                "--cluster-node-timeout".into(),
-                "5000".into(),
-            ];
-            nodes.push(RedisServer::start_with(port, node_dir, extra));
+            nodes.push(Self::node(free_port(true), &dir));
         }
+        Self::form(nodes, dir)
+    }
+
+    /// [`start`](Self::start) on `ports` chosen in advance (each from
+    /// [`free_port`]`(true)`, its bus port + 10000 free too): one master
+    /// on each.
+    pub fn start_on(ports: &[u16]) -> RedisCluster {
+        let dir = temp_dir("cluster");
+        let nodes = ports.iter().map(|p| Self::node(*p, &dir)).collect();
+        Self::form(nodes, dir)
+    }
+
+    /// A `--cluster-enabled` server on `port`, its files under `dir`.
+    fn node(port: u16, dir: &std::path::Path) -> RedisServer {
+        let node_dir = dir.join(port.to_string());
+        std::fs::create_dir_all(&node_dir).unwrap();
+        let extra = vec![
+            "--cluster-enabled".into(),
+            "yes".into(),
+            "--cluster-config-file".into(),
+            node_dir.join("nodes.conf").display().to_string(),
+            "--cluster-node-timeout".into(),
+            "5000".into(),
+        ];
+        RedisServer::start_with(port, node_dir, extra)
+    }
+
+    /// Joins `nodes` into a cluster and waits for `cluster_state:ok`.
+    fn form(nodes: Vec<RedisServer>, dir: PathBuf) -> RedisCluster {
         let cluster = RedisCluster { nodes, dir };
         let addrs: Vec<String> = cluster
             .nodes

@@ -1,13 +1,16 @@
-//! Connecting a configured [`RedisStoreBuilder`]: to one server, lazily, to
-//! a cluster, and the checks every connect runs first (`preflight.rs`).
+//! Connecting a configured [`RedisStoreBuilder`]: to one server or a
+//! cluster, at once or lazily, and the checks every connect runs first
+//! (`preflight.rs`). Sentinel is in `sentinel.rs`.
 
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
 use redis::IntoConnectionInfo;
 
 use super::config::Config;
 use super::error::{self, timed};
+use super::lazy::LazyRedisClusterStore;
 use super::{preflight, LazyRedisStore, RedisClusterStore, RedisStore, RedisStoreBuilder};
 use crate::store::StoreError;
 
@@ -125,7 +128,12 @@ impl RedisStoreBuilder {
     pub fn connect_lazy(self, info: impl IntoConnectionInfo) -> Result<LazyRedisStore, StoreError> {
         let client = self.client(info).map_err(|e| error::map(e, self.timeout))?;
         let tag = self.clone().config(false)?.tag;
-        Ok(LazyRedisStore::spawn(self, client, tag))
+        let addr = client.get_connection_info().addr().to_string();
+        Ok(LazyRedisStore::spawn(
+            addr,
+            tag,
+            Box::new(move || Box::pin(self.clone().connect_client(client.clone()))),
+        ))
     }
 
     /// A checked connection without the scripts, for [`CellStore`].
@@ -181,6 +189,70 @@ impl RedisStoreBuilder {
         self,
         nodes: impl IntoIterator<Item = T>,
     ) -> Result<RedisClusterStore, StoreError> {
+        let client = self.cluster_client(nodes)?;
+        self.connect_cluster_client(client).await
+    }
+
+    /// [`connect_cluster`](Self::connect_cluster) in the background, as
+    /// [`connect_lazy`](Self::connect_lazy) is to [`connect`](Self::connect):
+    /// returns at once, whether or not any node can be reached (none may be
+    /// up yet, or the cluster not formed), and answers
+    /// [`StoreError::Connection`] until a connect with every check of
+    /// [`connect_cluster`](Self::connect_cluster) has succeeded. See
+    /// [`LazyRedisStore`] for the retries and what is logged.
+    ///
+    /// What needs no server is checked here: the nodes' URLs (and their TLS
+    /// settings) and the prefix.
+    ///
+    /// # Panics
+    ///
+    /// Outside a Tokio runtime (the connect runs in a task of its own).
+    ///
+    /// ```no_run
+    /// # #[tokio::main]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use tower_throttle::store::redis::{HashTag, RedisStore};
+    /// use tower_throttle::store::FallbackStore;
+    /// use tower_throttle::MemoryStore;
+    ///
+    /// let nodes = ["redis://127.0.0.1:7000", "redis://127.0.0.1:7001"];
+    /// let redis = RedisStore::builder()
+    ///     .hash_tag(HashTag::PerKey)
+    ///     .connect_cluster_lazy(nodes)?; // the cluster may be down
+    /// let store = FallbackStore::new(redis, MemoryStore::new());
+    /// # let _ = store;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn connect_cluster_lazy<T: IntoConnectionInfo>(
+        self,
+        nodes: impl IntoIterator<Item = T>,
+    ) -> Result<LazyRedisClusterStore, StoreError> {
+        let t = self.timeout;
+        let nodes = nodes
+            .into_iter()
+            .map(IntoConnectionInfo::into_connection_info)
+            .collect::<redis::RedisResult<Vec<_>>>()
+            .map_err(|e| error::map(e, t))?;
+        let addr = nodes
+            .iter()
+            .map(|n| n.addr().to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        let client = self.cluster_client(nodes)?;
+        let tag = self.clone().config(true)?.tag;
+        Ok(LazyRedisStore::spawn(
+            addr,
+            tag,
+            Box::new(move || Box::pin(self.clone().connect_cluster_client(client.clone()))),
+        ))
+    }
+
+    /// A cluster client for `nodes` (connecting to none of them).
+    fn cluster_client<T: IntoConnectionInfo>(
+        &self,
+        nodes: impl IntoIterator<Item = T>,
+    ) -> Result<ClusterClient, StoreError> {
         let t = self.timeout;
         let client = redis::cluster::ClusterClientBuilder::new(nodes)
             .connection_timeout(t)
@@ -191,10 +263,18 @@ impl RedisStoreBuilder {
         let client = client.build();
         #[cfg(not(feature = "tls"))]
         let client = client.map_err(no_tls);
-        let client = client.map_err(|e| error::map(e, t))?;
-        let cfg = self.config(true)?;
+        client.map_err(|e| error::map(e, t))
+    }
+
+    /// [`connect_cluster`](Self::connect_cluster) through a client made
+    /// already.
+    async fn connect_cluster_client(
+        self,
+        client: ClusterClient,
+    ) -> Result<RedisClusterStore, StoreError> {
+        let t = self.timeout;
+        let mut cfg = self.config(true)?;
         let conn = timed(t, client.get_async_connection()).await?;
-        let mut cfg = cfg;
         cfg.eviction_policy = preflight::run(&conn, &cfg, preflight::Needs::Scripts)
             .await?
             .eviction_policy;

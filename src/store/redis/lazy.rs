@@ -1,11 +1,19 @@
 //! A Redis store that connects in the background:
-//! [`RedisStoreBuilder::connect_lazy`].
+//! [`connect_lazy`](super::RedisStoreBuilder::connect_lazy), and its
+//! cluster and Sentinel kin
+//! ([`connect_cluster_lazy`](super::RedisStoreBuilder::connect_cluster_lazy),
+//! [`connect_sentinel_lazy`](super::RedisStoreBuilder::connect_sentinel_lazy)).
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
-use super::{validate, HashTag, RedisStore, RedisStoreBuilder};
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::cluster_async::ClusterConnection;
+
+use super::{validate, HashTag, RedisStore, SentinelConnection};
 use crate::decision::{Decision, PermitId};
 use crate::policy::Policy;
 use crate::store::{Charge, Namespaces, RuleSpec, Store, StoreError};
@@ -17,30 +25,41 @@ const FIRST_RETRY: Duration = Duration::from_millis(100);
 const MAX_RETRY: Duration = Duration::from_secs(2);
 
 /// A [`RedisStore`] that connects in the background, made by
-/// [`RedisStoreBuilder::connect_lazy`]. Until a connect has succeeded every
-/// call fails with [`StoreError::Connection`] at once (so the fallback of a
-/// [`FallbackStore`](crate::store::FallbackStore) decides, and a layer alone
-/// applies its fail mode); then every call goes to the connected store.
+/// [`RedisStoreBuilder::connect_lazy`](super::RedisStoreBuilder::connect_lazy)
+/// (one server),
+/// [`connect_cluster_lazy`](super::RedisStoreBuilder::connect_cluster_lazy) (a
+/// cluster: [`LazyRedisClusterStore`]) or
+/// [`connect_sentinel_lazy`](super::RedisStoreBuilder::connect_sentinel_lazy) (a
+/// Sentinel-managed master: [`LazyRedisSentinelStore`]). Until a connect has
+/// succeeded every call fails with [`StoreError::Connection`] at once (so
+/// the fallback of a [`FallbackStore`](crate::store::FallbackStore) decides,
+/// and a layer alone applies its fail mode); then every call goes to the
+/// connected store.
 ///
 /// # Retries
 ///
 /// The connect is tried at once, then again after 100 ms, the wait doubling
 /// after each failure up to 2 s, until it succeeds or every clone of the
-/// store is dropped. Each attempt is a full
-/// [`connect`](RedisStoreBuilder::connect), bounded as it is by the store
-/// timeout, with its checks (credentials, ACL permissions, eviction policy)
-/// and the scripts loaded.
+/// store is dropped. Each attempt is a full connect of its kind
+/// ([`connect`](super::RedisStoreBuilder::connect),
+/// [`connect_cluster`](super::RedisStoreBuilder::connect_cluster),
+/// [`connect_sentinel`](super::RedisStoreBuilder::connect_sentinel)), bounded as
+/// it is by the store timeout, with its checks (credentials, ACL
+/// permissions, eviction policy, on every master of a cluster) and the
+/// scripts loaded.
 ///
 /// # What is logged
 ///
 /// Each change of state once (target `tower_throttle`), not each attempt:
 ///
-/// * the server cannot be reached (a refused connection, a timeout): a
-///   warning, once until the state changes;
+/// * the server cannot be reached (a refused connection, a timeout, no
+///   sentinel answering, a master the sentinels see down) or cannot serve
+///   now (an [`Outage`](crate::store::Outage): loading, at `maxclients`,
+///   ...): a warning, once until the state changes;
 /// * the server answers but refuses this store's setup (wrong or missing
 ///   credentials, an ACL without a command the scripts need, an `allkeys-*`
 ///   eviction policy with
-///   [`require_safe_eviction`](RedisStoreBuilder::require_safe_eviction)):
+///   [`require_safe_eviction`](super::RedisStoreBuilder::require_safe_eviction)):
 ///   an **error** with the fix, once per distinct error. The store keeps
 ///   answering [`StoreError::Connection`] (its message holds the fix), so a
 ///   fallback keeps deciding rather than every request failing, and it
@@ -49,14 +68,37 @@ const MAX_RETRY: Duration = Duration::from_secs(2);
 /// * connected: a warning after failures (info on the first attempt).
 ///
 /// Clones share the connection and its attempts.
-#[derive(Clone)]
-pub struct LazyRedisStore {
-    shared: Arc<LazyShared>,
+pub struct LazyRedisStore<C = ConnectionManager> {
+    shared: Arc<LazyShared<C>>,
 }
 
-struct LazyShared {
-    store: OnceLock<RedisStore>,
-    /// The server's address (never credentials), for messages.
+/// A [`LazyRedisStore`] on a Redis Cluster, made by
+/// [`RedisStoreBuilder::connect_cluster_lazy`](super::RedisStoreBuilder::connect_cluster_lazy).
+pub type LazyRedisClusterStore = LazyRedisStore<ClusterConnection>;
+
+/// A [`LazyRedisStore`] on the master of a Sentinel-monitored group, made by
+/// [`RedisStoreBuilder::connect_sentinel_lazy`](super::RedisStoreBuilder::connect_sentinel_lazy).
+pub type LazyRedisSentinelStore = LazyRedisStore<SentinelConnection>;
+
+/// One connect attempt: the eager connect of the store's kind.
+pub(super) type Attempt<C> = Box<
+    dyn Fn() -> Pin<Box<dyn Future<Output = Result<RedisStore<C>, StoreError>> + Send>>
+        + Send
+        + Sync,
+>;
+
+impl<C> Clone for LazyRedisStore<C> {
+    fn clone(&self) -> Self {
+        LazyRedisStore {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+struct LazyShared<C> {
+    store: OnceLock<RedisStore<C>>,
+    /// What is connected to (addresses, never credentials), for messages:
+    /// `127.0.0.1:6379`; a cluster's nodes; a master's name and sentinels.
     addr: String,
     /// The rules are checked as the connected store would.
     tag: HashTag,
@@ -67,7 +109,7 @@ struct LazyShared {
     last: Mutex<Option<String>>,
 }
 
-impl fmt::Debug for LazyRedisStore {
+impl<C> fmt::Debug for LazyRedisStore<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LazyRedisStore")
             .field("addr", &self.shared.addr)
@@ -76,22 +118,28 @@ impl fmt::Debug for LazyRedisStore {
     }
 }
 
-impl LazyRedisStore {
-    /// Starts connecting with `builder` through `client`.
-    pub(super) fn spawn(builder: RedisStoreBuilder, client: redis::Client, tag: HashTag) -> Self {
+impl<C> LazyRedisStore<C>
+where
+    C: Send + Sync + 'static,
+{
+    /// Starts connecting to `addr` (for messages) by `attempt`s; `tag`
+    /// checks the rules as the connected store will.
+    pub(super) fn spawn(addr: String, tag: HashTag, attempt: Attempt<C>) -> Self {
         let shared = Arc::new(LazyShared {
             store: OnceLock::new(),
-            addr: client.get_connection_info().addr().to_string(),
+            addr,
             tag,
             namespaces: Namespaces::default(),
             last: Mutex::new(None),
         });
-        tokio::spawn(connect(Arc::downgrade(&shared), builder, client));
+        tokio::spawn(connect(Arc::downgrade(&shared), attempt));
         LazyRedisStore { shared }
     }
+}
 
+impl<C> LazyRedisStore<C> {
     /// The connected store, once a connect has succeeded.
-    pub fn connected(&self) -> Option<&RedisStore> {
+    pub fn connected(&self) -> Option<&RedisStore<C>> {
         self.shared.store.get()
     }
 
@@ -121,14 +169,14 @@ impl LazyRedisStore {
 }
 
 /// Tries to connect until it succeeds or the store is dropped.
-async fn connect(shared: Weak<LazyShared>, builder: RedisStoreBuilder, client: redis::Client) {
+async fn connect<C>(shared: Weak<LazyShared<C>>, attempt: Attempt<C>) {
     let mut wait = FIRST_RETRY;
     let mut report = Report::default();
     loop {
         if shared.strong_count() == 0 {
             return;
         }
-        let attempt = builder.clone().connect_client(client.clone()).await;
+        let attempt = attempt().await;
         let Some(lazy) = shared.upgrade() else { return };
         match attempt {
             Ok(mut store) => {
@@ -152,8 +200,8 @@ async fn connect(shared: Weak<LazyShared>, builder: RedisStoreBuilder, client: r
                     }
                     Some(_) => {
                         tracing::warn!(target: "tower_throttle", addr = %lazy.addr, error = %e,
-                            "cannot reach Redis: not connected, retrying in the background \
-                             (a fallback store decides meanwhile)");
+                            "cannot reach Redis, or it cannot serve now: not connected, \
+                             retrying in the background (a fallback store decides meanwhile)");
                     }
                     None => {}
                 }
@@ -205,7 +253,10 @@ impl Report {
     }
 }
 
-impl Store for LazyRedisStore {
+impl<C> Store for LazyRedisStore<C>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
     fn namespaces(&self) -> Option<&Namespaces> {
         Some(&self.shared.namespaces)
     }

@@ -213,7 +213,7 @@ pub use cell::CellStore;
 pub use cell_builder::CellStoreBuilder;
 pub use config::TimeSource;
 pub use keys::{HashTag, MAX_RAW_KEY};
-pub use lazy::LazyRedisStore;
+pub use lazy::{LazyRedisClusterStore, LazyRedisSentinelStore, LazyRedisStore};
 pub use sentinel::{RedisSentinelStore, SentinelConnection};
 
 use self::batch::Job;

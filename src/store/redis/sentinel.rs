@@ -3,7 +3,7 @@
 //!
 //! [`SentinelConnection`] holds a [`ConnectionManager`] to the master the
 //! sentinels named last, and asks them again every
-//! [`sentinel_poll_interval`](RedisStoreBuilder::sentinel_poll_interval)
+//! [`sentinel_poll_interval`](super::RedisStoreBuilder::sentinel_poll_interval)
 //! (a demoted master that is still up keeps taking writes until the
 //! sentinels reconfigure it, about 8 s after a `SENTINEL FAILOVER`: writes
 //! there are lost, so the store must not wait to be told). A reply that says
@@ -18,19 +18,18 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
-use redis::{
-    Client, Cmd, ErrorKind, IntoConnectionInfo, Pipeline, RedisError, RedisFuture, RedisResult,
-    Value,
-};
+use redis::sentinel::SentinelClient;
+use redis::{Client, Cmd, ErrorKind, Pipeline, RedisError, RedisFuture, RedisResult, Value};
 
-use super::error::{self, timed};
-use super::preflight::{self, Nodes};
-use super::{RedisStore, RedisStoreBuilder};
-use crate::store::StoreError;
+use super::preflight::Nodes;
+use super::RedisStore;
+
+// Connecting: the builder's `connect_sentinel` and kin.
+mod connect;
 
 /// A [`RedisStore`] whose master is found, and followed, through Redis
-/// Sentinel: see [`RedisStoreBuilder::connect_sentinel`].
+/// Sentinel: see
+/// [`RedisStoreBuilder::connect_sentinel`](super::RedisStoreBuilder::connect_sentinel).
 pub type RedisSentinelStore = RedisStore<SentinelConnection>;
 
 /// A connection to the master of a Sentinel-monitored group, that moves to
@@ -182,119 +181,5 @@ impl ConnectionLike for SentinelConnection {
 impl Nodes for SentinelConnection {
     async fn on_each(&mut self, cmd: Cmd) -> RedisResult<Vec<(String, RedisResult<Value>)>> {
         Ok(vec![(String::new(), cmd.query_async::<Value>(self).await)])
-    }
-}
-
-impl RedisStoreBuilder {
-    /// Connects through Redis Sentinel: asks the `sentinels` (any of them
-    /// answering will do) for the master of the group named `master_name`,
-    /// runs the checks of [`connect`](Self::connect) on it, and follows a
-    /// failover to the master they name next (see [`SentinelConnection`]).
-    ///
-    /// The sentinels' URLs carry the sentinels' own credentials, if any; the
-    /// master's are [`sentinel_master_auth`](Self::sentinel_master_auth).
-    /// During a failover a call made while no master answers fails (per the
-    /// layer's fail mode; in `tests/redis_topologies/redis_sentinel.rs` the switch took under
-    /// a second and no call failed), and admissions the old master acknowledged but had
-    /// not yet replicated are lost (replication is asynchronous).
-    pub async fn connect_sentinel<T: IntoConnectionInfo>(
-        self,
-        sentinels: impl IntoIterator<Item = T>,
-        master_name: &str,
-    ) -> Result<RedisSentinelStore, StoreError> {
-        let t = self.timeout;
-        let mut node = SentinelNodeConnectionInfo::default();
-        if let Some(super::builder::MasterAuth(user, password)) = &self.sentinel_auth {
-            let mut info = redis::RedisConnectionInfo::default().set_password(password);
-            if let Some(user) = user {
-                info = info.set_username(user);
-            }
-            node = node.set_redis_connection_info(info);
-        }
-        let sentinels = sentinels
-            .into_iter()
-            .map(IntoConnectionInfo::into_connection_info)
-            .collect::<RedisResult<Vec<_>>>()
-            .map_err(|e| error::map(e, t))?;
-        // redis-rs takes a `String` here without its TLS feature, `impl
-        // AsRef<str>` with it.
-        #[allow(clippy::unnecessary_to_owned)]
-        let mut client = SentinelClient::build(
-            sentinels,
-            master_name.to_owned(),
-            Some(node),
-            SentinelServerType::Master,
-        )
-        .map_err(|e| error::map(e, t))?;
-        let config = super::connect::manager_config(t);
-        let master = master_client(&mut client, t).await.map_err(|e| {
-            if e.to_string().contains("MasterNameNotFound") {
-                return StoreError::Config(format!(
-                    "the sentinels monitor no master named `{master_name}`: use the name of \
-                     their `sentinel monitor <name> ...` line"
-                ));
-            }
-            error::map(e, t)
-        })?;
-        let addr = master.get_connection_info().addr().to_string();
-        let conn = timed(
-            t,
-            ConnectionManager::new_with_config(master, config.clone()),
-        )
-        .await?;
-        let conn = SentinelConnection {
-            inner: Arc::new(SentinelShared {
-                sentinel: tokio::sync::Mutex::new(client),
-                current: RwLock::new((0, addr, conn)),
-                config,
-                timeout: t,
-                master: master_name.to_owned(),
-            }),
-        };
-        conn.poll(self.sentinel_poll);
-        let mut cfg = self.config(false)?;
-        cfg.eviction_policy = preflight::run(&conn, &cfg, preflight::Needs::Scripts)
-            .await?
-            .eviction_policy;
-        let store = RedisStore::with_config(conn, cfg);
-        store.load_scripts().await?;
-        Ok(store)
-    }
-
-    /// How often a [`connect_sentinel`](Self::connect_sentinel) store asks
-    /// the sentinels which server is the master (default 1 s, at least
-    /// 10 ms): after a failover, the admissions the demoted master takes
-    /// until then are lost.
-    pub fn sentinel_poll_interval(mut self, every: Duration) -> Self {
-        self.sentinel_poll = every.max(Duration::from_millis(10));
-        self
-    }
-
-    /// The master's credentials for [`connect_sentinel`](Self::connect_sentinel)
-    /// (an ACL user, or `None` for the default user, and its password).
-    pub fn sentinel_master_auth(mut self, username: Option<&str>, password: &str) -> Self {
-        self.sentinel_auth = Some(super::builder::MasterAuth(
-            username.map(str::to_owned),
-            password.to_owned(),
-        ));
-        self
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Connecting can be spawned.
-    #[test]
-    fn connect_future_is_send() {
-        fn send<T: Send>(_: T) {}
-        send(RedisStore::builder().connect_sentinel(["redis://127.0.0.1:1/"], "m"));
-    }
-
-    #[test]
-    fn master_credentials_are_never_printed() {
-        let b = RedisStore::builder().sentinel_master_auth(Some("app"), "hunter2");
-        assert!(!format!("{b:?}").contains("hunter2"));
     }
 }
