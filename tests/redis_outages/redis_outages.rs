@@ -396,16 +396,3 @@ fn replies_the_crate_does_not_understand_are_defects_logged_once() {
         }
     });
 }
-
-/// `rejected_calls` of `command` in `INFO commandstats`.
-fn rejected_calls(server: &RedisServer, command: &str) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut server.conn())
-        .unwrap();
-    let line = info
-        .lines()
-        .find(|l| l.starts_with(&format!("cmdstat_{command}:")));
-    line.and_then(|l| l.split(',').find_map(|f| f.strip_prefix("rejected_calls=")))
-        .map_or(0, |n| n.trim().parse().unwrap())
-}

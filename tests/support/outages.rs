@@ -366,3 +366,16 @@ fn bgsave(server: &RedisServer, status: &str) {
                 == Some(status)
     });
 }
+
+/// `rejected_calls` of `command` in `INFO commandstats`.
+pub fn rejected_calls(server: &RedisServer, command: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut server.conn())
+        .unwrap();
+    let line = info
+        .lines()
+        .find(|l| l.starts_with(&format!("cmdstat_{command}:")));
+    line.and_then(|l| l.split(',').find_map(|f| f.strip_prefix("rejected_calls=")))
+        .map_or(0, |n| n.trim().parse().unwrap())
+}
