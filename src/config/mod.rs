@@ -21,6 +21,47 @@
 //! (`limits.yaml:5:30: rules[0].policy.sliding_log.limit: …`). Durations are
 //! whole numbers with a unit: `500ms`, `60s`, `15m`, `1h`, `1d`.
 //!
+//! # Every builder option, and its file form
+//!
+//! A file says everything the builder says that is data; what is code (a
+//! closure, a type) has a file form through a name the application
+//! registers ([`Extractors`]), or none. A test fails when a builder option
+//! is added without a row here.
+//!
+//! | Builder | File | |
+//! |---|---|---|
+//! | `ThrottleLayer::new` | `rules[0]` | the first rule |
+//! | `and` | `rules[1..]` | more rules, all or nothing |
+//! | `name` | `rules[i].name` | |
+//! | `prefix` | `prefix` | a route's defaults to its name |
+//! | `key` | `key`, `rules[i].key` | `peer_ip`, `{ header: .. }`, `{ extractor: .. }`, … |
+//! | `cost` | `rules[i].cost: 2` | |
+//! | `cost_fn` | `rules[i].cost: { header \| query: .., default: .. }` | a closure otherwise: none |
+//! | `settle_cost` | `rules[i].settle` | `reported`, `response_bytes`, `{ trailer: .. }` |
+//! | `quota_unit` | `rules[i].quota_unit` | `requests`, `content-bytes`, `concurrent-requests` |
+//! | `policy_fn` | `rules[i].tiers` | a policy per value of a key |
+//! | `policy_from_extension` | `rules[i].tiers.by: { extractor: .. }` | |
+//! | `resolver` | none | code (a database, a cache) |
+//! | `skip_if` | `skip: { paths, methods }` | nothing a client sets at will |
+//! | `count_if` | `count_if: { http: [..] }` | statuses and classes (`5xx`) |
+//! | `count_if_outcome` | `count_if: { grpc: [..] }` | gRPC codes by name |
+//! | `lockout` | `lockout` | |
+//! | `mode`, `delay_up_to`, `dry_run` | `mode` | `reject`, `dry_run`, `{ delay_up_to: .. }` |
+//! | `near_limit_ratio` | `near_limit_ratio` | 0 to 1 |
+//! | `fail_mode`, `fail_open`, `fail_closed` | `on_store_failure` | `closed`, `open` |
+//! | `store_timeout` | `store_timeout` | |
+//! | `on_missing_key` | `on_missing_key` | `skip`, `{ reject: 401 }` |
+//! | `headers_on_allowed` | `headers_on_allowed` | |
+//! | `request_info` | `request_info` | |
+//! | `ietf_headers` | `ietf_headers` | |
+//! | `field_profile` | `field_profile` | `draft10`, `draft11` |
+//! | `partition_keys` | none | a secret belongs in a secret store, not a limits file |
+//! | `legacy_headers` | `legacy_headers` | |
+//! | `legacy_reset_format` | `legacy_reset_format` | `seconds`, `unix_timestamp` |
+//! | `plain_text_body`, `problem_json_body` | `body` | `plain_text`, `problem_json` |
+//! | `custom_response` | none | code |
+//! | `share_counters` | `share_counters` | |
+//!
 //! [`LayerConfig::layer`] builds a [`ThrottleLayer`] from the file and
 //! asks the store whether it can run it (what a store refuses is an error
 //! here, naming the rule, never a 503 later). [`RuleTable`] keeps one
@@ -49,18 +90,21 @@ use std::path::Path;
 
 use serde::de::DeserializeOwned;
 
-use crate::layer::ThrottleLayer;
-use crate::mode::{FailMode, Mode};
-use crate::rule::Rule;
-use crate::store::Store;
-
+mod behaviour;
+mod build;
 mod duration;
 mod error;
+mod extractors;
 mod reload;
 mod service;
 mod spec;
 
+pub use behaviour::{
+    BodyConfig, CostConfig, CountIfConfig, FieldProfileConfig, GrpcCodeConfig, OnMissingKeyConfig,
+    QuotaUnitConfig, ResetFormatConfig, SettleConfig, SkipConfig, StatusMatch, TiersConfig,
+};
 pub use error::ConfigError;
+pub use extractors::Extractors;
 pub use reload::{ReloadLayer, ReloadService, RuleTable};
 pub use service::{ServiceConfig, DEFAULT_ROUTE};
 pub use spec::{
@@ -107,80 +151,6 @@ impl LayerConfig {
     /// Checks text in `format`; `source` names it in errors.
     pub fn parse_as(source: &str, text: &str, format: Format) -> Result<LayerConfig, ConfigError> {
         read(source, text, format)
-    }
-
-    /// A [`ThrottleLayer`] over `store` as this file describes it, once the
-    /// store has said it can run every rule ([`ThrottleLayer::validate`]).
-    pub fn layer<St: Store>(&self, store: St) -> Result<ThrottleLayer<St>, ConfigError> {
-        self.layer_on(std::sync::Arc::new(store), "configuration", None)
-    }
-
-    pub(crate) fn layer_on<St: Store>(
-        &self,
-        store: std::sync::Arc<St>,
-        source: &str,
-        owner: Option<std::sync::Arc<()>>,
-    ) -> Result<ThrottleLayer<St>, ConfigError> {
-        let mut rules = self.rules.iter().map(|r| {
-            let mut rule = Rule::new(&r.name, r.policy.0);
-            if let Some(key) = &r.key {
-                rule = rule.key(key.extractor());
-            }
-            if let Some(cost) = r.cost {
-                rule = rule.cost(cost);
-            }
-            rule
-        });
-        let first = rules.next().expect("a layer file has at least one rule");
-        let mut layer = ThrottleLayer::from_first_rule(store, first);
-        for rule in rules {
-            layer = layer.and(rule);
-        }
-        if let Some(prefix) = &self.prefix {
-            layer = layer.prefix(prefix);
-        }
-        if let Some(key) = &self.key {
-            layer = layer.key(key.extractor());
-        }
-        layer = layer.mode(match self.mode {
-            ModeConfig::Reject => Mode::Reject,
-            ModeConfig::DryRun => Mode::DryRun,
-            ModeConfig::DelayUpTo(max_wait) => Mode::Delay { max_wait },
-        });
-        layer = layer.fail_mode(match self.on_store_failure {
-            FailConfig::Closed => FailMode::Closed,
-            FailConfig::Open => FailMode::Open,
-        });
-        if let Some(timeout) = self.store_timeout {
-            layer = layer.store_timeout(timeout);
-        }
-        layer = layer
-            .headers_on_allowed(self.headers_on_allowed)
-            .request_info(self.request_info);
-        if let Some(lockout) = &self.lockout {
-            let penalty = lockout
-                .penalty()
-                .map_err(|e| ConfigError::new(source, e).at_field("lockout"))?;
-            layer = layer.lockout(penalty);
-        }
-        if let Some(owner) = owner {
-            // Before validating: the namespaces this owner holds are its own.
-            layer = layer.owned_by(owner);
-        }
-        layer.validate().map_err(|e| self.rule_error(source, &e))?;
-        Ok(layer)
-    }
-
-    /// A rule the store refused, as an error naming the file and field.
-    pub(crate) fn rule_error(&self, source: &str, e: &crate::rule::RuleError) -> ConfigError {
-        let field = match e.rules.as_slice() {
-            [one] => match self.rules.iter().position(|r| *r.name == **one) {
-                Some(i) => format!("rules[{i}]"),
-                None => one.to_string(),
-            },
-            _ => "rules".to_owned(),
-        };
-        ConfigError::new(source, e.to_string()).at_field(field)
     }
 }
 

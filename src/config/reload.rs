@@ -12,7 +12,7 @@ use tower_service::Service;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 
-use super::{ConfigError, ServiceConfig};
+use super::{ConfigError, Extractors, ServiceConfig};
 use crate::layer::ThrottleLayer;
 use crate::service::Throttle;
 use crate::store::Store;
@@ -49,6 +49,8 @@ struct TableShared<St> {
     /// The routes handed out as layers: a reload must keep each. Held
     /// across a reload's check and swap.
     in_use: Mutex<BTreeSet<String>>,
+    /// The key extractors files may name, for every load.
+    extractors: Extractors,
 }
 
 /// One generation of the table's routes.
@@ -82,13 +84,28 @@ impl<St: Store> RuleTable<St> {
     /// [`DEFAULT_ROUTE`](super::DEFAULT_ROUTE)) over `store`, once the store
     /// has said it can run every rule of every route.
     pub fn new(store: St, config: impl Into<ServiceConfig>) -> Result<Self, ConfigError> {
-        Self::new_named(store, config.into(), "configuration")
+        Self::with_extractors(store, config, Extractors::new())
     }
 
-    fn new_named(store: St, config: ServiceConfig, source: &str) -> Result<Self, ConfigError> {
+    /// [`RuleTable::new`], with the key extractors files may name
+    /// (`key: { extractor: user_id }`), for this load and every reload.
+    pub fn with_extractors(
+        store: St,
+        config: impl Into<ServiceConfig>,
+        extractors: Extractors,
+    ) -> Result<Self, ConfigError> {
+        Self::new_named(store, config.into(), "configuration", extractors)
+    }
+
+    fn new_named(
+        store: St,
+        config: ServiceConfig,
+        source: &str,
+        extractors: Extractors,
+    ) -> Result<Self, ConfigError> {
         let store = Arc::new(store);
         let owner = Arc::new(());
-        let layers = build(&store, &owner, &config, source)?;
+        let layers = build(&store, &owner, &config, source, &extractors)?;
         let built = Built {
             layers,
             config: Arc::new(config),
@@ -100,15 +117,25 @@ impl<St: Store> RuleTable<St> {
                 current: ArcSwap::from_pointee(built),
                 owner,
                 in_use: Mutex::default(),
+                extractors,
             }),
         })
     }
 
     /// A table running the file at `path` (see [`ServiceConfig::from_path`]).
     pub fn from_path(store: St, path: impl AsRef<Path>) -> Result<Self, ConfigError> {
+        Self::from_path_with(store, path, Extractors::new())
+    }
+
+    /// [`RuleTable::from_path`], with the key extractors files may name.
+    pub fn from_path_with(
+        store: St,
+        path: impl AsRef<Path>,
+        extractors: Extractors,
+    ) -> Result<Self, ConfigError> {
         let path = path.as_ref();
         let config = ServiceConfig::from_path(path)?;
-        Self::new_named(store, config, &path.display().to_string())
+        Self::new_named(store, config, &path.display().to_string(), extractors)
     }
 
     /// Replaces every route with `config`'s, once it passes every check a
@@ -136,7 +163,13 @@ impl<St: Store> RuleTable<St> {
             );
             return Err(ConfigError::new(source, message).at_field(config.field_of(gone, None)));
         }
-        let layers = build(&shared.store, &shared.owner, &config, source)?;
+        let layers = build(
+            &shared.store,
+            &shared.owner,
+            &config,
+            source,
+            &shared.extractors,
+        )?;
         let config = Arc::new(config);
         // Reloads are serialised by `in_use`; every service sees that the
         // generation moved.
@@ -197,6 +230,7 @@ fn build<St: Store>(
     owner: &Arc<()>,
     config: &ServiceConfig,
     source: &str,
+    extractors: &Extractors,
 ) -> Result<BTreeMap<String, ThrottleLayer<St>>, ConfigError> {
     let in_route = |route: &str, e: ConfigError| {
         let field = config.field_of(route, e.field.as_deref());
@@ -208,7 +242,7 @@ fn build<St: Store>(
     let mut layers = BTreeMap::new();
     for (route, layer_config) in config.routes() {
         let layer = layer_config
-            .layer_on(store.clone(), source, Some(owner.clone()))
+            .layer_on(store.clone(), source, Some(owner.clone()), extractors)
             .map_err(|e| in_route(route, e))?;
         layers.insert(route.to_owned(), layer);
     }

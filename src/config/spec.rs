@@ -8,6 +8,10 @@ use std::time::Duration;
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
 
+use super::behaviour::{
+    BodyConfig, CostConfig, CountIfConfig, FieldProfileConfig, OnMissingKeyConfig, QuotaUnitConfig,
+    ResetFormatConfig, SettleConfig, SkipConfig, TiersConfig,
+};
 use super::duration::parse_duration;
 use crate::key::{
     BearerToken, Cidr, ClientIp, ForwardedHeader, Global, GrpcMethod, HeaderKey, KeyExtractor, Or,
@@ -48,6 +52,37 @@ pub struct LayerConfig {
     /// extensions, for handlers (default off).
     #[serde(default)]
     pub request_info: bool,
+    /// Requests let through without a check (by path or method).
+    #[serde(default)]
+    pub skip: Option<SkipConfig>,
+    /// Which responses count; the others are refunded (default: all count).
+    #[serde(default)]
+    pub count_if: Option<CountIfConfig>,
+    /// What a request without a rule's key gets (default `{ reject: 401 }`).
+    #[serde(default)]
+    pub on_missing_key: Option<OnMissingKeyConfig>,
+    /// The share of a limit at which a check counts as near it (metrics),
+    /// 0 to 1.
+    #[serde(default, deserialize_with = "ratio")]
+    pub near_limit_ratio: Option<f64>,
+    /// The IETF `RateLimit-Policy` / `RateLimit` fields (default on).
+    #[serde(default)]
+    pub ietf_headers: Option<bool>,
+    /// The draft the IETF fields follow (default `draft11`).
+    #[serde(default)]
+    pub field_profile: Option<FieldProfileConfig>,
+    /// `X-RateLimit-Limit` / `-Remaining` / `-Reset` too (default off).
+    #[serde(default)]
+    pub legacy_headers: bool,
+    /// How `X-RateLimit-Reset` says when (default `seconds`).
+    #[serde(default)]
+    pub legacy_reset_format: Option<ResetFormatConfig>,
+    /// The 429's body (default `plain_text`).
+    #[serde(default)]
+    pub body: BodyConfig,
+    /// Shares counters with another layer on the same names on purpose.
+    #[serde(default)]
+    pub share_counters: bool,
     /// The rules, all of which must admit a request; at least one.
     #[serde(deserialize_with = "rules")]
     pub rules: Vec<RuleConfig>,
@@ -66,9 +101,20 @@ pub struct RuleConfig {
     /// Its own key, instead of the layer's.
     #[serde(default)]
     pub key: Option<KeyConfig>,
-    /// Units a request costs (default 1).
+    /// Units a request costs: a number, or read from a header or query
+    /// parameter (default 1).
     #[serde(default)]
-    pub cost: Option<u64>,
+    pub cost: Option<CostConfig>,
+    /// Settles the actual cost after the response (the cost is then the
+    /// estimate): see [`crate::meter`].
+    #[serde(default)]
+    pub settle: Option<SettleConfig>,
+    /// What the quota counts, for the `qu` parameter.
+    #[serde(default)]
+    pub quota_unit: Option<QuotaUnitConfig>,
+    /// A policy per value of a key (tiers).
+    #[serde(default)]
+    pub tiers: Option<TiersConfig>,
 }
 
 /// A policy: one key naming the algorithm, holding its parameters.
@@ -169,6 +215,10 @@ pub enum KeyConfig {
     GrpcMethod,
     /// The first of these keys that the request has ([`Or`]).
     FirstOf(#[serde(deserialize_with = "some_keys")] Vec<KeyConfig>),
+    /// An extractor the application registered under this name
+    /// ([`Extractors`](super::Extractors)): a user id from a request
+    /// extension, say.
+    Extractor(String),
 }
 
 /// [`ClientIp`]'s settings.
@@ -185,9 +235,13 @@ pub struct ClientIpConfig {
 }
 
 impl KeyConfig {
-    /// The extractor this describes (checked as it was read).
-    pub(super) fn extractor(&self) -> Arc<dyn KeyExtractor> {
-        match self {
+    /// The extractor this describes; errs on a name `extractors` lacks.
+    pub(super) fn extractor(
+        &self,
+        extractors: &super::Extractors,
+    ) -> Result<Arc<dyn KeyExtractor>, String> {
+        Ok(match self {
+            KeyConfig::Extractor(name) => extractors.get(name)?,
             KeyConfig::Global => Arc::new(Global),
             KeyConfig::PeerIp => Arc::new(PeerIp::new()),
             KeyConfig::ClientIp(c) => {
@@ -202,11 +256,14 @@ impl KeyConfig {
             KeyConfig::UriPath => Arc::new(UriPath::full()),
             KeyConfig::GrpcMethod => Arc::new(GrpcMethod::default()),
             KeyConfig::FirstOf(keys) => {
-                let mut keys = keys.iter().rev().map(KeyConfig::extractor);
+                let keys: Vec<_> = (keys.iter().rev())
+                    .map(|k| k.extractor(extractors))
+                    .collect::<Result<_, _>>()?;
+                let mut keys = keys.into_iter();
                 let last = keys.next().unwrap_or_else(|| Arc::new(Global));
                 keys.fold(last, |chain, key| Arc::new(Or::new(key, chain)))
             }
-        }
+        })
     }
 }
 
@@ -257,6 +314,16 @@ impl LockoutConfig {
 fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     let text = String::deserialize(d)?;
     parse_duration(&text).map_err(D::Error::custom)
+}
+
+fn ratio<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    let r = f64::deserialize(d)?;
+    if !(0.0..=1.0).contains(&r) {
+        return Err(D::Error::custom(format_args!(
+            "{r} is not a share from 0 to 1"
+        )));
+    }
+    Ok(Some(r))
 }
 
 fn optional_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {

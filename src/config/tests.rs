@@ -66,7 +66,7 @@ cost = 2
     assert_eq!(c.rules[0].policy.0, Policy::sliding_log(5, MIN).unwrap());
     let hour = Duration::from_secs(3600);
     assert_eq!(c.rules[1].policy.0, Policy::cell(15, 30, hour).unwrap());
-    assert_eq!(c.rules[1].cost, Some(2));
+    assert_eq!(c.rules[1].cost, Some(CostConfig::Fixed(2)));
     assert!(matches!(c.mode, ModeConfig::DelayUpTo(d) if d == Duration::from_millis(500)));
     assert!(matches!(c.on_store_failure, FailConfig::Open));
     assert_eq!(c.store_timeout, Some(Duration::from_millis(50)));
@@ -249,5 +249,64 @@ fn the_readme_file_reads() {
     assert!(
         readme.contains(shown),
         "README.md shows the error as it is: {shown}"
+    );
+}
+
+/// Every builder option of `ThrottleLayer` and `Rule` has a row in the
+/// module's table of file forms (a new option without one fails here).
+#[test]
+fn every_builder_option_has_a_file_form_or_says_why_not() {
+    let sources = [
+        include_str!("../layer/behaviour.rs"),
+        include_str!("../layer/responses.rs"),
+        include_str!("../layer/rules.rs"),
+        include_str!("../rule.rs"),
+    ];
+    // Not options: constructors, getters and checks.
+    let not_options = [
+        "new",
+        "name_of",
+        "policy",
+        "rules",
+        "store_error",
+        "validate",
+        "store",
+    ];
+    let table = include_str!("mod.rs");
+    let rows: Vec<&str> = table.lines().filter(|l| l.starts_with("//! | `")).collect();
+    let mut missing = Vec::new();
+    for source in sources {
+        let mut in_impl_rule_error = false;
+        for line in source.lines() {
+            if line.starts_with("impl RuleError") {
+                in_impl_rule_error = true;
+            } else if line.starts_with("impl ") {
+                in_impl_rule_error = false;
+            }
+            let Some(rest) = line.trim_start().strip_prefix("pub fn ") else {
+                continue;
+            };
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if in_impl_rule_error
+                || not_options.contains(&name.as_str())
+                || rest.contains("(&self)")
+            {
+                continue;
+            }
+            let cell = format!("`{name}`");
+            if !rows
+                .iter()
+                .any(|row| row.split('|').nth(1).is_some_and(|c| c.contains(&cell)))
+            {
+                missing.push(name);
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "builder options without a row in config's table: {missing:?}"
     );
 }

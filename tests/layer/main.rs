@@ -19,6 +19,8 @@ mod concurrency_hold;
 #[cfg(feature = "redis")]
 mod config_errors;
 #[cfg(feature = "config")]
+mod config_fields;
+#[cfg(feature = "config")]
 mod config_file;
 #[cfg(feature = "config")]
 mod config_routes;
@@ -32,6 +34,7 @@ mod hostile_input;
 #[cfg(feature = "axum")]
 mod http_layer;
 mod inspect;
+mod inspect_identity;
 mod layer_service;
 #[cfg(feature = "redis")]
 mod lockout_layer;
