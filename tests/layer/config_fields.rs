@@ -268,9 +268,7 @@ async fn a_metered_rule_from_a_file_matches_code() {
 /// from an extension: a client's header changes nothing.
 #[tokio::test]
 async fn tiers_and_extension_keys_match_code() {
-    let file = format!(
-        "key: {{ extractor: user_id }}\nrules:\n  - name: reply\n    policy: {{ fixed_window: {{ limit: 2, window: 60s }} }}\n    tiers:\n      by: {{ extractor: plan }}\n      policies:\n        pro: {{ fixed_window: {{ limit: 4, window: 60s }} }}\n"
-    );
+    let file = "key: { extractor: user_id }\nrules:\n  - name: reply\n    policy: { fixed_window: { limit: 2, window: 60s } }\n    tiers:\n      by: { extractor: plan }\n      policies:\n        pro: { fixed_window: { limit: 4, window: 60s } }\n";
     let pro = Policy::fixed_window(4, MINUTE).unwrap();
     let layer = ThrottleLayer::new(frozen(), reply())
         .name("reply")
@@ -290,7 +288,7 @@ async fn tiers_and_extension_keys_match_code() {
             asks.push(a);
         }
     }
-    same_answers(&file, layer, &asks).await;
+    same_answers(file, layer, &asks).await;
 }
 
 /// A request without the extension key: `on_missing_key` as in code.
