@@ -140,6 +140,7 @@ mod fields;
 pub mod future;
 pub mod grpc;
 pub mod info;
+pub mod inspect;
 pub mod key;
 mod layer;
 pub mod meter;

@@ -13,6 +13,7 @@ mod error;
 pub mod fallback;
 #[cfg(feature = "governor")]
 pub mod governor;
+pub mod hottest;
 pub mod lease;
 pub mod memory;
 mod namespaces;
@@ -29,6 +30,7 @@ pub use self::redis::{CellStore, LazyRedisStore, RedisClusterStore, RedisStore};
 pub use boxed::BoxStore;
 pub use error::{BoxError, Outage, StoreError};
 pub use fallback::{FallbackStore, DEFAULT_PROBE_INTERVAL};
+pub use hottest::Hottest;
 pub use memory::{MemoryStore, MemoryStoreBuilder};
 pub use namespaces::Namespaces;
 
