@@ -31,6 +31,8 @@ mod delay_rules;
 #[cfg(feature = "axum")]
 mod fields;
 mod hostile_input;
+#[cfg(feature = "redis")]
+mod hottest_layer;
 #[cfg(feature = "axum")]
 mod http_layer;
 mod inspect;
