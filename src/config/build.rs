@@ -55,6 +55,12 @@ impl LayerConfig {
                 .map_err(|m| error("key".into(), m))?;
             layer = layer.key(key);
         }
+        // Counted only by the metrics the feature brings: refused, not ignored.
+        #[cfg(not(feature = "metrics"))]
+        if self.near_limit_ratio.is_some() {
+            let message = "`near_limit_ratio` needs the crate's `metrics` feature".to_owned();
+            return Err(error("near_limit_ratio".into(), message));
+        }
         layer = self.behaviour(layer);
         if let Some(lockout) = &self.lockout {
             let penalty = lockout.penalty().map_err(|m| error("lockout".into(), m))?;
@@ -94,6 +100,7 @@ impl LayerConfig {
                 OnMissingKeyConfig::Skip => OnMissingKey::Skip,
             });
         }
+        #[cfg(feature = "metrics")]
         if let Some(ratio) = self.near_limit_ratio {
             layer = layer.near_limit_ratio(ratio);
         }

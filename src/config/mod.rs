@@ -98,6 +98,7 @@ mod extractors;
 mod reload;
 mod service;
 mod spec;
+mod watch;
 
 pub use behaviour::{
     BodyConfig, CostConfig, CountIfConfig, FieldProfileConfig, GrpcCodeConfig, OnMissingKeyConfig,
@@ -111,6 +112,7 @@ pub use spec::{
     ClientIpConfig, FailConfig, KeyConfig, LayerConfig, LockoutConfig, ModeConfig, PolicyConfig,
     RuleConfig,
 };
+pub use watch::{FileWatch, WatchHandle, WatchOutcome, DEFAULT_WATCH_INTERVAL};
 
 /// The formats a layer file may be in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

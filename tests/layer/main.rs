@@ -3,6 +3,8 @@
 //! One test binary for the area (`cargo test --test layer`); each module
 //! is one file of tests, and the shared helpers are mounted once below.
 
+#[path = "../support/capture.rs"]
+mod capture;
 #[path = "../support/counting_store.rs"]
 mod counting_store;
 #[cfg(feature = "redis")]
@@ -26,6 +28,8 @@ mod config_file;
 mod config_routes;
 #[cfg(feature = "config")]
 mod config_tables;
+#[cfg(feature = "config")]
+mod config_watch;
 mod count_if;
 mod delay_rules;
 #[cfg(feature = "axum")]
