@@ -9,6 +9,7 @@ mod support;
 mod binary;
 mod cluster;
 mod extension;
+mod flood;
 mod health;
 mod hits;
 mod http;
