@@ -16,6 +16,8 @@ mod served;
 #[path = "../support/tokio_clock.rs"]
 mod tokio_clock;
 
+#[cfg(feature = "axum")]
+mod admin_example;
 mod binding_rule;
 mod concurrency_hold;
 #[cfg(feature = "redis")]
