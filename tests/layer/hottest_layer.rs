@@ -63,16 +63,29 @@ fn a_redis_backed_layer_reports_its_hottest_keys() {
                 let res = svc.clone().oneshot(as_user("heavy")).await.unwrap();
                 statuses.push(res.status());
             }
-            let res = svc.clone().oneshot(as_user(&format!("u-{i}"))).await.unwrap();
+            let res = svc
+                .clone()
+                .oneshot(as_user(&format!("u-{i}")))
+                .await
+                .unwrap();
             assert_eq!(res.status(), StatusCode::OK);
         }
-        let denied = statuses.iter().filter(|s| **s == StatusCode::TOO_MANY_REQUESTS);
-        assert_eq!(denied.count(), 20, "Redis decided: 10 of heavy's 30 admitted");
+        let denied = statuses
+            .iter()
+            .filter(|s| **s == StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(
+            denied.count(),
+            20,
+            "Redis decided: 10 of heavy's 30 admitted"
+        );
 
         let report = layer.store().hottest_keys(3);
         assert_eq!((report.checks, report.denials), (80, 20));
         let top = &report.by_checks[0];
-        assert_eq!((&*top.key, top.count, top.is_exact()), (&b"api:default:heavy"[..], 30, true));
+        assert_eq!(
+            (&*top.key, top.count, top.is_exact()),
+            (&b"api:default:heavy"[..], 30, true)
+        );
         let denials: Vec<String> = report.by_denials.iter().map(|k| k.to_string()).collect();
         assert_eq!(denials, ["api:default:heavy  20"]);
         // The 50 light users went through a summary of 16: their counts
@@ -81,7 +94,10 @@ fn a_redis_backed_layer_reports_its_hottest_keys() {
             assert_eq!(k.lower_bound, 1, "{k}");
             assert_eq!(k.count_display().to_string(), format!("≥ 1, ≤ {}", k.count));
         }
-        assert!(report.to_string().contains("\n  api:default:heavy  30\n"), "{report}");
+        assert!(
+            report.to_string().contains("\n  api:default:heavy  30\n"),
+            "{report}"
+        );
     });
 }
 
@@ -115,9 +131,15 @@ fn after_a_fallback_period_the_report_reads_right() {
         let report = layer.store().hottest_keys(10);
         assert_eq!((report.checks, report.by_checks.len()), (5_003, 10));
         for k in &report.by_checks {
-            let truth = if &*k.key == b"api:default:before" { 3 } else { 1 };
+            let truth = if &*k.key == b"api:default:before" {
+                3
+            } else {
+                1
+            };
             assert!(k.lower_bound <= truth && truth <= k.count, "{k}");
-            assert!(k.to_string().contains(&format!("≥ {}, ≤ {}", k.lower_bound, k.count)));
+            assert!(k
+                .to_string()
+                .contains(&format!("≥ {}, ≤ {}", k.lower_bound, k.count)));
         }
     });
 }
