@@ -220,3 +220,61 @@ rules = [{ name = "per-hour", policy = { fixed_window = { limit = 1, window = "1
         );
     }
 }
+
+/// README's limits file loads as it is, with the extractors README
+/// registers, and does what its comments say.
+#[tokio::test]
+async fn the_readme_limits_file_loads_and_limits_as_it_says() {
+    use tower_throttle::config::Extractors;
+    use tower_throttle::key::FromExtension;
+
+    #[derive(Clone)]
+    struct UserId(u64);
+    impl std::fmt::Display for UserId {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "{}", self.0)
+        }
+    }
+    #[derive(Clone)]
+    struct Plan(&'static str);
+    impl std::fmt::Display for Plan {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let start = readme
+        .find("# limits.yaml: one route")
+        .expect("README's limits file");
+    let text = &readme[start..];
+    let text = &text[..text.find("```").unwrap()];
+    let extractors = Extractors::new()
+        .with("user_id", FromExtension::<UserId>::new())
+        .with("plan", FromExtension::<Plan>::new());
+    let config = ServiceConfig::parse("README.md", text).unwrap();
+    let table = RuleTable::with_extractors(frozen(), config, extractors).unwrap();
+    let mut reply = table.layer("reply").unwrap().layer(ok());
+    let as_user = |id| {
+        let mut req = Request::builder().uri("/reply").body(()).unwrap();
+        req.extensions_mut().insert(UserId(id));
+        req
+    };
+    for _ in 0..5 {
+        let r = reply.ready().await.unwrap().call(as_user(7)).await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+    }
+    let r = reply.ready().await.unwrap().call(as_user(7)).await.unwrap();
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    // A header saying another user changes nothing; no user id at all: 401.
+    let mut spoofed = as_user(7);
+    spoofed
+        .headers_mut()
+        .insert("x-user-id", "8".parse().unwrap());
+    let r = reply.ready().await.unwrap().call(spoofed).await.unwrap();
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    let anonymous = Request::builder().uri("/reply").body(()).unwrap();
+    let r = reply.ready().await.unwrap().call(anonymous).await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    assert!(table.layer("completions").is_ok());
+}
