@@ -30,7 +30,7 @@ pub const DEFAULT_ROUTE: &str = "default";
 ///     prefix: posts              # instead of the route's name
 ///     rules:
 ///       - name: per-hour
-///         policy: { cell: { burst: 2, count: 3, period: 1h } }
+///         policy: { cell: { max_burst: 2, count: 3, period: 1h } }
 /// ```
 ///
 /// A route without a `prefix` takes its name as its prefix, so two routes

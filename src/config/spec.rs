@@ -121,8 +121,13 @@ pub struct RuleConfig {
 ///
 /// ```yaml
 /// policy: { sliding_log: { limit: 5, window: 60s } }
-/// policy: { cell: { burst: 15, count: 30, period: 1h } }
+/// policy: { cell: { max_burst: 15, count: 30, period: 1h } }
 /// ```
+///
+/// `cell` takes redis-cell's `CL.THROTTLE` arguments: `max_burst` requests
+/// beyond the first are admitted at once (16 here), then `count` per
+/// `period`. The older spelling `burst` is read the same way, with a
+/// warning: it was taken for the number admitted at once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PolicyConfig(pub Policy);
 
@@ -141,10 +146,36 @@ enum PolicySpec {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct CellSpec {
-    burst: u64,
+    #[serde(default)]
+    max_burst: Option<u64>,
+    /// The older spelling of `max_burst`.
+    #[serde(default)]
+    burst: Option<u64>,
     count: u64,
     #[serde(deserialize_with = "duration")]
     period: Duration,
+}
+
+impl CellSpec {
+    /// `max_burst`, or `burst` with a warning; not both.
+    fn max_burst<E: serde::de::Error>(&self) -> Result<u64, E> {
+        match (self.max_burst, self.burst) {
+            (Some(n), None) => Ok(n),
+            (None, Some(n)) => {
+                tracing::warn!(
+                    target: "tower_throttle",
+                    burst = n,
+                    "a `cell` policy's `burst` is redis-cell's max_burst: {} requests are admitted at once; write `max_burst: {n}` to say so",
+                    n.saturating_add(1)
+                );
+                Ok(n)
+            }
+            (Some(_), Some(_)) => Err(E::custom(
+                "write `max_burst` alone (`burst` is its older spelling)",
+            )),
+            (None, None) => Err(E::missing_field("max_burst")),
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -173,7 +204,7 @@ struct ConcurrencySpec {
 impl<'de> Deserialize<'de> for PolicyConfig {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let policy = match PolicySpec::deserialize(d)? {
-            PolicySpec::Cell(c) => Policy::cell(c.burst, c.count, c.period),
+            PolicySpec::Cell(c) => Policy::cell(c.max_burst::<D::Error>()?, c.count, c.period),
             PolicySpec::TokenBucket(b) => Policy::token_bucket(b.capacity, b.per_second),
             PolicySpec::Funnel(b) => Policy::funnel(b.capacity, b.per_second),
             PolicySpec::SlidingLog(w) => Policy::sliding_log(w.limit, w.window),

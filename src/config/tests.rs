@@ -25,7 +25,7 @@ rules:
   - name: reply
     policy: { sliding_log: { limit: 5, window: 60s } }
   - name: post
-    policy: { cell: { burst: 15, count: 30, period: 1h } }
+    policy: { cell: { max_burst: 15, count: 30, period: 1h } }
     key: { first_of: [bearer_token, { client_ip: { trust: [10.0.0.0/8], header: forwarded } }] }
     cost: 2
 ";
@@ -41,7 +41,7 @@ name = "reply"
 policy = { sliding_log = { limit = 5, window = "60s" } }
 [[rules]]
 name = "post"
-policy = { cell = { burst = 15, count = 30, period = "1h" } }
+policy = { cell = { max_burst = 15, count = 30, period = "1h" } }
 key = { first_of = ["bearer_token", { client_ip = { trust = ["10.0.0.0/8"], header = "forwarded" } }] }
 cost = 2
 "#;
@@ -50,7 +50,7 @@ cost = 2
  "lockout": {"strikes": 3, "within": "10m", "lock": "1h"},
  "rules": [
   {"name": "reply", "policy": {"sliding_log": {"limit": 5, "window": "60s"}}},
-  {"name": "post", "policy": {"cell": {"burst": 15, "count": 30, "period": "1h"}},
+  {"name": "post", "policy": {"cell": {"max_burst": 15, "count": 30, "period": "1h"}},
    "key": {"first_of": ["bearer_token", {"client_ip": {"trust": ["10.0.0.0/8"], "header": "forwarded"}}]},
    "cost": 2}]}"#;
     let read = [
@@ -226,23 +226,29 @@ fn files_are_read_by_their_extension() {
 fn the_readme_file_reads() {
     let readme = include_str!("../../README.md");
     let start = readme
-        .find("# limits.yaml\n")
+        .find("# limits.yaml: one route")
         .expect("README shows limits.yaml");
     let text = &readme[start..];
     let text = &text[..text.find("```").unwrap()];
-    let config = LayerConfig::parse("README.md", text).unwrap();
-    let names: Vec<&str> = config.rules.iter().map(|r| &*r.name).collect();
-    assert_eq!(names, ["reply", "post"]);
+    let config = ServiceConfig::parse("limits.yaml", text).unwrap();
+    let routes: Vec<&str> = config.routes().map(|(name, _)| name).collect();
+    assert_eq!(routes, ["completions", "reply"]);
+    let reply = config.route("reply").unwrap();
+    let names: Vec<&str> = reply.rules.iter().map(|r| &*r.name).collect();
+    assert_eq!(names, ["per-minute", "per-day"]);
     assert_eq!(
-        config.rules[0].policy.0,
+        reply.rules[0].policy.0,
         Policy::sliding_log(5, MIN).unwrap()
     );
-    assert!(config.headers_on_allowed);
-    assert_eq!(config.lockout.map(|l| l.strikes), Some(3));
-    let e = yaml_error(&text.replace("window: 60s", "window: 60"));
+    assert_eq!(reply.lockout.as_ref().map(|l| l.strikes), Some(3));
+    let e = ServiceConfig::parse(
+        "limits.yaml",
+        &text.replacen("window: 60s", "window: 60", 1),
+    )
+    .unwrap_err();
     assert_eq!(
         e.field.as_deref(),
-        Some("rules[0].policy.sliding_log.window")
+        Some("routes.reply.rules[0].policy.sliding_log.window")
     );
     let shown = e.to_string();
     let shown = &shown[..shown.find(" (").unwrap_or(shown.len())];
@@ -309,4 +315,32 @@ fn every_builder_option_has_a_file_form_or_says_why_not() {
         missing.is_empty(),
         "builder options without a row in config's table: {missing:?}"
     );
+}
+
+/// `cell` says `max_burst` (redis-cell's name: admitted at once is one
+/// more); the older `burst` reads the same, with a warning; both, or
+/// neither, is an error naming the field.
+#[test]
+fn a_cell_says_max_burst_and_reads_the_old_burst_with_a_warning() {
+    let policy = |text: &str| {
+        let rules = format!(
+            "rules: [{{ name: r, policy: {{ cell: {{ {text}, count: 3, period: 1h }} }} }}]"
+        );
+        LayerConfig::parse("l.yaml", &rules)
+    };
+    let new = policy("max_burst: 2").unwrap();
+    let old = policy("burst: 2").unwrap();
+    assert_eq!(new.rules[0].policy, old.rules[0].policy);
+    assert_eq!(
+        new.rules[0].policy.0,
+        Policy::cell(2, 3, Duration::from_secs(3600)).unwrap()
+    );
+    let both = policy("max_burst: 2, burst: 2").unwrap_err();
+    assert!(both.message.contains("max_burst` alone"), "{both}");
+    let neither = LayerConfig::parse(
+        "l.yaml",
+        "rules: [{ name: r, policy: { cell: { count: 3, period: 1h } } }]",
+    )
+    .unwrap_err();
+    assert!(neither.message.contains("max_burst"), "{neither}");
 }

@@ -177,6 +177,7 @@ impl<St: Store> ThrottleLayer<St> {
     /// from a file holds its names from the moment it is loaded, so a
     /// second file (or a reload) that would share them is refused like a
     /// bad file instead of panicking when its service is built.
+    #[cfg(feature = "config")]
     pub(crate) fn claim_namespaces(&self) -> Result<(), RuleError> {
         if let Some(clash) = self.namespace_clash() {
             return Err(clash);

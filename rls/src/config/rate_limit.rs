@@ -22,6 +22,8 @@ struct RawRateLimit {
     replaces: Vec<String>,
     algorithm: Option<String>,
     burst: Option<u64>,
+    /// The key `burst` was written under: `max_burst`, or its older spelling.
+    burst_key: &'static str,
 }
 
 /// A `rate_limit` checked on its own (so errors point at its line).
@@ -53,15 +55,24 @@ impl RawRateLimit {
             (None | Some("fixed_window"), None) => Algorithm::FixedWindow,
             (Some("sliding_window"), None) => Algorithm::SlidingWindow,
             (Some("sliding_log"), None) => Algorithm::SlidingLog,
-            (Some("gcra"), burst) => Algorithm::Gcra {
-                burst: burst.unwrap_or(0),
-            },
+            (Some("gcra"), burst) => {
+                if let (Some(n), "burst") = (burst, self.burst_key) {
+                    tracing::warn!(
+                        burst = n,
+                        "`burst` is redis-cell's max_burst: {} hits are admitted at once; write `max_burst: {n}` to say so",
+                        n.saturating_add(1)
+                    );
+                }
+                Algorithm::Gcra {
+                    burst: burst.unwrap_or(0),
+                }
+            }
             (Some(other), None) => {
                 return Err(format!(
                     "unknown algorithm '{other}' (expected fixed_window, sliding_window, sliding_log or gcra)"
                 ))
             }
-            (_, Some(_)) => return Err("burst applies only to algorithm: gcra".into()),
+            (_, Some(_)) => return Err("max_burst applies only to algorithm: gcra".into()),
         };
         if self.unlimited && algorithm != Algorithm::FixedWindow {
             return Err("an unlimited rate_limit takes no algorithm".into());
@@ -131,9 +142,19 @@ impl<'de> Visitor<'de> for RateLimitSeed {
                 "unlimited" => rl.unlimited = map.next_value_seed(Flag)?,
                 "name" => rl.name = map.next_value_seed(Text)?,
                 "replaces" => rl.replaces = map.next_value_seed(Replaces)?,
-                "algorithm" | "burst" if self.0.strict => return Err(unknown_key(&key)),
+                "algorithm" | "burst" | "max_burst" if self.0.strict => {
+                    return Err(unknown_key(&key))
+                }
                 "algorithm" => rl.algorithm = Some(map.next_value_seed(Text)?),
-                "burst" => rl.burst = Some(map.next_value_seed(Whole(63))?),
+                "burst" | "max_burst" => {
+                    if rl.burst.is_some() {
+                        return Err(de::Error::custom(
+                            "write `max_burst` alone (`burst` is its older spelling)",
+                        ));
+                    }
+                    rl.burst = Some(map.next_value_seed(Whole(63))?);
+                    rl.burst_key = if key == "burst" { "burst" } else { "max_burst" };
+                }
                 "concurrency" => {
                     return Err(de::Error::custom(
                         "concurrency cannot be expressed in the rate-limit protocol (it has no release call)",

@@ -151,7 +151,9 @@ fn extension_keys_inside_rate_limit() {
     let t = load("domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: minute, requests_per_unit: 60, algorithm: gcra, burst: 10}\n").unwrap();
     assert!(t.dump().ends_with(", algorithm: gcra\n"), "{}", t.dump());
     for (text, message) in [
-        ("algorithm: sliding_log, burst: 1", "burst applies only to algorithm: gcra"),
+        ("algorithm: sliding_log, burst: 1", "max_burst applies only to algorithm: gcra"),
+        ("algorithm: sliding_log, max_burst: 1", "max_burst applies only to algorithm: gcra"),
+        ("algorithm: gcra, max_burst: 1, burst: 1", "write `max_burst` alone (`burst` is its older spelling)"),
         ("algorithm: leaky", "unknown algorithm 'leaky' (expected fixed_window, sliding_window, sliding_log or gcra)"),
         ("concurrency: 5", "concurrency cannot be expressed in the rate-limit protocol (it has no release call)"),
     ] {

@@ -32,7 +32,7 @@ pub(super) fn unknown_key<E: de::Error>(key: &str) -> E {
 }
 
 /// Keys of `rate_limit` this server adds: refused in strict mode.
-pub(super) const EXTENSION_KEYS: [&str; 3] = ["algorithm", "burst", "concurrency"];
+pub(super) const EXTENSION_KEYS: [&str; 4] = ["algorithm", "max_burst", "burst", "concurrency"];
 
 /// A mapping key: a string, as upstream requires, and a known one (checked
 /// here so an error points at the key's own line).
