@@ -228,7 +228,9 @@ pub(crate) fn add_headers(headers: &mut HeaderMap, info: &RateLimitInfo) {
     }
 }
 
-/// Appends (lists may span field lines, e.g. with nested layers).
+/// Adds this layer's items to the fields, merged into one line each with
+/// the items a nested layer put there: a list may span field lines, but
+/// some clients read only the first.
 fn add_ietf(headers: &mut HeaderMap, info: &RateLimitInfo) {
     let policy = if info.per_request_policy() {
         request_policy_value(info)
@@ -236,10 +238,32 @@ fn add_ietf(headers: &mut HeaderMap, info: &RateLimitInfo) {
         info.meta().policy_header.clone()
     };
     if let Some(policy) = policy {
-        headers.append(RATELIMIT_POLICY, policy);
+        merge_list(headers, RATELIMIT_POLICY, policy);
     }
     if let Some(value) = ratelimit_value(info) {
-        headers.append(RATELIMIT, value);
+        merge_list(headers, RATELIMIT, value);
+    }
+}
+
+/// `name: value`, or the field's lines so far and `value` as one list.
+fn merge_list(headers: &mut HeaderMap, name: HeaderName, value: HeaderValue) {
+    match headers.entry(name) {
+        http::header::Entry::Vacant(v) => {
+            v.insert(value);
+        }
+        http::header::Entry::Occupied(mut o) => {
+            let mut joined = Vec::with_capacity(128);
+            for line in o.iter().chain([&value]) {
+                if !joined.is_empty() {
+                    joined.extend_from_slice(b", ");
+                }
+                joined.extend_from_slice(line.as_bytes());
+            }
+            // Bytes of valid values joined by ", ": valid too.
+            if let Ok(merged) = HeaderValue::from_bytes(&joined) {
+                o.insert(merged);
+            }
+        }
     }
 }
 

@@ -59,6 +59,8 @@ mod plain_denials;
 mod policy_change;
 mod proxy_headers;
 #[cfg(feature = "axum")]
+mod stacked_fields;
+#[cfg(feature = "axum")]
 mod statuses;
 mod transition_addresses;
 #[cfg(feature = "axum")]
