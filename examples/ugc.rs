@@ -6,7 +6,8 @@
 //! * posts: a funnel of 15 that leaks 30 an hour per user;
 //! * likes: a token bucket of 10 refilled at 1/s per user, waiting up to 1 s;
 //! * uploads: at most 2 in flight per user;
-//! * everything: 300 requests a minute per client IP, headers on every response.
+//! * everything: 300 requests a minute per client IP (GCRA: a burst of 300,
+//!   then one every 200 ms), headers on every response.
 //!
 //! Run `cargo run --example ugc` (add `--features redis` and set
 //! `REDIS_URL=redis://127.0.0.1/` to share the limits between instances;
@@ -139,7 +140,10 @@ fn app<St: Store>(store: Arc<St>) -> Result<Router, tower_throttle::PolicyError>
         .key(per_user())
         .prefix("upload")
         .on_missing_key(signed_in);
-    let per_ip = ThrottleLayer::new(store, Policy::sliding_window(300, Duration::from_secs(60))?)
+    // GCRA, so the `t` a client reads is when its next request's worth of
+    // quota is back (1 s while it has room; a sliding window's `t` may
+    // exceed the window, as its current count only ages out in the next one).
+    let per_ip = ThrottleLayer::new(store, Policy::cell(299, 300, Duration::from_secs(60))?)
         .name("per-ip")
         .key(PeerIp::new())
         .prefix("ip")
