@@ -3,6 +3,9 @@
 
 use std::time::Duration;
 
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer};
+
 /// Parses `<whole number><unit>`, unit one of `ms`, `s`, `m`, `h`, `d`.
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
@@ -28,6 +31,19 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     n.checked_mul(unit_ms)
         .map(Duration::from_millis)
         .ok_or_else(|| format!("duration {text:?} is too long"))
+}
+
+/// A duration field (`60s`).
+pub(super) fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(d)?;
+    parse_duration(&text).map_err(D::Error::custom)
+}
+
+/// An optional duration field.
+pub(super) fn optional_duration<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Duration>, D::Error> {
+    duration(d).map(Some)
 }
 
 #[cfg(test)]

@@ -90,28 +90,34 @@ use std::path::Path;
 
 use serde::de::DeserializeOwned;
 
+mod answer;
 mod behaviour;
 mod build;
+mod cost;
 mod duration;
 mod error;
 mod extractors;
+mod key;
+mod policy;
 mod reload;
 mod service;
 mod spec;
+mod tiers;
 mod watch;
 
-pub use behaviour::{
-    BodyConfig, CostConfig, CountIfConfig, FieldProfileConfig, GrpcCodeConfig, OnMissingKeyConfig,
-    QuotaUnitConfig, ResetFormatConfig, SettleConfig, SkipConfig, StatusMatch, TiersConfig,
+pub use answer::{
+    BodyConfig, FieldProfileConfig, OnMissingKeyConfig, QuotaUnitConfig, ResetFormatConfig,
 };
+pub use behaviour::{CountIfConfig, GrpcCodeConfig, SkipConfig, StatusMatch};
+pub use cost::{CostConfig, SettleConfig};
 pub use error::ConfigError;
 pub use extractors::Extractors;
+pub use key::{ClientIpConfig, KeyConfig};
+pub use policy::PolicyConfig;
 pub use reload::{ReloadLayer, ReloadService, RuleTable};
 pub use service::{ServiceConfig, DEFAULT_ROUTE};
-pub use spec::{
-    ClientIpConfig, FailConfig, KeyConfig, LayerConfig, LockoutConfig, ModeConfig, PolicyConfig,
-    RuleConfig,
-};
+pub use spec::{FailConfig, LayerConfig, LockoutConfig, ModeConfig, RuleConfig};
+pub use tiers::TiersConfig;
 pub use watch::{FileWatch, WatchHandle, WatchOutcome, DEFAULT_WATCH_INTERVAL};
 
 /// The formats a layer file may be in.

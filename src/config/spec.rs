@@ -2,24 +2,22 @@
 //! ones refused, values checked as they are read (so an error carries the
 //! line and the field of the value at fault).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
 
-use super::behaviour::{
-    BodyConfig, CostConfig, CountIfConfig, FieldProfileConfig, OnMissingKeyConfig, QuotaUnitConfig,
-    ResetFormatConfig, SettleConfig, SkipConfig, TiersConfig,
+use super::answer::{
+    BodyConfig, FieldProfileConfig, OnMissingKeyConfig, QuotaUnitConfig, ResetFormatConfig,
 };
-use super::duration::parse_duration;
-use crate::key::{
-    BearerToken, Cidr, ClientIp, ForwardedHeader, Global, GrpcMethod, HeaderKey, KeyExtractor, Or,
-    PeerIp, UriPath,
-};
+use super::behaviour::{CountIfConfig, SkipConfig};
+use super::cost::{CostConfig, SettleConfig};
+use super::duration::{duration, optional_duration};
+use super::key::KeyConfig;
+use super::policy::PolicyConfig;
+use super::tiers::TiersConfig;
 use crate::limiter::valid_name;
 use crate::lockout::Penalty;
-use crate::policy::Policy;
 
 /// A whole [`ThrottleLayer`](crate::ThrottleLayer): its rules and how it
 /// answers. See the [module docs](super) for a file.
@@ -117,187 +115,6 @@ pub struct RuleConfig {
     pub tiers: Option<TiersConfig>,
 }
 
-/// A policy: one key naming the algorithm, holding its parameters.
-///
-/// ```yaml
-/// policy: { sliding_log: { limit: 5, window: 60s } }
-/// policy: { cell: { max_burst: 15, count: 30, period: 1h } }
-/// ```
-///
-/// `cell` takes redis-cell's `CL.THROTTLE` arguments: `max_burst` requests
-/// beyond the first are admitted at once (16 here), then `count` per
-/// `period`. The older spelling `burst` is read the same way, with a
-/// warning: it was taken for the number admitted at once.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PolicyConfig(pub Policy);
-
-#[derive(Deserialize)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
-enum PolicySpec {
-    Cell(CellSpec),
-    TokenBucket(BucketSpec),
-    Funnel(BucketSpec),
-    SlidingLog(WindowSpec),
-    FixedWindow(WindowSpec),
-    SlidingWindow(WindowSpec),
-    Concurrency(ConcurrencySpec),
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CellSpec {
-    #[serde(default)]
-    max_burst: Option<u64>,
-    /// The older spelling of `max_burst`.
-    #[serde(default)]
-    burst: Option<u64>,
-    count: u64,
-    #[serde(deserialize_with = "duration")]
-    period: Duration,
-}
-
-impl CellSpec {
-    /// `max_burst`, or `burst` with a warning; not both.
-    fn max_burst<E: serde::de::Error>(&self) -> Result<u64, E> {
-        match (self.max_burst, self.burst) {
-            (Some(n), None) => Ok(n),
-            (None, Some(n)) => {
-                tracing::warn!(
-                    target: "tower_throttle",
-                    burst = n,
-                    "a `cell` policy's `burst` is redis-cell's max_burst: {} requests are admitted at once; write `max_burst: {n}` to say so",
-                    n.saturating_add(1)
-                );
-                Ok(n)
-            }
-            (Some(_), Some(_)) => Err(E::custom(
-                "write `max_burst` alone (`burst` is its older spelling)",
-            )),
-            (None, None) => Err(E::missing_field("max_burst")),
-        }
-    }
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct BucketSpec {
-    capacity: u64,
-    per_second: f64,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct WindowSpec {
-    limit: u64,
-    #[serde(deserialize_with = "duration")]
-    window: Duration,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ConcurrencySpec {
-    max_in_flight: u64,
-    #[serde(default, deserialize_with = "optional_duration")]
-    lease: Option<Duration>,
-}
-
-impl<'de> Deserialize<'de> for PolicyConfig {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let policy = match PolicySpec::deserialize(d)? {
-            PolicySpec::Cell(c) => Policy::cell(c.max_burst::<D::Error>()?, c.count, c.period),
-            PolicySpec::TokenBucket(b) => Policy::token_bucket(b.capacity, b.per_second),
-            PolicySpec::Funnel(b) => Policy::funnel(b.capacity, b.per_second),
-            PolicySpec::SlidingLog(w) => Policy::sliding_log(w.limit, w.window),
-            PolicySpec::FixedWindow(w) => Policy::fixed_window(w.limit, w.window),
-            PolicySpec::SlidingWindow(w) => Policy::sliding_window(w.limit, w.window),
-            PolicySpec::Concurrency(c) => match c.lease {
-                Some(lease) => Policy::concurrency_with_lease(c.max_in_flight, lease),
-                None => Policy::concurrency(c.max_in_flight),
-            },
-        };
-        policy.map(PolicyConfig).map_err(D::Error::custom)
-    }
-}
-
-/// Where a rule's key comes from.
-///
-/// ```yaml
-/// key: peer_ip
-/// key: { header: x-user-id }
-/// key: { client_ip: { trust: [10.0.0.0/8], header: forwarded } }
-/// key: { first_of: [bearer_token, peer_ip] }
-/// ```
-#[derive(Clone, Debug, Deserialize)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
-pub enum KeyConfig {
-    /// One key for everyone ([`Global`]).
-    Global,
-    /// The peer's address ([`PeerIp`]).
-    PeerIp,
-    /// The client's address behind trusted proxies ([`ClientIp`]).
-    ClientIp(ClientIpConfig),
-    /// A hash of the bearer token ([`BearerToken`]).
-    BearerToken,
-    /// A request header's value ([`HeaderKey`]).
-    Header(#[serde(deserialize_with = "header_name")] http::HeaderName),
-    /// The request path ([`UriPath::full`]).
-    UriPath,
-    /// The gRPC method ([`GrpcMethod`]).
-    GrpcMethod,
-    /// The first of these keys that the request has ([`Or`]).
-    FirstOf(#[serde(deserialize_with = "some_keys")] Vec<KeyConfig>),
-    /// An extractor the application registered under this name
-    /// ([`Extractors`](super::Extractors)): a user id from a request
-    /// extension, say.
-    Extractor(String),
-}
-
-/// [`ClientIp`]'s settings.
-#[derive(Clone, Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ClientIpConfig {
-    /// Proxies whose forwarding headers are believed (CIDRs).
-    #[serde(default, deserialize_with = "cidrs")]
-    pub trust: Vec<Cidr>,
-    /// The header they set (default `x_forwarded_for`; also `forwarded`,
-    /// `x_real_ip`, `cf_connecting_ip`, `true_client_ip`, `fly_client_ip`, …).
-    #[serde(default)]
-    pub header: Option<ForwardedHeader>,
-}
-
-impl KeyConfig {
-    /// The extractor this describes; errs on a name `extractors` lacks.
-    pub(super) fn extractor(
-        &self,
-        extractors: &super::Extractors,
-    ) -> Result<Arc<dyn KeyExtractor>, String> {
-        Ok(match self {
-            KeyConfig::Extractor(name) => extractors.get(name)?,
-            KeyConfig::Global => Arc::new(Global),
-            KeyConfig::PeerIp => Arc::new(PeerIp::new()),
-            KeyConfig::ClientIp(c) => {
-                let mut ip = ClientIp::new().trust_all(c.trust.iter().copied());
-                if let Some(header) = c.header {
-                    ip = ip.header(header);
-                }
-                Arc::new(ip)
-            }
-            KeyConfig::BearerToken => Arc::new(BearerToken),
-            KeyConfig::Header(name) => Arc::new(HeaderKey::new(name.clone())),
-            KeyConfig::UriPath => Arc::new(UriPath::full()),
-            KeyConfig::GrpcMethod => Arc::new(GrpcMethod::default()),
-            KeyConfig::FirstOf(keys) => {
-                let keys: Vec<_> = (keys.iter().rev())
-                    .map(|k| k.extractor(extractors))
-                    .collect::<Result<_, _>>()?;
-                let mut keys = keys.into_iter();
-                let last = keys.next().unwrap_or_else(|| Arc::new(Global));
-                keys.fold(last, |chain, key| Arc::new(Or::new(key, chain)))
-            }
-        })
-    }
-}
-
 /// What a denial does.
 #[derive(Clone, Copy, Debug, Default, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
@@ -342,11 +159,6 @@ impl LockoutConfig {
     }
 }
 
-fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-    let text = String::deserialize(d)?;
-    parse_duration(&text).map_err(D::Error::custom)
-}
-
 fn ratio<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
     let r = f64::deserialize(d)?;
     if !(0.0..=1.0).contains(&r) {
@@ -355,10 +167,6 @@ fn ratio<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
         )));
     }
     Ok(Some(r))
-}
-
-fn optional_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
-    duration(d).map(Some)
 }
 
 fn rule_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
@@ -385,29 +193,4 @@ fn rules<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<RuleConfig>, D::Error> {
         }
     }
     Ok(rules)
-}
-
-fn header_name<'de, D: Deserializer<'de>>(d: D) -> Result<http::HeaderName, D::Error> {
-    let name = String::deserialize(d)?;
-    http::HeaderName::from_bytes(name.as_bytes())
-        .map_err(|_| D::Error::custom(format_args!("{name:?} is not a header name")))
-}
-
-fn cidrs<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Cidr>, D::Error> {
-    Vec::<String>::deserialize(d)?
-        .iter()
-        .map(|range| {
-            range
-                .parse()
-                .map_err(|e| D::Error::custom(format_args!("{range:?} is not a CIDR: {e}")))
-        })
-        .collect()
-}
-
-fn some_keys<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<KeyConfig>, D::Error> {
-    let keys = Vec::<KeyConfig>::deserialize(d)?;
-    if keys.is_empty() {
-        return Err(D::Error::custom("`first_of` needs at least one key"));
-    }
-    Ok(keys)
 }
