@@ -822,7 +822,7 @@ fn a_million_distinct_keys_stay_under_the_cap() {
     }
 }
 
-/// The same flood on a store that evicts (the default): every key beyond
+/// The same flood on a store that evicts (`evict_when_full`): every key beyond
 /// the cap takes the room of the least used one, so the store stays at its
 /// cap and a key at its limit is never the one evicted; the work stays
 /// bounded (CPU time, not wall time).
@@ -835,6 +835,7 @@ fn a_flood_on_an_evicting_store_stays_under_the_cap_in_bounded_work() {
         .max_keys(CAP)
         .shards(16)
         .sweep_interval(None)
+        .evict_when_full(true)
         .build();
     let policy = Policy::cell(4, 1, Duration::from_secs(60)).unwrap();
     // A spammer spends its burst first.

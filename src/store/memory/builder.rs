@@ -41,7 +41,7 @@ impl MemoryStoreBuilder<SystemClock> {
             hottest: None,
             hottest_sample: DEFAULT_HOTTEST_SAMPLE,
             overflow_buckets: DEFAULT_OVERFLOW_BUCKETS,
-            evict_when_full: true,
+            evict_when_full: false,
         }
     }
 }
@@ -157,12 +157,15 @@ impl<C: Clock> MemoryStoreBuilder<C> {
     }
 
     /// Whether a full namespace evicts a live key to make room for a new one
-    /// (default `true`): the least used of a sample of the shard's keys of
-    /// that namespace and policy, and only one with quota left, never one at
-    /// its limit, lock-out state or a concurrency key. What a client gains
-    /// when its evicted key comes back fresh is at most the units it had
-    /// used, fewer than the limit. Off, a full namespace decides new keys on
-    /// its shared counters at once (see [the module](super#when-the-store-is-full)).
+    /// (default `false`): the least used of a sample of the shard's keys of
+    /// that namespace and policy, and only one with quota left, never lock-out
+    /// state or a concurrency key. New clients then always get a state of
+    /// their own, at a cost in exactness: a client whose key was evicted
+    /// regains the units it had used (fewer than the limit) each time, so a
+    /// client cycling through more keys than the cap, each evicted before it
+    /// comes back, is not limited at all. Off, the store never admits more
+    /// than a limit; a full namespace decides new keys on its shared
+    /// counters (see [the module](super#when-the-store-is-full)).
     pub fn evict_when_full(mut self, evict: bool) -> Self {
         self.evict_when_full = evict;
         self

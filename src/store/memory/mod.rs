@@ -21,33 +21,34 @@
 //! 1. **Keys at rest are reclaimed**: keys back to a fresh state are swept,
 //!    in the key's shard, then in the others (at most once a second, or as
 //!    soon as a key seen there comes to rest).
-//! 2. **The least used live key is evicted**
-//!    ([`MemoryStoreBuilder::evict_when_full`], on by default): of a sample
-//!    of 32 keys of the new key's shard, namespace and policy, the one with
-//!    the most quota left. Never a key with nothing left (a spammer at its
-//!    limit stays limited through any flood), never lock-out state, never a
-//!    concurrency key (its permits are held), never a key of the same
-//!    multi-rule check. What a client gains when its evicted key comes back
-//!    fresh is what it had used: fewer units than the limit, per eviction.
-//!    The cost is a walk of at most 1,056 keys of the shard under its write
-//!    lock, paid only by a new key of a full namespace.
+//! 2. **Only if asked, the least used live key is evicted**
+//!    ([`MemoryStoreBuilder::evict_when_full`], off by default): of a sample
+//!    of 32 keys of the new key's shard, namespace and policy, the one that
+//!    used the fewest units and still has quota left; never lock-out state,
+//!    a concurrency key (its permits are held) or a key of the same
+//!    multi-rule check. New clients then always get a state of their own,
+//!    but a client whose key is evicted regains what it had used (fewer
+//!    units than the limit) each time: one cycling through more keys than
+//!    the cap is not limited at all. That is why it is off by default.
 //! 3. **Else a shared counter decides it**: one of
 //!    [`overflow_buckets`](MemoryStoreBuilder::overflow_buckets) (default
 //!    [`DEFAULT_OVERFLOW_BUCKETS`]) per rule policy and namespace, with the
 //!    policy's own limit, picked by the key's hash (keyed per store, so a
 //!    client cannot aim at another's). A flood spends the counters its keys
-//!    land on, not every newcomer's: together, new keys get at most that
-//!    many times the rule's rate, and each counter holds one state of the
-//!    policy (for a sliding log, up to its limit of timestamps).
+//!    land on, not every newcomer's: a new client is refused only when its
+//!    counter is spent, and together new keys get at most that many times
+//!    the rule's rate. Each counter holds one state of the policy (for a
+//!    sliding log, up to its limit of timestamps).
 //!
-//! So:
+//! So, by default:
 //!
-//! - **Keys at their limit keep it, and keys with room lose at most what
-//!   they used.** A `Global` route or a logged-in user that uses its quota
-//!   is never evicted while it has none left.
+//! - **Keys already held keep their exact limits**, and no key is ever
+//!   admitted beyond its limit: a key's own requests are a part of what its
+//!   shared counter counts.
 //! - **New keys are decided, not refused and not waved through**, and a
-//!   flood of distinct keys does not lock out new clients: measured in
-//!   BENCHMARKS.md (*A flood of new keys*).
+//!   flood of distinct keys does not lock out new clients until it spends
+//!   most shared counters (about 1,024 × the limit of requests in a window
+//!   beyond the cap): measured in BENCHMARKS.md (*A flood of new keys*).
 //! - A multi-rule check stays all or nothing, whichever rules land on their
 //!   own keys and whichever on shared counters; rules of one check that land
 //!   on one shared counter are charged together. Concurrency permits taken
@@ -58,9 +59,9 @@
 //! - [`MemoryStore::evicted_keys`] and [`MemoryStore::overflowed_checks`]
 //!   count evictions and checks decided on shared counters, and
 //!   [`MemoryStore::is_full`] tells whether some namespace is at its cap; the
-//!   first overflow logs a `tracing` warning (target `tower_throttle`), then
-//!   at most one a minute per namespace, naming counts and the configured
-//!   prefix, never a key.
+//!   first overflow (and eviction) logs a `tracing` warning (target
+//!   `tower_throttle`), then at most one a minute per namespace, naming
+//!   counts and the configured prefix, never a key.
 //!
 //! Shared counters count toward no cap and are swept like keys. At most
 //! 1,024 distinct (namespace, policy) pairs have shared counters at once;
@@ -135,7 +136,7 @@ pub const DEFAULT_MAX_KEYS: usize = 1 << 22;
 /// [`DEFAULT_MAX_KEYS`]: see [`MemoryStoreBuilder::max_penalty_keys`].
 pub const DEFAULT_MAX_PENALTY_KEYS: usize = 1 << 16;
 /// Default [`MemoryStoreBuilder::overflow_buckets`].
-pub const DEFAULT_OVERFLOW_BUCKETS: usize = 256;
+pub const DEFAULT_OVERFLOW_BUCKETS: usize = 1024;
 /// Default interval of the background sweep.
 pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(10);
 /// Default sampling of the hottest keys: one check in 16 per thread

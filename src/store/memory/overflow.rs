@@ -243,13 +243,24 @@ impl<C: Clock> MemoryStore<C> {
         let len = shard.slots.len();
         let start = shard.evict_at % len.min(EVICTION_REACH);
         shard.evict_at = start + EVICTION_SAMPLE;
-        let candidates = (shard.slots.iter().skip(start))
+        // From `start` round to the map's beginning: a full sample whatever
+        // the start.
+        let around = shard
+            .slots
+            .iter()
+            .skip(start)
+            .chain(shard.slots.iter().take(start));
+        let candidates = around
             .filter(|(hash, slot)| slot.ns() == ns && !keep.contains(hash))
             .take(EVICTION_SAMPLE)
             .filter_map(|(&hash, slot)| Some((hash, slot.peek_as(policy, now, 0, None)?)));
+        // The fewest units used (not the most left: a counter whose limit is
+        // far above what its caller enforces, as an RLS fixed window's,
+        // still tells a spent client from a new one), and only a key with
+        // quota left.
         let best = candidates
             .filter(|(_, d)| d.remaining > 0)
-            .max_by_key(|(_, d)| (d.remaining, std::cmp::Reverse(d.reset_after)));
+            .min_by_key(|(_, d)| (d.limit - d.remaining, d.reset_after));
         let Some((hash, _)) = best else {
             return false;
         };

@@ -1,8 +1,8 @@
 //! A flood of new keys cannot lock out new clients. A full store first
-//! sweeps keys at rest, then evicts the least used live key of a sample
-//! (never one at its limit, never lock-out state, never a concurrency key,
-//! never a key of the same check), and only then decides a new key on the
-//! shared counter its hash picks, one of several per rule.
+//! sweeps keys at rest, then (when asked) evicts the least used live key of
+//! a sample (never one at its limit, never lock-out state, never a
+//! concurrency key, never a key of the same check), and otherwise decides a
+//! new key on the shared counter its hash picks, one of 1,024 per rule.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -87,6 +87,7 @@ fn evictions_and_shared_counters_are_logged_once_a_minute() {
             .sweep_interval(None)
             .shards(1)
             .max_keys(4)
+            .evict_when_full(true)
             .build();
         let policy = Policy::sliding_log(2, MINUTE).unwrap();
         for i in 0..50 {
@@ -141,6 +142,7 @@ fn lockout_state_and_concurrency_keys_are_never_evicted() {
         .sweep_interval(None)
         .max_keys(2)
         .max_penalty_keys(2)
+        .evict_when_full(true)
         .build();
     let lock = Policy::sliding_log(1, MINUTE).unwrap();
     let locked = store
@@ -185,6 +187,7 @@ fn a_multi_rule_check_never_evicts_its_own_key() {
         .sweep_interval(None)
         .shards(1)
         .max_keys(2)
+        .evict_when_full(true)
         .build();
     let policy = Policy::fixed_window(10, MINUTE).unwrap();
     assert!(allowed(&store, "mine", &policy));
@@ -225,6 +228,7 @@ proptest! {
             .sweep_interval(None)
             .shards(2)
             .max_keys(8)
+            .evict_when_full(true)
             .build();
         let policy = Policy::fixed_window(LIMIT, MINUTE).unwrap();
         // Per window: admissions per key, and evictions at its start.
@@ -248,5 +252,40 @@ proptest! {
             prop_assert!(store.overflowed_checks() > 0 || keys.values().all(|&n| n <= LIMIT) || evictions > 0);
             prop_assert!(store.len() <= 8);
         }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 128, failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// By default (no eviction) no key is ever admitted beyond its limit,
+    /// however the keys cycle past the cap: a key's own requests are part
+    /// of what its shared counter counts.
+    #[test]
+    fn by_default_no_key_passes_its_limit(ops in flood_ops()) {
+        const LIMIT: u64 = 3;
+        let clock = ManualClock::new();
+        let store = MemoryStore::builder()
+            .clock(clock.clone())
+            .sweep_interval(None)
+            .shards(2)
+            .max_keys(8)
+            .overflow_buckets(4)
+            .build();
+        let policy = Policy::fixed_window(LIMIT, MINUTE).unwrap();
+        let mut admitted: HashMap<(u64, u16), u64> = HashMap::new();
+        for (key, tick) in ops {
+            if tick {
+                clock.advance(Duration::from_secs(1));
+            }
+            let window = clock.now_ns() / 60_000_000_000;
+            if allowed(&store, &format!("k{key}"), &policy) {
+                let n = admitted.entry((window, key)).or_default();
+                *n += 1;
+                prop_assert!(*n <= LIMIT, "k{} admitted {} times in a window", key, n);
+            }
+            prop_assert!(store.len() <= 8);
+        }
+        prop_assert_eq!(store.evicted_keys(), 0);
     }
 }
