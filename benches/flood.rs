@@ -24,10 +24,10 @@
 //! - **old**: `evict_when_full(false).overflow_buckets(1)`, the behaviour
 //!   before shared counters: every new key beyond the cap on one counter
 //!   per rule.
-//! - **buckets**: `evict_when_full(false)`: new keys beyond the cap on one of
-//!   256 counters picked by key hash.
-//! - **default**: eviction of the least used key of a sample, then the 256
-//!   counters.
+//! - **default**: the builder's defaults: no eviction, new keys beyond the
+//!   cap on one of 1,024 counters picked by key hash.
+//! - **evict**: `evict_when_full(true)`: eviction of the least used key of
+//!   a sample (the fewest units used), then the default 1,024 counters.
 //!
 //! Columns: new clients refused (wrongly, each having sent nothing before);
 //! flood requests refused while their key had been admitted fewer than 5
@@ -65,19 +65,19 @@ const KEY_LEN: usize = 16;
 #[derive(Clone, Copy)]
 enum Setting {
     Old,
-    Buckets,
     Default,
+    Evict,
 }
 
 impl Setting {
-    const ALL: [Setting; 3] = [Setting::Old, Setting::Buckets, Setting::Default];
+    const ALL: [Setting; 3] = [Setting::Old, Setting::Default, Setting::Evict];
 
     fn store(self, clock: ManualClock, k: usize) -> MemoryStore<ManualClock> {
         let b = MemoryStore::builder().clock(clock).max_keys(k);
         match self {
             Setting::Old => b.evict_when_full(false).overflow_buckets(1),
-            Setting::Buckets => b.evict_when_full(false),
             Setting::Default => b,
+            Setting::Evict => b.evict_when_full(true),
         }
         .build()
     }
@@ -204,7 +204,7 @@ fn percent(part: u64, all: u64) -> String {
     }
 }
 
-/// One cell of each setting, `old / buckets / default`.
+/// One cell of each setting, `old / default / evict`.
 fn three(cells: &[Cell], f: impl Fn(&Cell) -> String) -> String {
     cells.iter().map(f).collect::<Vec<_>>().join(" / ")
 }
@@ -214,7 +214,7 @@ fn main() {
     let k = env("BENCH_K", 10_000);
     let new = env("BENCH_NEW", 1_000);
     println!(
-        "commit {}; CPU {}; cap K = {} keys, limit {LIMIT} per {} s, {} new clients one request each, clock frozen; each cell old / buckets / default",
+        "commit {}; CPU {}; cap K = {} keys, limit {LIMIT} per {} s, {} new clients one request each, clock frozen; each cell old / default / evict",
         commit(),
         cpu_model(),
         num(k as u64),

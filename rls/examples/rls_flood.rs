@@ -23,9 +23,10 @@
 //! OVER_LIMIT (its window has not moved).
 //!
 //! The settings: **old**, `evict_when_full(false).overflow_buckets(1)` (one
-//! counter for every new key beyond the cap); **buckets**,
-//! `evict_when_full(false)` (256 counters picked by key hash); **default**,
-//! the store `RLS_MEMORY_MAX_KEYS` builds (eviction, then 256 counters).
+//! counter for every new key beyond the cap); **default**, the store
+//! `RLS_MEMORY_MAX_KEYS` builds (the builder's defaults: no eviction, 1,024
+//! counters picked by key hash); **evict**, `evict_when_full(true)`
+//! (eviction of the least used key of a sample, then the default counters).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
@@ -55,11 +56,11 @@ const T0_NS: u64 = 86_400 * 19_675 * 1_000_000_000;
 #[derive(Clone, Copy)]
 enum Setting {
     Old,
-    Buckets,
     Default,
+    Evict,
 }
 
-const SETTINGS: [Setting; 3] = [Setting::Old, Setting::Buckets, Setting::Default];
+const SETTINGS: [Setting; 3] = [Setting::Old, Setting::Default, Setting::Evict];
 
 struct Cell {
     new_refused: usize,
@@ -133,8 +134,8 @@ async fn start(setting: Setting, dir: &Dir) -> (Running, MemoryStore<DynClock>) 
     };
     let store = match setting {
         Setting::Old => Some(own(false, Some(1))),
-        Setting::Buckets => Some(own(false, None)),
         Setting::Default => None,
+        Setting::Evict => Some(own(true, None)),
     };
     let hooks = TestHooks {
         clock: Some(clock.clone()),
@@ -272,7 +273,7 @@ fn percent(part: u64, all: u64) -> String {
     }
 }
 
-/// One cell of each setting, `old / buckets / default`.
+/// One cell of each setting, `old / default / evict`.
 fn three(cells: &[Cell], f: impl Fn(&Cell) -> String) -> String {
     cells.iter().map(f).collect::<Vec<_>>().join(" / ")
 }
@@ -283,7 +284,7 @@ fn main() {
         .build()
         .unwrap();
     println!(
-        "commit {}; CPU {}; throttle-rls in process, RLS_MEMORY_MAX_KEYS={K}, user: {LIMIT}/minute, {SPENDERS} spenders, {NEW} new users one request each, clock frozen; each cell old / buckets / default",
+        "commit {}; CPU {}; throttle-rls in process, RLS_MEMORY_MAX_KEYS={K}, user: {LIMIT}/minute, {SPENDERS} spenders, {NEW} new users one request each, clock frozen; each cell old / default / evict",
         commit(),
         cpu_model(),
     );
