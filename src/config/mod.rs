@@ -62,7 +62,7 @@
 //! | `custom_response` | none | code |
 //! | `share_counters` | `share_counters` | |
 //!
-//! [`LayerConfig::layer`] builds a [`ThrottleLayer`] from the file and
+//! [`LayerConfig::layer`] builds a [`ThrottleLayer`](crate::ThrottleLayer) from the file and
 //! asks the store whether it can run it (what a store refuses is an error
 //! here, naming the rule, never a 503 later). [`RuleTable`] keeps one
 //! that can be replaced at run time: see [`RuleTable::reload`].
