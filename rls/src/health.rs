@@ -45,20 +45,31 @@ impl Health {
             && !self.stopping.load(Ordering::SeqCst)
     }
 
-    fn set(&self, flag: &AtomicBool, value: bool) {
-        if flag.swap(value, Ordering::SeqCst) != value {
+    /// Sets a component; whether it changed.
+    fn set(&self, flag: &AtomicBool, value: bool) -> bool {
+        let changed = flag.swap(value, Ordering::SeqCst) != value;
+        if changed {
             self.changed.notify_one();
+        }
+        changed
+    }
+
+    /// The store answered (logged when it had not).
+    pub fn store_ok(&self) {
+        if self.set(&self.store, true) {
+            tracing::info!("the rate-limit store answers: health passes");
         }
     }
 
-    /// The store answered.
-    pub fn store_ok(&self) {
-        self.set(&self.store, true);
-    }
-
-    /// The store failed.
+    /// The store failed (logged when it had answered). Only a store without
+    /// a fallback reports failures, so calls fail too.
     pub fn store_failed(&self) {
-        self.set(&self.store, false);
+        if self.set(&self.store, false) {
+            tracing::warn!(
+                "the rate-limit store does not answer: health fails and calls are \
+                 answered UNAVAILABLE until it does"
+            );
+        }
     }
 
     /// A configuration was loaded: with `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED`,

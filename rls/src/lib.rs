@@ -8,15 +8,19 @@
 //! The binary reads [`settings::Settings::from_env`] and calls
 //! [`server::run`]; tests call [`server::start`] with a clock of their own.
 
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod backend;
 pub mod config;
 pub mod health;
 pub mod http;
+pub mod logging;
 pub mod matching;
 pub mod metrics;
 pub mod reload;
 pub mod server;
 pub mod service;
 pub mod settings;
+pub mod statsd;
+pub mod tls;

@@ -12,7 +12,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    init_logging(&settings);
+    throttle_rls::logging::init(&settings);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -29,25 +29,5 @@ fn main() -> ExitCode {
             eprintln!("throttle-rls: {e}");
             ExitCode::FAILURE
         }
-    }
-}
-
-/// `LOG_LEVEL` and `LOG_FORMAT`, as upstream names them.
-fn init_logging(settings: &Settings) {
-    use tracing_subscriber::filter::LevelFilter;
-    let level = match settings.log_level.to_ascii_lowercase().as_str() {
-        "trace" => LevelFilter::TRACE,
-        "debug" => LevelFilter::DEBUG,
-        "info" => LevelFilter::INFO,
-        "warn" | "warning" => LevelFilter::WARN,
-        _ => LevelFilter::ERROR,
-    };
-    let builder = tracing_subscriber::fmt()
-        .with_max_level(level)
-        .with_writer(std::io::stderr);
-    if settings.log_json {
-        builder.json().init();
-    } else {
-        builder.init();
     }
 }

@@ -45,6 +45,16 @@ impl Table {
         self.domains.is_empty()
     }
 
+    /// The domains, sorted, and how many limits they hold in all.
+    pub fn summary(&self) -> (Vec<&str>, usize) {
+        fn limits(node: &Node) -> usize {
+            usize::from(node.limit.is_some()) + node.children.values().map(limits).sum::<usize>()
+        }
+        let mut domains: Vec<&str> = self.domains.keys().map(String::as_str).collect();
+        domains.sort_unstable();
+        (domains, self.domains.values().map(limits).sum())
+    }
+
     /// Upstream's `Dump`: one line per limit,
     /// `<full key>: unit=HOUR requests_per_unit=10, shadow_mode: false, quota_mode: false`,
     /// sorted here (upstream prints in map order), with the algorithm

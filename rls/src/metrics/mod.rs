@@ -7,11 +7,22 @@
 //! `detailed_metric`, which put request values in them: the number of
 //! series is capped ([`MAX_SERIES`]), and hits of further keys are counted
 //! in `ratelimit_service_rate_limit_series_dropped` instead.
+//!
+//! Keys are sanitized as upstream's `SanitizeStatName` does before they
+//! become statsd names (`:` and `|` to `_`, the dots of an IPv4 address to
+//! `_`), so a value holding an address stays one label. With
+//! `PROMETHEUS_MAPPER_YAML` the statsd names go through that file
+//! ([`mapper`]) instead of the default mapping. The same counters go to
+//! statsd ([`Metrics::statsd_counters`]).
 
-use std::collections::HashMap;
+pub mod mapper;
+
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
+
+use mapper::{Mapped, Mapper};
 
 /// The most distinct stats keys kept.
 pub const MAX_SERIES: usize = 10_000;
@@ -42,15 +53,116 @@ const NAMES: [&str; 5] = [
 type Series = Arc<[AtomicU64; 5]>;
 
 /// The statistics of one server.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Metrics {
     series: RwLock<HashMap<String, Series>>,
     dropped: AtomicU64,
     config_load_success: AtomicU64,
     config_load_error: AtomicU64,
+    mapper: Option<Mapper>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics")
+            .field("mapper", &self.mapper.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Upstream's `SanitizeStatName`: `:` and `|` become `_`, and so do the
+/// dots of anything shaped like an IPv4 address (`\d{1,3}(\.\d{1,3}){3}`).
+pub fn sanitize(key: &str) -> String {
+    let mut out: Vec<u8> = key
+        .bytes()
+        .map(|b| if b == b':' || b == b'|' { b'_' } else { b })
+        .collect();
+    let digits = |s: &[u8], at: usize| {
+        s[at..]
+            .iter()
+            .take(3)
+            .take_while(|b| b.is_ascii_digit())
+            .count()
+    };
+    let mut i = 0;
+    while i < out.len() {
+        // The leftmost match, each group taking up to three digits, as
+        // Go's regexp prefers.
+        let mut at = i;
+        let mut dots = Vec::new();
+        let mut ok = true;
+        for group in 0..4 {
+            let n = digits(&out, at);
+            if n == 0 {
+                ok = false;
+                break;
+            }
+            at += n;
+            if group < 3 {
+                if out.get(at) != Some(&b'.') {
+                    ok = false;
+                    break;
+                }
+                dots.push(at);
+                at += 1;
+            }
+        }
+        if ok {
+            for d in dots {
+                out[d] = b'_';
+            }
+            i = at;
+        } else {
+            i += 1;
+        }
+    }
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
 impl Metrics {
+    /// Statistics named by a statsd_exporter mapping file.
+    pub fn with_mapper_file(path: &std::path::Path) -> Result<Metrics, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            format!(
+                "PROMETHEUS_MAPPER_YAML: cannot read {}: {e}",
+                path.display()
+            )
+        })?;
+        let mapper = Mapper::parse(&text)
+            .map_err(|e| format!("PROMETHEUS_MAPPER_YAML: {}: {e}", path.display()))?;
+        Ok(Metrics {
+            mapper: Some(mapper),
+            ..Metrics::default()
+        })
+    }
+
+    /// Every counter by its upstream statsd name, with its total so far:
+    /// `ratelimit.service.rate_limit.<key>.<stat>` and
+    /// `ratelimit.service.config_load_{success,error}`.
+    pub fn statsd_counters(&self) -> Vec<(String, u64)> {
+        let map = self.series.read().unwrap_or_else(PoisonError::into_inner);
+        let mut out = Vec::with_capacity(map.len() * NAMES.len() + 2);
+        for (key, series) in map.iter() {
+            let key = sanitize(key);
+            for (i, name) in NAMES.iter().enumerate() {
+                out.push((
+                    format!("ratelimit.service.rate_limit.{key}.{name}"),
+                    series[i].load(Ordering::Relaxed),
+                ));
+            }
+        }
+        for (name, c) in [
+            ("config_load_success", &self.config_load_success),
+            ("config_load_error", &self.config_load_error),
+        ] {
+            out.push((
+                format!("ratelimit.service.{name}"),
+                c.load(Ordering::Relaxed),
+            ));
+        }
+        out
+    }
+
     /// Adds `n` to `stat` of `key`.
     pub fn add(&self, key: &str, stat: Stat, n: u64) {
         if n == 0 {
@@ -106,6 +218,9 @@ impl Metrics {
 
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
+        if let Some(mapper) = &self.mapper {
+            return self.render_mapped(mapper);
+        }
         let map = self.series.read().unwrap_or_else(PoisonError::into_inner);
         let mut keys: Vec<&String> = map.keys().collect();
         keys.sort();
@@ -117,7 +232,7 @@ impl Metrics {
                 let _ = writeln!(
                     out,
                     "ratelimit_service_rate_limit_{name}{{{}}} {v}",
-                    labels(key)
+                    labels(&sanitize(key))
                 );
             }
         }
@@ -138,6 +253,41 @@ impl Metrics {
                 c.load(Ordering::Relaxed)
             );
         }
+        out
+    }
+}
+
+impl Metrics {
+    /// Through a mapping file: counters that map to one name and labels
+    /// are summed, as statsd_exporter adds them up.
+    fn render_mapped(&self, mapper: &Mapper) -> String {
+        let mut metrics: BTreeMap<String, BTreeMap<String, u64>> = BTreeMap::new();
+        for (statsd, value) in self.statsd_counters() {
+            let Mapped::Metric(name, labels) = mapper.map(&statsd) else {
+                continue;
+            };
+            let labels = labels
+                .iter()
+                .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
+                .collect::<Vec<_>>()
+                .join(",");
+            let sum = metrics.entry(name).or_default().entry(labels).or_default();
+            *sum = sum.saturating_add(value);
+        }
+        let mut out = String::new();
+        for (name, series) in &metrics {
+            let _ = writeln!(out, "# TYPE {name} counter");
+            for (labels, v) in series {
+                if labels.is_empty() {
+                    let _ = writeln!(out, "{name} {v}");
+                } else {
+                    let _ = writeln!(out, "{name}{{{labels}}} {v}");
+                }
+            }
+        }
+        let name = "ratelimit_service_rate_limit_series_dropped";
+        let dropped = self.dropped.load(Ordering::Relaxed);
+        let _ = writeln!(out, "# TYPE {name} counter\n{name} {dropped}");
         out
     }
 }
@@ -173,6 +323,22 @@ mod tests {
         let text = m.render();
         assert!(text.contains("ratelimit_service_rate_limit_total_hits{domain=\"mongo_cps\",key1=\"database_users\"} 3"), "{text}");
         assert!(text.contains("ratelimit_service_rate_limit_over_limit{domain=\"d\",key1=\"k_v\",key2=\"k2_\\\"x\\\"\"} 1"), "{text}");
+    }
+
+    #[test]
+    fn stat_names_are_sanitized_as_upstream() {
+        assert_eq!(sanitize("d.ip_10.0.0.1:80|x"), "d.ip_10_0_0_1_80_x");
+        assert_eq!(sanitize("d.v_1.2.3"), "d.v_1.2.3");
+        assert_eq!(sanitize("d.v_1234.5.6.7"), "d.v_1234_5_6_7");
+        let m = Metrics::default();
+        m.add("d.remote_address_192.168.1.20", Stat::OverLimit, 2);
+        assert!(m.render().contains(
+            "ratelimit_service_rate_limit_over_limit{domain=\"d\",key1=\"remote_address_192_168_1_20\"} 2"
+        ));
+        assert!(m.statsd_counters().contains(&(
+            "ratelimit.service.rate_limit.d.remote_address_192_168_1_20.over_limit".into(),
+            2
+        )));
     }
 
     #[test]

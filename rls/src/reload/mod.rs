@@ -67,7 +67,7 @@ impl Reloader {
     pub async fn load(&self) -> Result<(), config::ConfigError> {
         let mut seen = self.seen.lock().await;
         *seen = Some(self.fingerprint());
-        self.apply()
+        self.apply(true)
     }
 
     /// Loads the configuration if it changed since the last look; `None`
@@ -79,13 +79,22 @@ impl Reloader {
             return None;
         }
         *seen = Some(now);
-        Some(self.apply())
+        Some(self.apply(false))
     }
 
-    fn apply(&self) -> Result<(), config::ConfigError> {
+    /// Loads; the first load's outcome is said by the start line.
+    fn apply(&self, first: bool) -> Result<(), config::ConfigError> {
         match config::load_dir(&self.dir, self.options) {
             Ok(table) => {
-                tracing::info!(dir = %self.dir.display(), "loaded the rate-limit configuration");
+                let (domains, limits) = table.summary();
+                if domains.is_empty() && !first {
+                    tracing::warn!(dir = %self.dir.display(),
+                        "the rate-limit configuration now has no domain: every request is \
+                         answered OK without a limit");
+                } else {
+                    tracing::info!(dir = %self.dir.display(), domains = domains.len(), limits,
+                        "loaded the rate-limit configuration");
+                }
                 self.limiter.set_table(table);
                 Ok(())
             }

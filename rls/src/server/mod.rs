@@ -6,11 +6,13 @@
 //! first turns health unhealthy, then stops accepting; calls in flight
 //! finish, for at most `RLS_SHUTDOWN_GRACE`.
 
+mod banner;
+mod listen;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::serve::ListenerExt;
-use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tower_throttle::clock::{Clock, SystemClock};
@@ -22,6 +24,10 @@ use crate::metrics::Metrics;
 use crate::reload::Reloader;
 use crate::service::{self, RateLimitGrpc, RateLimiter};
 use crate::settings::{Backend, Settings};
+use crate::tls::{ServerTls, TlsError};
+use listen::{bind, local, Grpc};
+
+pub use banner::START_TARGET;
 
 /// Why the server could not start.
 #[derive(Debug)]
@@ -37,6 +43,10 @@ pub enum StartError {
     },
     /// The store could not be set up.
     Backend(BackendError),
+    /// The gRPC TLS files cannot be used.
+    Tls(TlsError),
+    /// `PROMETHEUS_MAPPER_YAML` cannot be used.
+    Mapper(String),
 }
 
 impl std::fmt::Display for StartError {
@@ -46,23 +56,13 @@ impl std::fmt::Display for StartError {
                 write!(f, "{what}: cannot listen on {addr}: {error}")
             }
             StartError::Backend(e) => e.fmt(f),
+            StartError::Tls(e) => e.fmt(f),
+            StartError::Mapper(e) => f.write_str(e),
         }
     }
 }
 
 impl std::error::Error for StartError {}
-
-/// The gRPC listener: TCP, or a unix socket (`GRPC_UDS`).
-enum Grpc {
-    Tcp(TcpListener),
-    #[cfg(unix)]
-    Unix(tokio::net::UnixListener),
-}
-
-/// The gRPC server, whichever listener it has.
-type GrpcServe = std::pin::Pin<
-    Box<dyn std::future::Future<Output = Result<(), tonic::transport::Error>> + Send>,
->;
 
 /// A started server.
 pub struct Running {
@@ -82,25 +82,13 @@ pub struct Running {
     pub reloader: Arc<Reloader>,
     /// The memory store, when it is the backend.
     pub memory: Option<tower_throttle::MemoryStore<backend::DynClock>>,
+    /// The gRPC TLS configuration, with `GRPC_SERVER_USE_TLS` (call
+    /// [`ServerTls::check`] to read its files again now).
+    pub tls: Option<Arc<ServerTls>>,
     stop: watch::Sender<bool>,
     listeners: Vec<JoinHandle<()>>,
     background: Vec<JoinHandle<()>>,
     grace: std::time::Duration,
-}
-
-async fn bind(what: &'static str, addr: &str) -> Result<TcpListener, StartError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|error| StartError::Bind {
-            what,
-            addr: addr.to_owned(),
-            error,
-        })
-}
-
-fn local(l: &TcpListener) -> SocketAddr {
-    l.local_addr()
-        .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)))
 }
 
 /// Starts every listener, loads the configuration and starts watching it.
@@ -114,6 +102,14 @@ pub async fn start(settings: &Settings, mut hooks: TestHooks) -> Result<Running,
         hooks.clock = Some(Arc::new(m.clone()));
     }
     let test_clock = hooks.clock.is_some();
+    let tls = match &settings.grpc_tls {
+        Some(t) => Some(ServerTls::load(t).map_err(StartError::Tls)?),
+        None => None,
+    };
+    let metrics = Arc::new(match &settings.prometheus_mapper {
+        Some(path) => Metrics::with_mapper_file(path).map_err(StartError::Mapper)?,
+        None => Metrics::default(),
+    });
     let clock: Arc<dyn Clock> = hooks.clock.unwrap_or_else(|| Arc::new(SystemClock::new()));
     let built = match hooks.store {
         Some(store) => backend::Built {
@@ -127,7 +123,6 @@ pub async fn start(settings: &Settings, mut hooks: TestHooks) -> Result<Running,
     };
     let (store, store_ok) = (built.store, built.healthy);
     let health = Health::new(store_ok, settings.healthy_with_at_least_one_config_loaded);
-    let metrics = Arc::new(Metrics::default());
     let options = service::Options {
         cache_key_prefix: settings.cache_key_prefix.clone(),
         shadow_mode: settings.shadow_mode,
@@ -145,7 +140,7 @@ pub async fn start(settings: &Settings, mut hooks: TestHooks) -> Result<Running,
         store.clone(),
         clock,
         options,
-        metrics,
+        metrics.clone(),
         health.clone(),
     ));
     let reloader = Arc::new(Reloader::new(settings, limiter.clone()));
@@ -153,20 +148,7 @@ pub async fn start(settings: &Settings, mut hooks: TestHooks) -> Result<Running,
     // "no rate limit configuration loaded" until a good one arrives.
     let _ = reloader.load().await;
 
-    let grpc = match &settings.grpc_uds {
-        #[cfg(unix)]
-        Some(path) => {
-            // A socket left by a previous run would refuse the bind.
-            let _ = std::fs::remove_file(path);
-            let l = tokio::net::UnixListener::bind(path).map_err(|error| StartError::Bind {
-                what: "GRPC_UDS",
-                addr: path.display().to_string(),
-                error,
-            })?;
-            Grpc::Unix(l)
-        }
-        _ => Grpc::Tcp(bind("GRPC_HOST/GRPC_PORT", &settings.grpc_addr).await?),
-    };
+    let grpc = Grpc::bind(settings).await?;
     let main = bind("HOST/PORT", &settings.http_addr).await?;
     let debug = bind("DEBUG_HOST/DEBUG_PORT", &settings.debug_addr).await?;
     let prometheus = match &settings.prometheus {
@@ -174,11 +156,7 @@ pub async fn start(settings: &Settings, mut hooks: TestHooks) -> Result<Running,
         None => None,
     };
     let (stop, stopped) = watch::channel(false);
-    let grpc_addr = match &grpc {
-        Grpc::Tcp(l) => local(l),
-        #[cfg(unix)]
-        Grpc::Unix(..) => SocketAddr::from(([0, 0, 0, 0], 0)),
-    };
+    let grpc_addr = grpc.addr();
     let (http_addr, debug_addr) = (local(&main), local(&debug));
     let metrics_addr = prometheus.as_ref().map(|(l, _)| local(l));
 
@@ -187,6 +165,15 @@ pub async fn start(settings: &Settings, mut hooks: TestHooks) -> Result<Running,
     background.push(tokio::spawn(
         reloader.clone().watch(settings.reload_interval),
     ));
+    if let Some(tls) = &tls {
+        background.push(tokio::spawn(tls.clone().watch(settings.reload_interval)));
+    }
+    if let Some(statsd) = &settings.statsd {
+        background.push(tokio::spawn(crate::statsd::run(
+            statsd.clone(),
+            metrics.clone(),
+        )));
+    }
     if matches!(settings.backend, Backend::Redis(_)) {
         background.push(tokio::spawn(backend::probe(
             store,
@@ -210,18 +197,8 @@ pub async fn start(settings: &Settings, mut hooks: TestHooks) -> Result<Running,
         .max_connection_age_grace(grace)
         .add_service(health_service)
         .add_service(RateLimitGrpc(limiter.clone()));
-    let grpc_server: GrpcServe = match grpc {
-        Grpc::Tcp(l) => Box::pin(grpc_router.serve_with_incoming_shutdown(
-            // Small replies must not wait for delayed ACKs.
-            tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true)),
-            signal(stopped.clone()),
-        )),
-        #[cfg(unix)]
-        Grpc::Unix(l) => Box::pin(grpc_router.serve_with_incoming_shutdown(
-            tokio_stream::wrappers::UnixListenerStream::new(l),
-            signal(stopped.clone()),
-        )),
-    };
+    let (grpc_server, accepting) = grpc.serve(grpc_router, tls.clone(), stopped.clone());
+    background.extend(accepting);
     listeners.push(tokio::spawn(async move {
         if let Err(e) = grpc_server.await {
             tracing::error!(error = %e, "the gRPC server stopped");
@@ -254,6 +231,7 @@ pub async fn start(settings: &Settings, mut hooks: TestHooks) -> Result<Running,
         health,
         reloader,
         memory: built.memory,
+        tls,
         stop,
         listeners,
         background,
@@ -290,14 +268,10 @@ async fn futures_join(tasks: Vec<JoinHandle<()>>) {
 /// The binary: starts, then shuts down gracefully on SIGTERM or SIGINT.
 pub async fn run(settings: Settings) -> Result<(), StartError> {
     let running = start(&settings, TestHooks::default()).await?;
-    tracing::warn!(
-        grpc = %running.grpc_addr,
-        http = %running.http_addr,
-        debug = %running.debug_addr,
-        "throttle-rls listening"
-    );
+    banner::started(&settings, &running);
     wait_for_signal().await;
-    tracing::warn!("shutting down: health is now failing, calls in flight finish");
+    tracing::info!(target: START_TARGET,
+        "shutting down: health is now failing, calls in flight finish");
     running.shutdown();
     running.wait().await;
     Ok(())

@@ -130,6 +130,19 @@ impl RateLimiter {
         out
     }
 
+    /// The table in force, if one was ever loaded.
+    pub fn table(&self) -> Option<Arc<Table>> {
+        self.table.load_full()
+    }
+
+    /// Why the last load failed, if it did.
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// The statistics.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics

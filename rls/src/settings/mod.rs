@@ -3,7 +3,10 @@
 //! extensions. A bad value is a [`SettingsError`] at start-up, never a panic
 //! and never an error per request.
 
+mod grpc_tls;
+mod notices;
 mod parse;
+mod stats;
 mod upstream;
 
 use std::fmt;
@@ -12,6 +15,9 @@ use std::time::Duration;
 
 use parse::{bool_value, duration_value, ratio_value, u16_value, u64_value};
 use upstream::{backend, refuse_unsupported};
+
+pub use grpc_tls::GrpcTls;
+pub use stats::Statsd;
 
 /// Where counters live.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -120,6 +126,15 @@ pub struct Settings {
     pub response_headers: Option<[String; 3]>,
     /// `USE_PROMETHEUS` (default false): serve metrics on `PROMETHEUS_ADDR`.
     pub prometheus: Option<(String, String)>,
+    /// `PROMETHEUS_MAPPER_YAML`: a statsd_exporter mapping file.
+    pub prometheus_mapper: Option<PathBuf>,
+    /// `USE_STATSD` (default true, as upstream) and `STATSD_*`.
+    pub statsd: Option<Statsd>,
+    /// `GRPC_SERVER_USE_TLS` (default false) and its files.
+    pub grpc_tls: Option<GrpcTls>,
+    /// Upstream variables set here that change nothing, each with why:
+    /// logged as warnings at start.
+    pub notices: Vec<String>,
     /// `LOG_LEVEL` (default `WARN`).
     pub log_level: String,
     /// `LOG_FORMAT` is `json` (default `text`).
@@ -226,7 +241,8 @@ impl Settings {
         let addr = |host: &'static str, port: &'static str, h: &str, p: u16| {
             Ok::<_, SettingsError>(join(&env.string(host, h), env.port(port, p)?))
         };
-        let prometheus = if env.flag("USE_PROMETHEUS", false)? {
+        let disable_stats = env.flag("DISABLE_STATS", false)?;
+        let prometheus = if !disable_stats && env.flag("USE_PROMETHEUS", false)? {
             let addr = env.string("PROMETHEUS_ADDR", ":9090");
             let addr = if addr.starts_with(':') {
                 format!("0.0.0.0{addr}")
@@ -271,6 +287,22 @@ impl Settings {
                 "expected DEBUG, INFO, WARN or ERROR",
             ));
         }
+        let statsd = stats::statsd(&env, prometheus.is_some(), disable_stats)?;
+        stats::refuse_extra_tags(&env)?;
+        let grpc_tls = grpc_tls::grpc_tls(&env)?;
+        let backend = backend(&env)?;
+        let decided = notices::Decided {
+            grpc_tls: grpc_tls.is_some(),
+            statsd: statsd.is_some(),
+            prometheus: prometheus.is_some(),
+            redis_tls: matches!(&backend, Backend::Redis(r) if r.tls || r.url.contains("rediss://")),
+        };
+        let notices = notices::notices(&env, &decided)?;
+        let prometheus_mapper = prometheus
+            .as_ref()
+            .and(lookup("PROMETHEUS_MAPPER_YAML"))
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from);
         let limit = |name: &'static str, default: u64| -> Result<usize, SettingsError> {
             match env.count(name, default)? {
                 0 => Err(SettingsError::invalid(name, "0", "expected at least 1")),
@@ -306,7 +338,7 @@ impl Settings {
                 .flag("FORCE_START_WITHOUT_INITIAL_CONFIG", false)?,
             healthy_with_at_least_one_config_loaded: env
                 .flag("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
-            backend: backend(&env)?,
+            backend,
             cache_key_prefix: env.string("CACHE_KEY_PREFIX", ""),
             shadow_mode: env.flag("SHADOW_MODE", false)?,
             quota_mode: env.flag("QUOTA_MODE", false)?,
@@ -317,6 +349,10 @@ impl Settings {
                 .map_or(Ok(0.8), |raw| ratio_value("NEAR_LIMIT_RATIO", &raw))?,
             response_headers,
             prometheus,
+            prometheus_mapper,
+            statsd,
+            grpc_tls,
+            notices,
             log_level,
             log_json: log_format == "json",
             memory_max_keys: limit("RLS_MEMORY_MAX_KEYS", 1_000_000)?,

@@ -99,7 +99,7 @@ fn unsupported_upstream_features_are_refused_at_start() {
         ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
         ("BACKEND_TYPE", "memcache"),
         ("REDIS_PERSECOND", "true"),
-        ("GRPC_SERVER_USE_TLS", "true"),
+        ("EXTRA_TAGS", "a:b"),
     ] {
         let err = settings(&[(name, value)]).unwrap_err();
         assert_eq!(err.name, name);
@@ -119,4 +119,107 @@ fn grpc_connection_age_and_uds() {
         (Duration::from_secs(5_400), Duration::from_secs(3_600))
     );
     assert_eq!(s.grpc_uds, Some(PathBuf::from("/run/rls.sock")));
+}
+
+#[test]
+fn grpc_tls_as_upstream_reads_it() {
+    let tls = [
+        ("GRPC_SERVER_USE_TLS", "true"),
+        ("GRPC_SERVER_TLS_CERT", "/certs/tls.crt"),
+        ("GRPC_SERVER_TLS_KEY", "/certs/tls.key"),
+    ];
+    let t = settings(&tls).unwrap().grpc_tls.unwrap();
+    assert_eq!(t.cert, PathBuf::from("/certs/tls.crt"));
+    assert!(t.client_ca.is_none() && t.client_san.is_none());
+    let err = settings(&tls[..2]).unwrap_err();
+    assert_eq!(err.name, "GRPC_SERVER_TLS_KEY", "{err}");
+    let mut v = tls.to_vec();
+    v.push(("GRPC_CLIENT_TLS_SAN", "envoy"));
+    assert_eq!(settings(&v).unwrap_err().name, "GRPC_CLIENT_TLS_SAN");
+    v.push(("GRPC_CLIENT_TLS_CACERT", "/certs/ca.crt"));
+    assert_eq!(
+        settings(&v)
+            .unwrap()
+            .grpc_tls
+            .unwrap()
+            .client_san
+            .as_deref(),
+        Some("envoy")
+    );
+    v.push(("GRPC_CLIENT_TLS_SAN", "spiffe://x/y"));
+    let err = settings(&v).unwrap_err();
+    assert_eq!(err.name, "GRPC_CLIENT_TLS_SAN", "{err}");
+    // Files without the switch are named at start, not used.
+    let s = settings(&tls[1..]).unwrap();
+    assert!(s.grpc_tls.is_none());
+    assert!(
+        s.notices[0].starts_with("GRPC_SERVER_TLS_CERT, GRPC_SERVER_TLS_KEY: only read with"),
+        "{:?}",
+        s.notices
+    );
+}
+
+#[test]
+fn statsd_on_by_default_as_upstream() {
+    let s = settings(&[]).unwrap().statsd.unwrap();
+    assert_eq!((s.host.as_str(), s.port, s.tcp), ("localhost", 8125, true));
+    assert_eq!(s.flush_interval, Duration::from_secs(10));
+    let s = settings(&[("STATSD_PROTOCOL", "udp"), ("STATS_FLUSH_INTERVAL", "1s")]).unwrap();
+    assert!(!s.statsd.unwrap().tcp);
+    assert!(settings(&[("USE_STATSD", "false")])
+        .unwrap()
+        .statsd
+        .is_none());
+    // Prometheus alone turns statsd off; both asked for is upstream's refusal.
+    let s = settings(&[("USE_PROMETHEUS", "true")]).unwrap();
+    assert!(s.statsd.is_none() && s.prometheus.is_some());
+    let both = [("USE_PROMETHEUS", "true"), ("USE_STATSD", "true")];
+    assert_eq!(settings(&both).unwrap_err().name, "USE_STATSD");
+    let s = settings(&[("USE_PROMETHEUS", "true"), ("DISABLE_STATS", "true")]).unwrap();
+    assert!(s.statsd.is_none() && s.prometheus.is_none());
+    assert_eq!(
+        settings(&[("STATSD_PROTOCOL", "quic")]).unwrap_err().name,
+        "STATSD_PROTOCOL"
+    );
+}
+
+#[test]
+fn envoy_gateways_environment_is_accepted_and_its_dead_variables_named() {
+    let s = settings(&[
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_URL", "redis.redis.svc:6379"),
+        ("RUNTIME_ROOT", "/data"),
+        ("RUNTIME_SUBDIRECTORY", "ratelimit"),
+        ("RUNTIME_IGNOREDOTFILES", "true"),
+        ("RUNTIME_WATCH_ROOT", "false"),
+        ("LOG_LEVEL", "info"),
+        ("USE_STATSD", "false"),
+        ("CONFIG_GRPC_XDS_SERVER_URL", "envoy-gateway:18001"),
+        ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit"),
+        ("GRPC_SERVER_USE_TLS", "true"),
+        ("GRPC_SERVER_TLS_CERT", "/certs/tls.crt"),
+        ("GRPC_SERVER_TLS_KEY", "/certs/tls.key"),
+        ("GRPC_SERVER_TLS_CA_CERT", "/certs/ca.crt"),
+        ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"),
+        ("USE_PROMETHEUS", "true"),
+        ("PROMETHEUS_ADDR", ":19001"),
+        ("PROMETHEUS_MAPPER_YAML", "/etc/statsd-exporter/conf.yaml"),
+        ("TRACING_ENABLED", "true"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://otel:4318"),
+    ])
+    .unwrap();
+    assert!(s.grpc_tls.is_some() && s.statsd.is_none());
+    assert_eq!(
+        s.prometheus_mapper,
+        Some(PathBuf::from("/etc/statsd-exporter/conf.yaml"))
+    );
+    let notices = s.notices.join("\n");
+    for said in [
+        "CONFIG_GRPC_XDS_NODE_ID, CONFIG_GRPC_XDS_SERVER_URL: only read with CONFIG_TYPE=GRPC_XDS_SOTW",
+        "GRPC_SERVER_TLS_CA_CERT: not read, as upstream does not read it",
+        "TRACING_ENABLED, OTEL_EXPORTER_OTLP_ENDPOINT: accepted, but throttle-rls exports no spans",
+    ] {
+        assert!(notices.contains(said), "{notices}");
+    }
+    assert_eq!(s.notices.len(), 3, "{notices}");
 }

@@ -16,9 +16,8 @@ pub(super) fn refuse_unsupported(env: &Env<'_>) -> Result<(), SettingsError> {
             &format!("{config_type:?} (xDS)"),
         ));
     }
-    let switches: [(&'static str, &str); 5] = [
+    let switches: [(&'static str, &str); 4] = [
         ("REDIS_PERSECOND", "a second Redis for per-second limits"),
-        ("GRPC_SERVER_USE_TLS", "TLS on the gRPC listener"),
         ("RESPONSE_DYNAMIC_METADATA", "dynamic metadata in responses"),
         ("USE_DOG_STATSD", "dogstatsd"),
         (

@@ -18,5 +18,7 @@ mod raw_bytes;
 mod redis;
 mod reload;
 mod requests;
+mod tls;
+mod tls_pki;
 mod topologies;
 mod upstream;

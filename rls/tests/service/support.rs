@@ -80,6 +80,8 @@ pub fn settings(dir: &Dir, env: &[(&str, &str)]) -> Settings {
         ("DEBUG_HOST", "127.0.0.1"),
         ("DEBUG_PORT", "0"),
         ("RLS_SHUTDOWN_GRACE", "5s"),
+        // Upstream's default is on (to localhost:8125); tests that want it say so.
+        ("USE_STATSD", "false"),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v.to_owned()))

@@ -1,0 +1,124 @@
+//! Logs as upstream's `LOG_LEVEL` and `LOG_FORMAT` ask, on stderr, with
+//! two differences:
+//!
+//! * the start line and the shutdown line ([`crate::server::START_TARGET`])
+//!   are shown at INFO whatever the level, unless `LOG_LEVEL` is `error`
+//!   (or `fatal`, `panic`): what a server is doing is said once at the
+//!   default level, `WARN`;
+//! * without `RLS_REDIS_FALLBACK=memory`, the crate's Redis connection
+//!   warnings that end "a fallback store decides meanwhile" are dropped,
+//!   since no fallback store is there: the store's own health line says
+//!   what happens instead (calls fail, health fails).
+
+use tracing::field::{Field, Visit};
+use tracing::{Event, Metadata, Subscriber};
+use tracing_subscriber::filter::LevelFilter;
+use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+use tracing_subscriber::util::SubscriberInitExt;
+
+use crate::server::START_TARGET;
+use crate::settings::{Backend, Settings};
+
+/// The words of the crate's warnings that name a fallback store.
+const FALLBACK_CLAIM: &str = "fallback store decides";
+
+/// `LOG_LEVEL` as a filter.
+pub fn level(settings: &Settings) -> LevelFilter {
+    match settings.log_level.to_ascii_lowercase().as_str() {
+        "trace" => LevelFilter::TRACE,
+        "debug" => LevelFilter::DEBUG,
+        "info" => LevelFilter::INFO,
+        "warn" | "warning" => LevelFilter::WARN,
+        _ => LevelFilter::ERROR,
+    }
+}
+
+/// Which events are written.
+#[derive(Clone, Debug)]
+pub struct LogFilter {
+    level: LevelFilter,
+    start: LevelFilter,
+    no_fallback: bool,
+}
+
+impl LogFilter {
+    /// The filter `settings` ask for.
+    pub fn new(settings: &Settings) -> LogFilter {
+        let level = level(settings);
+        LogFilter {
+            level,
+            start: if level >= LevelFilter::WARN {
+                level.max(LevelFilter::INFO)
+            } else {
+                level
+            },
+            no_fallback: !matches!(&settings.backend, Backend::Redis(r) if r.fallback_to_memory),
+        }
+    }
+
+    /// Whether an event of this target and level is written (before its
+    /// fields are looked at).
+    pub fn allows(&self, metadata: &Metadata<'_>) -> bool {
+        let limit = if metadata.target() == START_TARGET {
+            self.start
+        } else {
+            self.level
+        };
+        *metadata.level() <= limit
+    }
+
+    /// Whether this message is written.
+    pub fn allows_message(&self, target: &str, message: &str) -> bool {
+        !(self.no_fallback
+            && target.starts_with("tower_throttle")
+            && message.contains(FALLBACK_CLAIM))
+    }
+}
+
+struct Message(String);
+
+impl Visit for Message {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        if field.name() == "message" {
+            self.0.push_str(value);
+        }
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        if field.name() == "message" {
+            self.0 = format!("{value:?}");
+        }
+    }
+}
+
+impl<S: Subscriber> Layer<S> for LogFilter {
+    fn enabled(&self, metadata: &Metadata<'_>, _: Context<'_, S>) -> bool {
+        self.allows(metadata)
+    }
+
+    fn event_enabled(&self, event: &Event<'_>, _: Context<'_, S>) -> bool {
+        if !self.no_fallback || !event.metadata().target().starts_with("tower_throttle") {
+            return true;
+        }
+        let mut message = Message(String::new());
+        event.record(&mut message);
+        self.allows_message(event.metadata().target(), &message.0)
+    }
+
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        Some(self.level.max(self.start))
+    }
+}
+
+/// Installs the subscriber for the process.
+pub fn init(settings: &Settings) {
+    let filter = LogFilter::new(settings);
+    let fmt = tracing_subscriber::fmt()
+        .with_max_level(filter.level.max(filter.start))
+        .with_writer(std::io::stderr);
+    if settings.log_json {
+        fmt.json().finish().with(filter).init();
+    } else {
+        fmt.finish().with(filter).init();
+    }
+}
