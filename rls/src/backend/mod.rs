@@ -1,7 +1,12 @@
 //! The store behind the service, from the settings: the crate's memory
 //! store, or its Redis stores (single, Sentinel, Cluster; TLS), optionally
-//! behind a fallback to memory (`RLS_REDIS_FALLBACK=memory`).
+//! behind a fallback to memory (`RLS_REDIS_FALLBACK=memory`). On Redis,
+//! upstream-format limits count under upstream's keys with its commands
+//! (`RLS_REDIS_KEYS=upstream`, the default): see [`UpstreamCounters`].
 
+pub(crate) mod join;
+mod redis_errors;
+mod upstream_keys;
 mod url;
 
 use std::sync::Arc;
@@ -12,7 +17,9 @@ use tower_throttle::store::redis::{HashTag, RedisStoreBuilder, TimeSource};
 use tower_throttle::store::{BoxStore, FallbackStore, StoreError};
 use tower_throttle::MemoryStore;
 
-use crate::settings::{Backend, RedisSettings, RedisType, Settings};
+use crate::settings::{Backend, RedisKeys, RedisSettings, RedisType, Settings};
+use upstream_keys::Conn;
+pub use upstream_keys::{counter_seconds, UpstreamCounters, COUNTER_MAX};
 
 /// A shared clock as a [`Clock`] (the store builders take a sized clock).
 #[derive(Clone)]
@@ -91,19 +98,30 @@ pub async fn build(
     builder = tls(builder, r)?;
     let fail =
         |what: &str, e: StoreError| BackendError(format!("REDIS_URL: cannot use the {what}: {e}"));
+    // Upstream's counters, unless the crate's keys are asked for or every
+    // limit goes through the all-or-nothing script.
+    let upstream = settings.redis_keys == RedisKeys::Upstream && !settings.all_or_nothing;
+    let counters = |conn: Conn, inner: BoxStore| {
+        if !upstream {
+            return inner;
+        }
+        let jitter = settings.expiration_jitter_max_seconds;
+        BoxStore::new(UpstreamCounters::new(conn, inner, jitter, r.timeout))
+    };
     let store = match r.redis_type {
         RedisType::Single => {
             let info = url::single(r)?;
             let lazy = builder
                 .connect_lazy(info)
                 .map_err(|e| fail("Redis server", e))?;
+            let store = counters(Conn::Single(lazy.clone()), BoxStore::new(lazy));
             if r.fallback_to_memory {
                 return Ok(built(
-                    BoxStore::new(FallbackStore::new(lazy, memory())),
+                    BoxStore::new(FallbackStore::new(store, memory())),
                     true,
                 ));
             }
-            return Ok(built(BoxStore::new(lazy), false));
+            return Ok(built(store, false));
         }
         RedisType::Cluster => {
             if settings.all_or_nothing {
@@ -111,11 +129,13 @@ pub async fn build(
                 builder = builder.hash_tag(HashTag::Fixed("rls".into()));
             }
             let nodes = url::nodes(r)?;
-            BoxStore::new(
-                builder
-                    .connect_cluster(nodes)
-                    .await
-                    .map_err(|e| fail("Redis Cluster", e))?,
+            let store = builder
+                .connect_cluster(nodes)
+                .await
+                .map_err(|e| fail("Redis Cluster", e))?;
+            counters(
+                Conn::Cluster(store.connection().clone()),
+                BoxStore::new(store),
             )
         }
         RedisType::Sentinel => {
@@ -128,7 +148,10 @@ pub async fn build(
                 .connect_sentinel(sentinels, &master)
                 .await
                 .map_err(|e| fail("Redis Sentinel master", e))?;
-            BoxStore::new(store)
+            counters(
+                Conn::Sentinel(store.connection().clone()),
+                BoxStore::new(store),
+            )
         }
     };
     if r.fallback_to_memory {

@@ -11,6 +11,13 @@
 //! charge. The window is the crate's `floor(now / unit)` on a Unix-anchored
 //! clock: upstream's epoch alignment.
 //!
+//! On Redis that counter is upstream's own by default: the store counts
+//! its charges under upstream's key with `INCRBY` + `EXPIRE`
+//! ([`UpstreamCounters`](crate::backend::UpstreamCounters)), and answers the
+//! count as the same `2^50 − remaining`. A request's descriptors are
+//! checked together (one round trip, as upstream's pipeline), each as if
+//! alone, in order.
+//!
 //! In all-or-nothing mode (`STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT` or
 //! `RLS_ALL_OR_NOTHING`) the real limits go through the store's atomic
 //! multi-rule check instead: a refused request charges no descriptor.
@@ -20,10 +27,8 @@ use std::time::Duration;
 use tower_throttle::store::{BoxStore, Charge, Store, StoreError};
 use tower_throttle::{Decision, Policy};
 
+use crate::backend::{join, COUNTER_MAX};
 use crate::config::{Algorithm, Limit, Unit};
-
-/// The counter's limit: never reached, and within what Redis scripts take.
-const COUNTER_MAX: u64 = 1 << 50;
 
 /// The most one request charges the counter: above every
 /// `requests_per_unit`, and 1,024 of them fill the counter, which then
@@ -108,39 +113,53 @@ fn clamp_u32(n: u64) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
-/// Upstream's way: one independent counting check per descriptor.
+/// Upstream's way: one independent counting check per descriptor, all
+/// sent together (polled in order); the first error, if any, once all
+/// have answered.
 pub async fn count_each(
     store: &BoxStore,
     counter: &Counter,
     items: &[Item<'_>],
     now_s: u64,
 ) -> Result<Vec<Counted>, StoreError> {
-    let mut out = Vec::with_capacity(items.len());
-    for item in items {
-        let unit = item.limit.unit.unwrap_or(Unit::Second);
-        let counted = match (item.limit.algorithm, &item.limit.policy) {
-            (Algorithm::FixedWindow, _) => {
-                let charge = item.hits.min(CHARGE_MAX);
-                let d = store
-                    .check(Charge::new(&item.key, counter.policy(unit), charge))
-                    .await?;
-                // A refused charge (a full counter) leaves the count as it was.
-                let charged = if d.allowed { charge } else { 0 };
-                let before = COUNTER_MAX
-                    .saturating_sub(d.remaining)
-                    .saturating_sub(charged);
-                fixed(item.limit, before, item.hits, reset_secs(unit, now_s))
-            }
-            (_, Some(policy)) => other(
-                &store
-                    .check(Charge::new(&item.key, policy, item.hits))
-                    .await?,
-            ),
-            (_, None) => unreachable_policy(),
-        };
-        out.push(counted);
+    if let [item] = items {
+        return count_one(store, counter, item, now_s)
+            .await
+            .map(|c| vec![c]);
     }
-    Ok(out)
+    let each = items
+        .iter()
+        .map(|item| count_one(store, counter, item, now_s));
+    join::all(each).await.into_iter().collect()
+}
+
+async fn count_one(
+    store: &BoxStore,
+    counter: &Counter,
+    item: &Item<'_>,
+    now_s: u64,
+) -> Result<Counted, StoreError> {
+    let unit = item.limit.unit.unwrap_or(Unit::Second);
+    Ok(match (item.limit.algorithm, &item.limit.policy) {
+        (Algorithm::FixedWindow, _) => {
+            let charge = item.hits.min(CHARGE_MAX);
+            let d = store
+                .check(Charge::new(&item.key, counter.policy(unit), charge))
+                .await?;
+            // A refused charge (a full counter) leaves the count as it was.
+            let charged = if d.allowed { charge } else { 0 };
+            let before = COUNTER_MAX
+                .saturating_sub(d.remaining)
+                .saturating_sub(charged);
+            fixed(item.limit, before, item.hits, reset_secs(unit, now_s))
+        }
+        (_, Some(policy)) => other(
+            &store
+                .check(Charge::new(&item.key, policy, item.hits))
+                .await?,
+        ),
+        (_, None) => unreachable_policy(),
+    })
 }
 
 /// An extension algorithm always has a policy (checked at load); should

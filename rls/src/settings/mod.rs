@@ -6,6 +6,7 @@
 mod grpc_tls;
 mod notices;
 mod parse;
+mod redis_keys;
 mod stats;
 mod upstream;
 
@@ -14,6 +15,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use parse::{bool_value, duration_value, ratio_value, u16_value, u64_value};
+pub use redis_keys::RedisKeys;
 use upstream::{backend, refuse_unsupported};
 
 pub use grpc_tls::GrpcTls;
@@ -111,6 +113,11 @@ pub struct Settings {
     pub backend: Backend,
     /// `CACHE_KEY_PREFIX` (default empty).
     pub cache_key_prefix: String,
+    /// `RLS_REDIS_KEYS` (default `upstream`): see [`RedisKeys`].
+    pub redis_keys: RedisKeys,
+    /// `EXPIRATION_JITTER_MAX_SECONDS` (default 300): upstream-format
+    /// counter keys live their unit plus a random 0 to this − 1 seconds.
+    pub expiration_jitter_max_seconds: u64,
     /// `SHADOW_MODE` (default false).
     pub shadow_mode: bool,
     /// `QUOTA_MODE` (default false).
@@ -340,6 +347,8 @@ impl Settings {
                 .flag("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
             backend,
             cache_key_prefix: env.string("CACHE_KEY_PREFIX", ""),
+            redis_keys: redis_keys::redis_keys(&env)?,
+            expiration_jitter_max_seconds: redis_keys::jitter(&env)?,
             shadow_mode: env.flag("SHADOW_MODE", false)?,
             quota_mode: env.flag("QUOTA_MODE", false)?,
             all_or_nothing: env.flag("STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", false)?

@@ -1,7 +1,7 @@
 //! The service on a real Redis Cluster (three masters): each descriptor's
-//! counter is the key upstream builds, behind the hash tag that names its
-//! slot, on the master serving that slot, holding the request's hits; in
-//! all-or-nothing mode a request's keys share one slot.
+//! counter is the key upstream builds, as is (no hash tag, as upstream's),
+//! on the master serving its slot, holding the request's hits; in
+//! all-or-nothing mode the crate's keys, and a request's share one slot.
 
 use ::redis::Connection;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -38,8 +38,9 @@ struct Found {
     slot: u16,
 }
 
-/// The one key on the cluster ending with `=` + `user`: held by exactly
-/// one node, which serves its slot, and whose slot is its hash tag's.
+/// The one key on the cluster that is `user` (upstream's) or ends with
+/// `=` + `user` (the crate's): held by exactly one node, which serves its
+/// slot, and whose slot is its hash tag's if it has one.
 fn locate(cluster: &RedisCluster, user: &str) -> Found {
     let want = format!("={user}").into_bytes();
     let mut found = Vec::new();
@@ -50,7 +51,7 @@ fn locate(cluster: &RedisCluster, user: &str) -> Found {
             .unwrap();
         found.extend(
             keys.into_iter()
-                .filter(|k| k.ends_with(&want))
+                .filter(|k| k.ends_with(&want) || k == user.as_bytes())
                 .map(|key| (node, key)),
         );
     }
@@ -64,13 +65,14 @@ fn locate(cluster: &RedisCluster, user: &str) -> Found {
             .any(|(a, b)| (*a..=*b).contains(&slot)),
         "{user} is on node {node}, which does not serve slot {slot}"
     );
-    let open = key.iter().position(|b| *b == b'{').unwrap();
-    let close = open + key[open..].iter().position(|b| *b == b'}').unwrap();
-    assert_eq!(
-        keyslot(&mut conn, &key[open..=close]),
-        slot,
-        "the tag names the slot"
-    );
+    if let Some(open) = key.iter().position(|b| *b == b'{') {
+        let close = open + key[open..].iter().position(|b| *b == b'}').unwrap();
+        assert_eq!(
+            keyslot(&mut conn, &key[open..=close]),
+            slot,
+            "the tag names the slot"
+        );
+    }
     Found { node, key, slot }
 }
 
@@ -128,6 +130,11 @@ async fn counters_land_on_upstream_keys_in_their_slots_on_a_cluster() {
     let mut on_nodes = std::collections::BTreeSet::new();
     for (i, v) in values.iter().enumerate() {
         let f = locate(&cluster, &format!("each:d_k_{v}_{T0}"));
+        assert_eq!(
+            f.key,
+            format!("each:d_k_{v}_{T0}").into_bytes(),
+            "upstream's key"
+        );
         assert_eq!(count(&cluster, &f), i as u64 + 1, "rejected hits count too");
         on_nodes.insert(f.node);
     }

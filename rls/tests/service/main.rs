@@ -18,6 +18,7 @@ mod raw_bytes;
 mod redis;
 mod reload;
 mod requests;
+mod shared_counters;
 mod tls;
 mod tls_pki;
 mod topologies;
