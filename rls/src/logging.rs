@@ -115,6 +115,8 @@ pub fn init(settings: &Settings) {
     let filter = LogFilter::new(settings);
     let fmt = tracing_subscriber::fmt()
         .with_max_level(filter.level.max(filter.start))
+        // Colours only on a terminal: a log file or collector gets text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     if settings.log_json {
         fmt.json().finish().with(filter).init();

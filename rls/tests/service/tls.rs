@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use throttle_rls::backend::TestHooks;
 use throttle_rls::server::{start, Running, StartError};
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
@@ -47,6 +48,18 @@ pub async fn call(
     ca: &[u8],
     identity: Option<(Vec<u8>, Vec<u8>)>,
 ) -> Result<Vec<i32>, String> {
+    let req = request("d", vec![d(&[("k", "v")])]);
+    let answer = call_with(addr, ca, identity, req).await?;
+    Ok(answer.statuses.iter().map(|s| s.code).collect())
+}
+
+/// The same for any request: the answer, or why there is none.
+pub async fn call_with(
+    addr: SocketAddr,
+    ca: &[u8],
+    identity: Option<(Vec<u8>, Vec<u8>)>,
+    req: RateLimitRequest,
+) -> Result<RateLimitResponse, String> {
     let mut tls = ClientTlsConfig::new()
         .ca_certificate(Certificate::from_pem(ca))
         .domain_name("localhost");
@@ -62,22 +75,17 @@ pub async fn call(
             .await
             .map_err(|e| format!("connect: {e:?}"))?;
         let answer = RateLimitServiceClient::new(channel)
-            .should_rate_limit(request("d", vec![d(&[("k", "v")])]))
+            .should_rate_limit(req)
             .await
             .map_err(|s| format!("call: {s:?}"))?;
-        Ok(answer
-            .into_inner()
-            .statuses
-            .iter()
-            .map(|s| s.code)
-            .collect())
+        Ok(answer.into_inner())
     };
     tokio::time::timeout(Duration::from_secs(10), attempt)
         .await
         .unwrap_or_else(|_| Err("timed out".into()))
 }
 
-fn id(pki: &Pki, name: &str) -> Option<(Vec<u8>, Vec<u8>)> {
+pub fn id(pki: &Pki, name: &str) -> Option<(Vec<u8>, Vec<u8>)> {
     Some((
         pki.read(&format!("{name}.crt")),
         pki.read(&format!("{name}.key")),
