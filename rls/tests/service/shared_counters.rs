@@ -222,6 +222,45 @@ async fn the_crates_keys_when_asked_for_and_beyond_incrby() {
     rls.stop().await;
 }
 
+/// Checks (hits 0) until one reaches Redis, which upstream's `INCRBY 0`
+/// shows as the key: the fallback sends calls back to Redis once a probe
+/// (within a second) finds it answering. Bounded.
+async fn until_on_redis(rls: &mut Rls, redis: &RedisServer, key: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut conn = redis.conn();
+    while get(&mut conn, key).is_none() {
+        assert!(std::time::Instant::now() < deadline, "never on Redis");
+        rls.ask("d", vec![dh(&[("k", "v")], 0)]).await;
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// `RLS_REDIS_FALLBACK=memory`: while Redis is down the memory store
+/// decides (a count of its own); once Redis answers again, counting is
+/// back on upstream's key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_memory_fallback_decides_while_redis_is_down() {
+    let mut redis = RedisServer::start();
+    let mut rls = start(&redis, &[("RLS_REDIS_FALLBACK", "memory")]).await;
+    let key = format!("d_k_v_{T0}");
+    until_on_redis(&mut rls, &redis, &key).await;
+    upstream_hit(&mut redis.conn(), &key, 3, 60);
+    let r = rls.ask("d", vec![d(&[("k", "v")])]).await;
+    assert_eq!(codes(&r), vec![(OK, 1)], "the shared count");
+    redis.stop();
+    let r = rls.ask("d", vec![dh(&[("k", "v")], 5)]).await;
+    assert_eq!(codes(&r), vec![(OK, 0)], "the fallback's own count");
+    let r = rls.ask("d", vec![d(&[("k", "v")])]).await;
+    assert_eq!(codes(&r), vec![(OVER, 0)], "the fallback's own limit");
+    redis.start_again();
+    until_on_redis(&mut rls, &redis, &key).await;
+    let mut conn = redis.conn();
+    assert_eq!(upstream_hit(&mut conn, &key, 1, 60), 1, "a restarted Redis");
+    let r = rls.ask("d", vec![d(&[("k", "v")])]).await;
+    assert_eq!(codes(&r), vec![(OK, 3)], "upstream's key again");
+    rls.stop().await;
+}
+
 #[test]
 fn the_settings_of_the_keys_and_their_jitter() {
     use throttle_rls::settings::{RedisKeys, Settings};
