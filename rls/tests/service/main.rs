@@ -20,6 +20,7 @@ mod raw_bytes;
 mod redis;
 mod reload;
 mod requests;
+mod sample;
 mod shared_counters;
 mod startup;
 mod stats;

@@ -214,3 +214,53 @@ async fn unusable_tls_files_stop_the_start_naming_the_variable() {
     let err = r.err().expect("refused").to_string();
     assert!(err.contains("GRPC_CLIENT_TLS_CACERT"), "{err}");
 }
+
+#[cfg(unix)]
+#[tokio::test]
+async fn tls_on_a_unix_socket_too() {
+    let pki = Pki::new();
+    let socket_dir = Dir::new();
+    let socket = socket_dir.0.join("rls.sock");
+    let uds = socket.display().to_string();
+    let ca_path = pki.path("ca.crt");
+    let env = [
+        ("GRPC_UDS", uds.as_str()),
+        ("GRPC_CLIENT_TLS_CACERT", ca_path.as_str()),
+    ];
+    let (_dir, running) = start_tls(&pki, &env).await;
+    let running = running.expect("starts");
+    let connect = |identity: Option<(Vec<u8>, Vec<u8>)>| {
+        let path = socket.clone();
+        let mut tls = ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(pki.read("ca.crt")))
+            .domain_name("localhost");
+        if let Some((cert, key)) = identity {
+            tls = tls.identity(Identity::from_pem(cert, key));
+        }
+        async move {
+            let channel = Endpoint::from_static("https://localhost")
+                .tls_config(tls)
+                .map_err(|e| e.to_string())?
+                .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+                    let path = path.clone();
+                    async move {
+                        Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(
+                            tokio::net::UnixStream::connect(path).await?,
+                        ))
+                    }
+                }))
+                .await
+                .map_err(|e| format!("connect: {e:?}"))?;
+            RateLimitServiceClient::new(channel)
+                .should_rate_limit(request("d", vec![d(&[("k", "v")])]))
+                .await
+                .map(|r| codes(&r.into_inner()))
+                .map_err(|s| format!("call: {s:?}"))
+        }
+    };
+    assert_eq!(connect(id(&pki, "client")).await, Ok(vec![(OK, 99)]));
+    let without = connect(None).await;
+    assert!(without.is_err(), "no certificate, yet {without:?}");
+    running.shutdown();
+    running.wait().await;
+}
