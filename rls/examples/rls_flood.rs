@@ -111,6 +111,8 @@ fn settings(dir: &Dir) -> Settings {
             "GRPC_HOST" | "HOST" | "DEBUG_HOST" => "127.0.0.1".into(),
             "GRPC_PORT" | "PORT" | "DEBUG_PORT" => "0".into(),
             "RLS_MEMORY_MAX_KEYS" => K.to_string(),
+            // Statsd is on by default, as upstream; nothing listens here.
+            "USE_STATSD" => "false".into(),
             _ => return None,
         })
     })

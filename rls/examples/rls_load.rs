@@ -131,6 +131,8 @@ async fn throttle_rls(redis: Option<u16>) -> throttle_rls::server::Running {
             "GRPC_PORT" | "PORT" | "DEBUG_PORT" => "0".into(),
             "REDIS_URL" => url.clone()?,
             "REDIS_SOCKET_TYPE" => "tcp".into(),
+            // Statsd is on by default, as upstream; nothing listens here.
+            "USE_STATSD" => "false".into(),
             _ => return None,
         })
     })
