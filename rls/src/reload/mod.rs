@@ -99,7 +99,14 @@ impl Reloader {
                 Ok(())
             }
             Err(e) => {
-                tracing::error!(error = %e, "configuration refused; the previous one stays in force");
+                if self.limiter.table().is_some() {
+                    tracing::error!(error = %e,
+                        "configuration refused; the previous one stays in force");
+                } else {
+                    tracing::error!(error = %e,
+                        "configuration refused; none is in force, so every request fails \
+                         until a valid one is loaded");
+                }
                 self.limiter.set_error(e.to_string());
                 Err(e)
             }

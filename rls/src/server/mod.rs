@@ -267,9 +267,11 @@ async fn futures_join(tasks: Vec<JoinHandle<()>>) {
 
 /// The binary: starts, then shuts down gracefully on SIGTERM or SIGINT.
 pub async fn run(settings: Settings) -> Result<(), StartError> {
+    // Handlers first: a SIGTERM right after the start line is a shutdown.
+    let signals = Signals::install();
     let running = start(&settings, TestHooks::default()).await?;
     banner::started(&settings, &running);
-    wait_for_signal().await;
+    signals.recv().await;
     tracing::info!(target: START_TARGET,
         "shutting down: health is now failing, calls in flight finish");
     running.shutdown();
@@ -277,17 +279,35 @@ pub async fn run(settings: Settings) -> Result<(), StartError> {
     Ok(())
 }
 
-async fn wait_for_signal() {
+/// SIGTERM and SIGINT, listened for from the moment they are installed.
+struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        if let Ok(mut term) = signal(SignalKind::terminate()) {
+    unix: Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
+}
+
+impl Signals {
+    fn install() -> Signals {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            let unix = signal(SignalKind::terminate())
+                .and_then(|term| Ok((term, signal(SignalKind::interrupt())?)))
+                .ok();
+            Signals { unix }
+        }
+        #[cfg(not(unix))]
+        Signals {}
+    }
+
+    async fn recv(self) {
+        #[cfg(unix)]
+        if let Some((mut term, mut int)) = self.unix {
             tokio::select! {
                 _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
+                _ = int.recv() => {}
             }
             return;
         }
+        let _ = tokio::signal::ctrl_c().await;
     }
-    let _ = tokio::signal::ctrl_c().await;
 }

@@ -113,19 +113,19 @@ impl RateLimiter {
     /// `/rlconfig`: the limits in force, then the last load error if the
     /// last load failed.
     pub fn dump(&self) -> String {
-        let mut out = self
-            .table
-            .load()
-            .as_ref()
-            .map_or_else(String::new, |t| t.dump());
+        let table = self.table.load();
+        let mut out = table.as_ref().map_or_else(String::new, |t| t.dump());
         if let Some(e) = &*self
             .last_error
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
         {
-            out.push_str(&format!(
-                "last configuration load failed, previous configuration kept: {e}\n"
-            ));
+            let kept = if table.is_some() {
+                "previous configuration kept"
+            } else {
+                "no configuration loaded"
+            };
+            out.push_str(&format!("last configuration load failed, {kept}: {e}\n"));
         }
         out
     }

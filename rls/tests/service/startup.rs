@@ -158,3 +158,37 @@ async fn no_fallback_is_claimed_where_none_is_configured() {
     );
     p.line(|l| l.contains("fallback store decides")).await;
 }
+
+/// A first configuration that does not load: nothing claims a previous one.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_bad_first_configuration_claims_no_previous_one() {
+    let dir = Dir::new();
+    dir.write("web.yaml", "domain: web\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n");
+    let (vars, _) = env(dir.0.to_str().unwrap(), &[]);
+    let debug: u16 = vars
+        .iter()
+        .find(|(k, _)| *k == "DEBUG_PORT")
+        .unwrap()
+        .1
+        .parse()
+        .unwrap();
+    let mut p = spawn(&vars);
+    let line = p.line(started).await;
+    assert!(line.contains(": none loaded (config/web.yaml:4:"), "{line}");
+    let error = p.line(|l| l.contains(" ERROR ")).await;
+    assert!(error.contains("none is in force"), "{error}");
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], debug));
+    let (_, _, dump) = crate::support::http(addr, "GET", "/rlconfig", "").await;
+    assert!(
+        dump.starts_with(
+            "last configuration load failed, no configuration loaded: config/web.yaml:4:"
+        ),
+        "{dump}"
+    );
+    assert!(
+        !p.drain().iter().any(|l| l.contains("previous")),
+        "{:?}",
+        p.lines
+    );
+}
