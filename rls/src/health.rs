@@ -85,16 +85,22 @@ impl Health {
         self.set(&self.stopping, true);
     }
 
+    /// Sets the gRPC health service `ratelimit` to the state now: called
+    /// before the server accepts, so a client never finds it unregistered.
+    pub async fn report(&self, reporter: &HealthReporter) {
+        let status = if self.is_healthy() {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
+        reporter.set_service_status(SERVICE, status).await;
+    }
+
     /// Keeps the gRPC health service `ratelimit` in step, until dropped.
     pub async fn drive(self: Arc<Self>, reporter: HealthReporter) {
         loop {
             let changed = self.changed.notified();
-            let status = if self.is_healthy() {
-                ServingStatus::Serving
-            } else {
-                ServingStatus::NotServing
-            };
-            reporter.set_service_status(SERVICE, status).await;
+            self.report(&reporter).await;
             changed.await;
         }
     }

@@ -161,6 +161,7 @@ pub async fn start(settings: &Settings, mut hooks: TestHooks) -> Result<Running,
     let metrics_addr = prometheus.as_ref().map(|(l, _)| local(l));
 
     let (reporter, health_service) = tonic_health::server::health_reporter();
+    health.report(&reporter).await;
     let mut background = vec![tokio::spawn(health.clone().drive(reporter))];
     background.push(tokio::spawn(
         reloader.clone().watch(settings.reload_interval),
