@@ -215,7 +215,10 @@ async fn overage<St: Store>(store: &St, key: &[u8], policy: &Policy, units: u64)
         let part = d.remaining.min(left);
         match store.check(Charge::new(key, policy, part)).await {
             Ok(d) if d.allowed => left -= part,
-            _ => return,
+            // The room shrank meanwhile (another charge, a lease's block):
+            // look again.
+            Ok(_) => continue,
+            Err(_) => return,
         }
         if left == 0 {
             return;

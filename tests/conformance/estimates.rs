@@ -418,3 +418,24 @@ async fn an_estimate_of_zero_is_refused_on_a_spent_quota() {
         assert_eq!(admitted, 2, "{policy:?}: 2 × 5 units fill a quota of 10");
     }
 }
+
+/// The case the property found: GCRA leases over memory, a prefetched
+/// block landing between the overage's two charges (the room shrank): the
+/// overage looks again instead of dropping every unit.
+#[test]
+fn an_overage_looks_again_when_the_room_shrinks_meanwhile() {
+    let rt = current_thread_runtime();
+    let ask = |estimate, actual| Ask {
+        estimate,
+        actual,
+        fails: false,
+    };
+    let asks = [ask(0, 2), ask(0, 8), ask(0, 0)];
+    let policy = Policy::cell(LIMIT - 1, LIMIT, WINDOW).unwrap();
+    rt.block_on(async {
+        let clock = ManualClock::starting_at(1_700_000_000_000_000_000);
+        let store = Quiet::new(BoxStore::new(leasing(memory(&clock), &clock)));
+        sequential(&store, policy, &prefix(), false, &asks).await
+    })
+    .unwrap();
+}
