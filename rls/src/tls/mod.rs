@@ -6,7 +6,7 @@
 //!   certificate that CA issued, valid for client authentication; without
 //!   it no certificate is asked for;
 //! * with `GRPC_CLIENT_TLS_SAN` too, that certificate must be valid for the
-//!   name ([`san`]);
+//!   name (`san`);
 //! * the files are read again when they change (upstream reloads the
 //!   certificate and key when their directory changes): here all three are
 //!   polled every `RLS_RELOAD_INTERVAL`, and a new set is put in force for
