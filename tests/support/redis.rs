@@ -80,13 +80,13 @@ pub struct RedisServer {
 impl RedisServer {
     /// Starts a standalone server and waits (≤ 10 s) until it answers PING.
     pub fn start() -> RedisServer {
-        Self::start_with(free_port(false), temp_dir("redis"), Vec::new())
+        Self::start_on_a_free_port(temp_dir("redis"), Vec::new(), None)
     }
 
     /// Starts a standalone server with extra `redis-server` arguments (for
     /// example `--loadmodule <path>`).
     pub fn start_with_args(args: &[String]) -> RedisServer {
-        Self::start_with(free_port(false), temp_dir("redis"), args.to_vec())
+        Self::start_on_a_free_port(temp_dir("redis"), args.to_vec(), None)
     }
 
     /// Starts a server on `port` (from [`free_port`]) with extra arguments.
@@ -100,13 +100,30 @@ impl RedisServer {
     pub fn start_with_password(password: &str, args: &[String]) -> RedisServer {
         let mut extra = vec!["--requirepass".to_owned(), password.to_owned()];
         extra.extend_from_slice(args);
+        Self::start_on_a_free_port(temp_dir("redis"), extra, Some(password.to_owned()))
+    }
+
+    /// Starts on a free port, trying another when the server exits at once:
+    /// the port found free may be taken before the server binds it (another
+    /// test's server, or a client's outgoing connection).
+    fn start_on_a_free_port(
+        dir: PathBuf,
+        extra: Vec<String>,
+        password: Option<String>,
+    ) -> RedisServer {
         let mut server = RedisServer {
             child: None,
             port: free_port(false),
-            dir: temp_dir("redis"),
+            dir,
             extra,
-            password: Some(password.to_owned()),
+            password,
         };
+        for _ in 0..4 {
+            match server.try_spawn() {
+                Ok(()) => return server,
+                Err(_) => server.port = free_port(false),
+            }
+        }
         server.spawn();
         server
     }
@@ -124,6 +141,13 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) {
+        if let Err(e) = self.try_spawn() {
+            panic!("{e}");
+        }
+    }
+
+    /// Starts the server; errs when it exits before answering PING.
+    fn try_spawn(&mut self) -> Result<(), String> {
         let binary = server_binary();
         let child = Command::new(&binary)
             .args(["--port", &self.port.to_string()])
@@ -148,7 +172,11 @@ impl RedisServer {
         let deadline = Instant::now() + Duration::from_secs(10);
         while !ping(self.port, self.password.as_deref()) {
             if let Some(Ok(Some(status))) = self.child.as_mut().map(|c| c.try_wait()) {
-                panic!("redis-server on port {} exited: {status}", self.port);
+                self.child = None;
+                return Err(format!(
+                    "redis-server on port {} exited: {status}",
+                    self.port
+                ));
             }
             assert!(
                 Instant::now() < deadline,
@@ -157,6 +185,7 @@ impl RedisServer {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+        Ok(())
     }
 
     fn kill(&mut self) {
