@@ -24,3 +24,4 @@ pub mod service;
 pub mod settings;
 pub mod statsd;
 pub mod tls;
+pub mod xds;

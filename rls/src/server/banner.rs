@@ -7,7 +7,7 @@
 use std::fmt::Write as _;
 
 use super::Running;
-use crate::settings::{Backend, RedisType, Settings};
+use crate::settings::{Backend, RedisType, Settings, XdsSettings};
 
 /// The target of the start and shutdown lines.
 pub const START_TARGET: &str = "throttle_rls::start";
@@ -56,6 +56,7 @@ pub(super) fn backend(settings: &Settings) -> String {
             } else {
                 "; while Redis is down calls are answered UNAVAILABLE and health fails"
             });
+            out.push_str(settings.leases.describe());
             out
         }
     }
@@ -64,6 +65,9 @@ pub(super) fn backend(settings: &Settings) -> String {
 /// Where the configuration comes from and what was loaded; and a warning
 /// when nothing was.
 fn configuration(settings: &Settings, running: &Running) -> (String, Option<String>) {
+    if let Some(xds) = &settings.xds {
+        return from_xds(xds, running);
+    }
     let dir = settings.config_dir();
     let when = if settings.runtime_watch_root {
         "when RUNTIME_ROOT is swapped"
@@ -99,6 +103,58 @@ fn configuration(settings: &Settings, running: &Running) -> (String, Option<Stri
         out.push_str(": no domain");
         return (out, Some(warning));
     }
+    out.push_str(&loaded(&domains, limits));
+    (out, None)
+}
+
+/// The xDS server, and what it sent so far.
+fn from_xds(xds: &XdsSettings, running: &Running) -> (String, Option<String>) {
+    let security = match &xds.tls {
+        None => "plain text".to_owned(),
+        Some(t) => {
+            let mut s = "TLS".to_owned();
+            if t.client.is_some() {
+                s.push_str(" with a client certificate");
+            }
+            if let Some(san) = &t.san {
+                let _ = write!(s, ", server verified as {san}");
+            }
+            s
+        }
+    };
+    let mut out = format!(
+        "xDS server {} (node id {}, {security})",
+        xds.server_url, xds.node_id
+    );
+    let table = running.limiter.table();
+    match (&table, running.limiter.last_error()) {
+        (None, Some(e)) => {
+            let _ = write!(out, ": none loaded ({e})");
+            let warning = "no rate-limit configuration loaded: every request fails until the \
+                           xDS server sends a valid one"
+                .to_owned();
+            return (out, Some(warning));
+        }
+        (None, None) => {
+            out.push_str(": none yet");
+            let warning = "no rate-limit configuration yet (FORCE_START_WITHOUT_INITIAL_CONFIG=true): \
+                           every request fails until the xDS server sends one"
+                .to_owned();
+            return (out, Some(warning));
+        }
+        _ => {}
+    }
+    let (domains, limits) = table.as_deref().map(|t| t.summary()).unwrap_or_default();
+    if domains.is_empty() {
+        out.push_str(": no domain");
+        return (out, None);
+    }
+    out.push_str(&loaded(&domains, limits));
+    (out, None)
+}
+
+/// `: 2 domains (a, b), 3 limits`.
+fn loaded(domains: &[&str], limits: usize) -> String {
     let mut shown = domains
         .iter()
         .take(DOMAINS_SHOWN)
@@ -109,14 +165,12 @@ fn configuration(settings: &Settings, running: &Running) -> (String, Option<Stri
         let _ = write!(shown, ", … {} more", domains.len() - DOMAINS_SHOWN);
     }
     let s = |n: usize| if n == 1 { "" } else { "s" };
-    let _ = write!(
-        out,
+    format!(
         ": {} domain{} ({shown}), {limits} limit{}",
         domains.len(),
         s(domains.len()),
         s(limits)
-    );
-    (out, None)
+    )
 }
 
 /// The listeners and the stats sinks.

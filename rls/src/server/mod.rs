@@ -25,6 +25,7 @@ use crate::reload::Reloader;
 use crate::service::{self, RateLimitGrpc, RateLimiter};
 use crate::settings::{Backend, Settings};
 use crate::tls::{ServerTls, TlsError};
+use crate::xds::XdsClient;
 use listen::{bind, local, Grpc};
 
 pub use banner::START_TARGET;
@@ -78,7 +79,8 @@ pub struct Running {
     pub limiter: Arc<RateLimiter>,
     /// Health.
     pub health: Arc<Health>,
-    /// The configuration watcher (call [`Reloader::check`] to look now).
+    /// The configuration watcher (call [`Reloader::check`] to look now);
+    /// not watching with `CONFIG_TYPE=GRPC_XDS_SOTW`.
     pub reloader: Arc<Reloader>,
     /// The memory store, when it is the backend.
     pub memory: Option<tower_throttle::MemoryStore<backend::DynClock>>,
@@ -144,9 +146,27 @@ pub async fn start(settings: &Settings, mut hooks: TestHooks) -> Result<Running,
         health.clone(),
     ));
     let reloader = Arc::new(Reloader::new(settings, limiter.clone()));
-    // A bad initial config is not fatal (as upstream): requests fail with
-    // "no rate limit configuration loaded" until a good one arrives.
-    let _ = reloader.load().await;
+    let xds = match XdsClient::new(settings, limiter.clone()) {
+        None => {
+            // A bad initial config is not fatal (as upstream): requests fail
+            // with "no rate limit configuration loaded" until a good one
+            // arrives.
+            let _ = reloader.load().await;
+            None
+        }
+        Some((client, first)) => {
+            let task = tokio::spawn(client.run());
+            if !settings.force_start_without_initial_config {
+                // Upstream's NewService: nothing listens before the first
+                // snapshot is loaded (well or not).
+                tracing::info!(target: START_TARGET,
+                    "waiting for the first rate-limit configuration from the xDS server \
+                     before listening (FORCE_START_WITHOUT_INITIAL_CONFIG=false)");
+                first.wait().await;
+            }
+            Some(task)
+        }
+    };
 
     let grpc = Grpc::bind(settings).await?;
     let main = bind("HOST/PORT", &settings.http_addr).await?;
@@ -163,9 +183,12 @@ pub async fn start(settings: &Settings, mut hooks: TestHooks) -> Result<Running,
     let (reporter, health_service) = tonic_health::server::health_reporter();
     health.report(&reporter).await;
     let mut background = vec![tokio::spawn(health.clone().drive(reporter))];
-    background.push(tokio::spawn(
-        reloader.clone().watch(settings.reload_interval),
-    ));
+    match xds {
+        Some(task) => background.push(task),
+        None => background.push(tokio::spawn(
+            reloader.clone().watch(settings.reload_interval),
+        )),
+    }
     if let Some(tls) = &tls {
         background.push(tokio::spawn(tls.clone().watch(settings.reload_interval)));
     }
@@ -269,8 +292,15 @@ async fn futures_join(tasks: Vec<JoinHandle<()>>) {
 /// The binary: starts, then shuts down gracefully on SIGTERM or SIGINT.
 pub async fn run(settings: Settings) -> Result<(), StartError> {
     // Handlers first: a SIGTERM right after the start line is a shutdown.
-    let signals = Signals::install();
-    let running = start(&settings, TestHooks::default()).await?;
+    let mut signals = Signals::install();
+    // Waiting for the first xDS snapshot may be ended by a signal too.
+    let running = tokio::select! {
+        running = start(&settings, TestHooks::default()) => running?,
+        _ = signals.recv() => {
+            tracing::info!(target: START_TARGET, "stopped before serving");
+            return Ok(());
+        }
+    };
     banner::started(&settings, &running);
     signals.recv().await;
     tracing::info!(target: START_TARGET,
@@ -300,9 +330,9 @@ impl Signals {
         Signals {}
     }
 
-    async fn recv(self) {
+    async fn recv(&mut self) {
         #[cfg(unix)]
-        if let Some((mut term, mut int)) = self.unix {
+        if let Some((term, int)) = &mut self.unix {
             tokio::select! {
                 _ = term.recv() => {}
                 _ = int.recv() => {}

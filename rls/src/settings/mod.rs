@@ -9,6 +9,7 @@ mod parse;
 mod redis_keys;
 mod stats;
 mod upstream;
+mod xds;
 
 use std::fmt;
 use std::path::PathBuf;
@@ -20,6 +21,7 @@ use upstream::{backend, refuse_unsupported};
 
 pub use grpc_tls::GrpcTls;
 pub use stats::Statsd;
+pub use xds::{XdsBackoff, XdsSettings, XdsTls};
 
 /// Where counters live.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -107,6 +109,9 @@ pub struct Settings {
     pub merge_domain_config: bool,
     /// `FORCE_START_WITHOUT_INITIAL_CONFIG` (default false).
     pub force_start_without_initial_config: bool,
+    /// `CONFIG_TYPE=GRPC_XDS_SOTW`: the configuration comes from this xDS
+    /// server; `None` with `CONFIG_TYPE=FILE` (the default).
+    pub xds: Option<XdsSettings>,
     /// `HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED` (default false).
     pub healthy_with_at_least_one_config_loaded: bool,
     /// `BACKEND_TYPE` and `REDIS_*`.
@@ -298,7 +303,9 @@ impl Settings {
         stats::refuse_extra_tags(&env)?;
         let grpc_tls = grpc_tls::grpc_tls(&env)?;
         let backend = backend(&env)?;
+        let xds = xds::xds(&env)?;
         let decided = notices::Decided {
+            xds: xds.is_some(),
             grpc_tls: grpc_tls.is_some(),
             statsd: statsd.is_some(),
             prometheus: prometheus.is_some(),
@@ -343,6 +350,7 @@ impl Settings {
             merge_domain_config: env.flag("MERGE_DOMAIN_CONFIG", false)?,
             force_start_without_initial_config: env
                 .flag("FORCE_START_WITHOUT_INITIAL_CONFIG", false)?,
+            xds,
             healthy_with_at_least_one_config_loaded: env
                 .flag("HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", false)?,
             backend,

@@ -6,6 +6,7 @@ use super::{Env, SettingsError};
 
 /// What the other settings decided, for the notices that depend on it.
 pub(super) struct Decided {
+    pub xds: bool,
     pub grpc_tls: bool,
     pub statsd: bool,
     pub prometheus: bool,
@@ -84,27 +85,6 @@ fn fixed() -> Vec<(&'static [&'static str], &'static str)> {
             "only read with USE_DOG_STATSD=true, which is not supported",
         ),
         (
-            &[
-                "CONFIG_GRPC_XDS_NODE_ID",
-                "CONFIG_GRPC_XDS_NODE_METADATA",
-                "CONFIG_GRPC_XDS_SERVER_URL",
-                "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
-                "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
-                "CONFIG_GRPC_XDS_SERVER_USE_TLS",
-                "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
-                "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
-                "CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
-                "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
-                "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL",
-                "XDS_CLIENT_BACKOFF_MAX_INTERVAL",
-                "XDS_CLIENT_BACKOFF_RANDOM_FACTOR",
-                "XDS_CLIENT_BACKOFF_JITTER",
-                "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES",
-            ],
-            "only read with CONFIG_TYPE=GRPC_XDS_SOTW, as upstream: the configuration \
-             comes from files",
-        ),
-        (
             &["GRPC_SERVER_TLS_CA_CERT"],
             "not read, as upstream does not read it (Envoy Gateway sets it): clients are \
              asked for a certificate only with GRPC_CLIENT_TLS_CACERT",
@@ -139,6 +119,25 @@ pub(super) fn notices(env: &Env<'_>, d: &Decided) -> Result<Vec<String>, Setting
     };
     for (names, why) in fixed() {
         note(names, why);
+    }
+    if d.xds {
+        note(
+            &[
+                "RUNTIME_ROOT",
+                "RUNTIME_SUBDIRECTORY",
+                "RUNTIME_APPDIRECTORY",
+                "RUNTIME_WATCH_ROOT",
+                "RUNTIME_IGNOREDOTFILES",
+            ],
+            "only read with CONFIG_TYPE=FILE, as upstream: the configuration comes from \
+             the xDS server",
+        );
+    } else {
+        note(
+            super::xds::VARIABLES,
+            "only read with CONFIG_TYPE=GRPC_XDS_SOTW, as upstream: the configuration \
+             comes from files",
+        );
     }
     if !d.grpc_tls {
         note(

@@ -96,7 +96,6 @@ fn bad_values_name_the_variable() {
 #[test]
 fn unsupported_upstream_features_are_refused_at_start() {
     for (name, value) in [
-        ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
         ("BACKEND_TYPE", "memcache"),
         ("REDIS_PERSECOND", "true"),
         ("EXTRA_TAGS", "a:b"),
@@ -222,4 +221,124 @@ fn envoy_gateways_environment_is_accepted_and_its_dead_variables_named() {
         assert!(notices.contains(said), "{notices}");
     }
     assert_eq!(s.notices.len(), 3, "{notices}");
+}
+
+#[test]
+fn config_type_is_file_or_xds_and_nothing_else() {
+    assert!(settings(&[]).unwrap().xds.is_none());
+    assert!(settings(&[("CONFIG_TYPE", "FILE")]).unwrap().xds.is_none());
+    for other in ["GRPC_XDS_DELTA", "file", "xds"] {
+        let err = settings(&[("CONFIG_TYPE", other)]).unwrap_err();
+        assert_eq!(err.name, "CONFIG_TYPE", "{err}");
+    }
+}
+
+#[test]
+fn xds_settings_have_upstreams_defaults() {
+    let s = settings(&[("CONFIG_TYPE", "GRPC_XDS_SOTW")]).unwrap();
+    let x = s.xds.unwrap();
+    assert_eq!((x.host.as_str(), x.port), ("localhost", 18000));
+    assert_eq!(x.server_url, "localhost:18000");
+    assert_eq!(x.node_id, "default");
+    assert!(x.node_metadata.is_empty() && x.additional_headers.is_empty());
+    assert_eq!(x.connect_retry_interval, Duration::from_secs(3));
+    assert_eq!(x.tls, None);
+    assert_eq!(
+        x.backoff,
+        crate::settings::XdsBackoff {
+            initial: Duration::from_secs(10),
+            max: Duration::from_secs(60),
+            factor: 0.5,
+            jitter: true,
+        }
+    );
+    assert_eq!(x.max_msg_size, None);
+    assert!(s.notices.is_empty(), "{:?}", s.notices);
+}
+
+#[test]
+fn xds_settings_are_read_as_upstream_reads_them() {
+    let s = settings(&[
+        ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+        ("CONFIG_GRPC_XDS_SERVER_URL", "[::1]:18001"),
+        ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit"),
+        // Upstream's comment says `k1:v1`, its code splits on `=` only.
+        ("CONFIG_GRPC_XDS_NODE_METADATA", "a=1,b:2,c=x=y"),
+        (
+            "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
+            "X-Tenant:t1,auth:k",
+        ),
+        ("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "250ms"),
+        ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "1s"),
+        ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "2m"),
+        ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "2"),
+        ("XDS_CLIENT_BACKOFF_JITTER", "false"),
+        ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "1048576"),
+        ("RUNTIME_ROOT", "/data"),
+    ])
+    .unwrap();
+    let x = s.xds.unwrap();
+    assert_eq!((x.host.as_str(), x.port), ("::1", 18001));
+    assert_eq!(x.node_id, "envoy-ratelimit");
+    let pairs = |v: &[(&str, &str)]| -> Vec<(String, String)> {
+        v.iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect()
+    };
+    assert_eq!(x.node_metadata, pairs(&[("a", "1"), ("c", "x=y")]));
+    assert_eq!(
+        x.additional_headers,
+        pairs(&[("x-tenant", "t1"), ("auth", "k")])
+    );
+    assert_eq!(x.connect_retry_interval, Duration::from_millis(250));
+    assert_eq!(x.backoff.initial, Duration::from_secs(1));
+    assert_eq!(x.backoff.max, Duration::from_secs(120));
+    assert_eq!((x.backoff.factor, x.backoff.jitter), (2.0, false));
+    assert_eq!(x.max_msg_size, Some(1_048_576));
+    // The config directory is not read with xDS: RUNTIME_* is named.
+    let notices = s.notices.join("\n");
+    assert!(
+        notices.contains("RUNTIME_ROOT: only read with CONFIG_TYPE=FILE"),
+        "{notices}"
+    );
+}
+
+#[test]
+fn bad_xds_settings_are_refused_naming_the_variable() {
+    for (name, value) in [
+        ("CONFIG_GRPC_XDS_SERVER_URL", "http://eg:18001"),
+        ("CONFIG_GRPC_XDS_SERVER_URL", "eg"),
+        ("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "3"),
+        ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "novalue"),
+        ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "yes"),
+        ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "soon"),
+        ("XDS_CLIENT_BACKOFF_MAX_INTERVAL", "-1s"),
+        ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "-0.5"),
+        ("XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "half"),
+        ("XDS_CLIENT_BACKOFF_JITTER", "maybe"),
+        ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "-1"),
+    ] {
+        let err = settings(&[("CONFIG_TYPE", "GRPC_XDS_SOTW"), (name, value)]).unwrap_err();
+        assert_eq!(err.name, name, "{name}={value}: {err}");
+    }
+    // Files are read at start: a missing one is refused, named.
+    for name in [
+        "CONFIG_GRPC_XDS_CLIENT_TLS_CERT",
+        "CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
+    ] {
+        let mut vars = vec![
+            ("CONFIG_TYPE", "GRPC_XDS_SOTW"),
+            ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "true"),
+            (name, "/nonexistent/x.pem"),
+        ];
+        if name.ends_with("_CERT") {
+            vars.push(("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "/nonexistent/k.pem"));
+        }
+        let err = settings(&vars).unwrap_err();
+        assert_eq!(err.name, name, "{err}");
+        assert!(err.message.contains("/nonexistent/x.pem"), "{err}");
+    }
+    // Without CONFIG_TYPE=GRPC_XDS_SOTW they are not read (only named).
+    let s = settings(&[("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "soon")]).unwrap();
+    assert!(s.notices[0].contains("only read with CONFIG_TYPE=GRPC_XDS_SOTW"));
 }

@@ -9,13 +9,7 @@ use super::{Backend, Env, RedisSettings, RedisType, SettingsError};
 /// Settings of upstream this server does not implement: refused rather
 /// than silently ignored, since a deployment relies on them.
 pub(super) fn refuse_unsupported(env: &Env<'_>) -> Result<(), SettingsError> {
-    let config_type = env.string("CONFIG_TYPE", "FILE");
-    if config_type != "FILE" {
-        return Err(SettingsError::unsupported(
-            "CONFIG_TYPE",
-            &format!("{config_type:?} (xDS)"),
-        ));
-    }
+    // CONFIG_TYPE: FILE or GRPC_XDS_SOTW, anything else refused by `xds::xds`.
     let switches: [(&'static str, &str); 4] = [
         ("REDIS_PERSECOND", "a second Redis for per-second limits"),
         ("RESPONSE_DYNAMIC_METADATA", "dynamic metadata in responses"),
