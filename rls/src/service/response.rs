@@ -28,10 +28,16 @@ pub(super) fn build(outcomes: &[Outcome], options: &Options) -> RateLimitRespons
     let mut min_remaining = u32::MAX;
     for (i, outcome) in outcomes.iter().enumerate() {
         let status = match outcome {
-            Outcome::NoLimit => DescriptorStatus {
-                code: Code::Ok as i32,
-                ..Default::default()
-            },
+            Outcome::NoLimit => {
+                // Upstream counts every descriptor but the unlimited ones
+                // as a quota descriptor under global QUOTA_MODE, so one
+                // without a limit is a quota descriptor that passed.
+                quota += usize::from(options.quota_mode);
+                DescriptorStatus {
+                    code: Code::Ok as i32,
+                    ..Default::default()
+                }
+            }
             Outcome::Unlimited => DescriptorStatus {
                 code: Code::Ok as i32,
                 limit_remaining: u32::MAX,

@@ -364,6 +364,32 @@ async fn quota_mode_is_over_only_when_every_quota_descriptor_is() {
     rls.stop().await;
 }
 
+/// Upstream's `isQuotaMode` is true for every descriptor but the unlimited
+/// ones under global `QUOTA_MODE`: one with no limit (unmatched, replaced)
+/// is a quota descriptor that passed, so one over beside it is not enough.
+#[tokio::test]
+async fn global_quota_mode_counts_a_descriptor_without_a_limit_as_passed() {
+    let unlimited = "  - key: free\n    rate_limit: {unlimited: true}\n";
+    let cfg = format!("{FIVE}{unlimited}");
+    let mut rls = Rls::start(&[("d.yaml", cfg.as_str())], &[("QUOTA_MODE", "true")]).await;
+    let r = rls
+        .ask("d", vec![dh(&[("k", "v")], 6), d(&[("none", "x")])])
+        .await;
+    assert_eq!((r.overall_code, codes(&r)), (OK, vec![(OVER, 0), (OK, 0)]));
+    // An unlimited descriptor is not a quota descriptor: the over one is
+    // then every quota descriptor.
+    let r = rls
+        .ask("d", vec![dh(&[("k", "v")], 6), d(&[("free", "x")])])
+        .await;
+    assert_eq!(
+        (r.overall_code, codes(&r)),
+        (OVER, vec![(OVER, 0), (OK, u32::MAX)])
+    );
+    let r = rls.ask("d", vec![d(&[("k", "v")])]).await;
+    assert_eq!((r.overall_code, codes(&r)), (OVER, vec![(OVER, 0)]));
+    rls.stop().await;
+}
+
 #[tokio::test]
 async fn response_headers_when_enabled() {
     let mut rls = Rls::start(
