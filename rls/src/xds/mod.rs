@@ -316,15 +316,15 @@ impl XdsClient {
                 return self.request(state, Some(e));
             }
         };
-        // Upstream's first config update event: the snapshot was loaded,
-        // well or not.
-        self.first.send_replace(true);
+        // Upstream's first config update event is sent below, once the
+        // snapshot was loaded, well or not.
         match convert::load(&configs, self.options) {
             Ok(table) => {
                 let (domains, limits) = table.summary();
                 tracing::info!(version = %version, domains = domains.len(), limits,
                     "loaded the rate-limit configuration from the xDS server (ACK)");
                 self.limiter.set_table(table);
+                self.first.send_replace(true);
                 state.acked_version = version.clone();
                 self.request(state, None)
             }
@@ -338,6 +338,7 @@ impl XdsClient {
                     "xDS snapshot refused (NACK); {kept}");
                 let text = e.to_string();
                 self.limiter.set_error(text.clone());
+                self.first.send_replace(true);
                 self.request(state, Some(text))
             }
         }

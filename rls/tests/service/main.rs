@@ -28,3 +28,4 @@ mod tls;
 mod tls_pki;
 mod topologies;
 mod upstream;
+mod xds;
