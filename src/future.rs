@@ -10,7 +10,7 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use crate::body::{Guard, ThrottleBody};
-use crate::check::{HeldCharge, HeldPermits, Verdict};
+use crate::check::{Carried, Verdict};
 use crate::info::RateLimitInfo;
 use crate::response::add_headers;
 use crate::settings::Forwarding;
@@ -54,31 +54,6 @@ pin_project! {
         Done {
             response: Option<Box<Response<Bytes>>>,
         },
-    }
-}
-
-/// What an admitted request carries to its response: made (boxed) by the
-/// check, kept by the response future.
-pub(crate) struct Carried<St: Store> {
-    /// The check's info, for the request's extensions and the headers.
-    pub(crate) info: Option<RateLimitInfo>,
-    /// The info whose fields the response gets.
-    pub(crate) headers: Option<RateLimitInfo>,
-    pub(crate) permits: Option<HeldPermits<St>>,
-    /// The permits of an upgrade request, offered to its handler; and
-    /// whether it was a `CONNECT`.
-    pub(crate) upgrade: Option<(UpgradePermit, bool)>,
-    /// Counted by outcome: kept or refunded once the outcome is known.
-    pub(crate) charge: Option<Box<HeldCharge<St>>>,
-}
-
-impl<St: Store> Carried<St> {
-    /// Whether the response has anything to do with it.
-    fn needed(&self) -> bool {
-        self.headers.is_some()
-            || self.permits.is_some()
-            || self.upgrade.is_some()
-            || self.charge.is_some()
     }
 }
 

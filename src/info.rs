@@ -76,22 +76,22 @@ pub(crate) struct Meta {
     pub(crate) ietf_headers: bool,
     pub(crate) legacy_headers: bool,
     /// How `X-RateLimit-Reset` is written.
-    pub(crate) legacy_reset: crate::fields::ResetFormat,
+    pub(crate) legacy_reset: crate::response::fields::ResetFormat,
     /// The draft revision the IETF fields follow.
-    pub(crate) profile: crate::fields::FieldProfile,
+    pub(crate) profile: crate::response::fields::FieldProfile,
     /// Hashes rule keys into `pk` parameters, when enabled.
-    pub(crate) partition: Option<crate::fields::PartitionKeys>,
+    pub(crate) partition: Option<crate::response::fields::PartitionKeys>,
     /// The fields of a plain-text 429, prebuilt (see `response`).
-    pub(crate) limited: crate::response::LimitedFields,
+    pub(crate) limited: crate::response::fields::LimitedFields,
 }
 
 pub(crate) struct RuleSummary {
     pub(crate) name: Arc<str>,
     pub(crate) policy: Policy,
     /// The unit its `RateLimit-Policy` item names, if set.
-    pub(crate) unit: Option<crate::fields::QuotaUnit>,
+    pub(crate) unit: Option<crate::response::fields::QuotaUnit>,
     /// This rule's `RateLimit` items of a 429, prebuilt.
-    pub(crate) exhausted: crate::fields::ExhaustedItems,
+    pub(crate) exhausted: crate::response::fields::ExhaustedItems,
 }
 
 #[derive(Clone)]
@@ -109,7 +109,7 @@ pub(crate) struct RuleDecision {
     pub(crate) policy: Policy,
     pub(crate) decision: Decision,
     /// The `pk` of the rule's key, when the layer writes them.
-    pub(crate) pk: Option<crate::fields::Pk>,
+    pub(crate) pk: Option<crate::response::fields::Pk>,
 }
 
 impl RateLimitInfo {

@@ -219,7 +219,6 @@ mod check;
 #[cfg(feature = "config")]
 #[cfg_attr(docsrs, doc(cfg(feature = "config")))]
 pub mod config;
-mod fields;
 pub mod future;
 pub mod grpc;
 pub mod info;

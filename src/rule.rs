@@ -3,12 +3,12 @@
 use std::fmt;
 use std::sync::Arc;
 
-use crate::fields::QuotaUnit;
 use crate::key::{KeyExtractor, RequestHead};
 use crate::limiter::valid_name;
 use crate::meter::ActualCost;
 use crate::policy::Policy;
 use crate::resolve::{PolicyResolver, PolicySource};
+use crate::response::fields::QuotaUnit;
 
 /// One limit a [`ThrottleLayer`](crate::ThrottleLayer) enforces: a named
 /// policy, and optionally its own key extractor and cost (else the layer's).

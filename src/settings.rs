@@ -9,7 +9,7 @@ use crate::key::RequestHead;
 use crate::lockout::Penalty;
 use crate::mode::{FailMode, Mode, OnMissingKey};
 use crate::outcome::Outcome;
-use crate::response::BodyFormat;
+use crate::response::{BodyFormat, FieldSettings};
 use crate::rule::RuleCfg;
 
 /// A predicate of [`ThrottleLayer::count_if_outcome`](crate::ThrottleLayer::count_if_outcome)
@@ -25,13 +25,8 @@ pub(crate) struct Settings {
     pub(crate) body: BodyFormat,
     pub(crate) headers_on_allowed: bool,
     pub(crate) request_info: bool,
-    pub(crate) ietf_headers: bool,
-    pub(crate) legacy_headers: bool,
-    pub(crate) legacy_reset: crate::response::ResetFormat,
-    /// The draft revision of the IETF fields.
-    pub(crate) profile: crate::fields::FieldProfile,
-    /// Writes `pk` parameters, when set.
-    pub(crate) partition: Option<crate::fields::PartitionKeys>,
+    /// Which rate-limit fields responses carry, and how.
+    pub(crate) fields: FieldSettings,
     pub(crate) protocol: ResponseProtocol,
     /// Requests that bypass the layer.
     pub(crate) skip: Option<Skip>,
@@ -60,11 +55,7 @@ impl Default for Settings {
             body: BodyFormat::PlainText,
             headers_on_allowed: false,
             request_info: false,
-            ietf_headers: true,
-            legacy_headers: false,
-            legacy_reset: Default::default(),
-            profile: Default::default(),
-            partition: None,
+            fields: FieldSettings::default(),
             protocol: ResponseProtocol::default(),
             skip: None,
             count_if: None,

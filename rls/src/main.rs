@@ -1,5 +1,7 @@
 //! `throttle-rls`: settings from the environment, then serve until SIGTERM.
 
+#![forbid(unsafe_code)]
+
 use std::process::ExitCode;
 
 use throttle_rls::settings::Settings;

@@ -48,8 +48,8 @@ pub(crate) use hold::Holds;
 pub(crate) use permits::HeldPermits;
 use plan::plan;
 pub(crate) use plan::Plan;
-pub(crate) use settle::Verdict;
 use settle::{settle, settle_now};
+pub(crate) use settle::{Carried, Verdict};
 
 /// Everything a layer's services share.
 pub(crate) struct LayerState<St> {

@@ -104,7 +104,7 @@ impl Plan {
         &self,
         shared: &LayerState<St>,
         a: &PlannedRule,
-    ) -> Option<crate::fields::Pk> {
+    ) -> Option<crate::response::fields::Pk> {
         let keys = shared.meta.partition.as_ref()?;
         Some(keys.of(self.key_part(&shared.rules[a.rule], a)))
     }

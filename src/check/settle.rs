@@ -10,12 +10,12 @@ use http::Response;
 use super::{
     count, decide, lockout, poll_now, Answer, HeldCharge, HeldPermits, LayerState, Plan, Reach,
 };
-use crate::future::Carried;
 use crate::grpc::{respond, Reply};
 use crate::info::{NotLimited, RateLimitInfo};
 use crate::mode::{FailMode, Mode, MAX_DELAY_ATTEMPTS};
 use crate::response::Rejection;
 use crate::store::{Store, StoreError};
+use crate::upgrade::UpgradePermit;
 
 /// What a check decided for the request: two words, so the stages and the
 /// service pass it on without copying an admission's figures around.
@@ -244,5 +244,30 @@ fn log_decisions<St>(shared: &LayerState<St>, plan: &Plan, info: &RateLimitInfo)
             mode = ?shared.settings.mode,
             "rate-limit decision"
         );
+    }
+}
+
+/// What an admitted request carries to its response: made (boxed) by the
+/// check, kept by the response future.
+pub(crate) struct Carried<St: Store> {
+    /// The check's info, for the request's extensions and the headers.
+    pub(crate) info: Option<RateLimitInfo>,
+    /// The info whose fields the response gets.
+    pub(crate) headers: Option<RateLimitInfo>,
+    pub(crate) permits: Option<HeldPermits<St>>,
+    /// The permits of an upgrade request, offered to its handler; and
+    /// whether it was a `CONNECT`.
+    pub(crate) upgrade: Option<(UpgradePermit, bool)>,
+    /// Counted by outcome: kept or refunded once the outcome is known.
+    pub(crate) charge: Option<Box<HeldCharge<St>>>,
+}
+
+impl<St: Store> Carried<St> {
+    /// Whether the response has anything to do with it.
+    pub(crate) fn needed(&self) -> bool {
+        self.headers.is_some()
+            || self.permits.is_some()
+            || self.upgrade.is_some()
+            || self.charge.is_some()
     }
 }

@@ -122,7 +122,7 @@ impl<St: Store> ThrottleLayer<St> {
                 // A quota settled in bytes sent says so unless told otherwise.
                 unit: l.quota_unit.or(match l.actual {
                     Some(crate::meter::ActualCost::ResponseBytes) => {
-                        Some(crate::fields::QuotaUnit::ContentBytes)
+                        Some(crate::response::fields::QuotaUnit::ContentBytes)
                     }
                     _ => None,
                 }),
@@ -131,7 +131,7 @@ impl<St: Store> ThrottleLayer<St> {
             .collect();
         #[cfg(feature = "metrics")]
         self.describe_limits();
-        let meta = Arc::new(crate::response::layer_meta(metas, &self.settings));
+        let meta = Arc::new(crate::response::layer_meta(metas, &self.settings.fields));
         let mut settings = self.settings.clone();
         settings.settles_cost = rules.iter().any(|r| r.actual.is_some());
         Arc::new(LayerState {

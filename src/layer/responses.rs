@@ -34,7 +34,7 @@ impl<St: Store> ThrottleLayer<St> {
 
     /// Sends the IETF `RateLimit-Policy` and `RateLimit` fields (default on).
     pub fn ietf_headers(mut self, enabled: bool) -> Self {
-        self.settings.ietf_headers = enabled;
+        self.settings.fields.ietf_headers = enabled;
         self
     }
 
@@ -44,7 +44,7 @@ impl<St: Store> ThrottleLayer<St> {
     /// parser on the revision it was written for when the crate moves on.
     #[must_use = "builders do nothing until used"]
     pub fn field_profile(mut self, profile: FieldProfile) -> Self {
-        self.settings.profile = profile;
+        self.settings.fields.profile = profile;
         self
     }
 
@@ -60,13 +60,13 @@ impl<St: Store> ThrottleLayer<St> {
     /// responses.
     #[must_use = "builders do nothing until used"]
     pub fn partition_keys(mut self, keys: PartitionKeys) -> Self {
-        self.settings.partition = Some(keys);
+        self.settings.fields.partition = Some(keys);
         self
     }
 
     /// Sends `X-RateLimit-Limit`, `-Remaining` and `-Reset` (default off).
     pub fn legacy_headers(mut self, enabled: bool) -> Self {
-        self.settings.legacy_headers = enabled;
+        self.settings.fields.legacy_headers = enabled;
         self
     }
 
@@ -74,7 +74,7 @@ impl<St: Store> ThrottleLayer<St> {
     /// or a Unix timestamp. Either way it is the time until the key is fully
     /// fresh, where the IETF `t` is the time until more quota is available.
     pub fn legacy_reset_format(mut self, format: ResetFormat) -> Self {
-        self.settings.legacy_reset = format;
+        self.settings.fields.legacy_reset = format;
         self
     }
 

@@ -118,7 +118,7 @@ impl<St: Store> ThrottleLayer<St> {
     }
 
     /// What the first rule's quota counts (see [`Rule::quota_unit`]).
-    pub fn quota_unit(mut self, unit: crate::fields::QuotaUnit) -> Self {
+    pub fn quota_unit(mut self, unit: crate::response::fields::QuotaUnit) -> Self {
         let first = self.limits.remove(0).quota_unit(unit);
         self.limits.insert(0, first);
         self

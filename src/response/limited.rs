@@ -4,92 +4,18 @@
 //! `Retry-After`), the complete fields by seconds, so such a 429 is one
 //! clone of a map and no rendering at all.
 
-use std::sync::OnceLock;
-
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, RETRY_AFTER};
-use http::{HeaderMap, HeaderValue, Response, StatusCode};
+use http::header::RETRY_AFTER;
+use http::{HeaderMap, Response, StatusCode};
 
 use super::policy_field::request_policy_value;
 use super::{
-    ratelimit_value, RATELIMIT, RATELIMIT_POLICY, TEXT_PLAIN, X_RATELIMIT_LIMIT,
-    X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
+    ratelimit_value, RATELIMIT, RATELIMIT_POLICY, X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING,
+    X_RATELIMIT_RESET,
 };
 use crate::decision::Decision;
-use crate::fields::{int_value, retry_body, CACHED};
 use crate::info::{Meta, RateLimitInfo};
-
-/// The fields of a layer's plain-text 429.
-pub(crate) struct LimitedFields {
-    /// Every field, with placeholder values.
-    template: HeaderMap,
-    /// Per rule, the common denial's complete fields by `Retry-After`
-    /// seconds below [`CACHED`], each built on its first use (a table of
-    /// empty cells is made on the rule's first denial): at most 128 small
-    /// maps per rule, freed with the layer.
-    common: Box<[OnceLock<BySecs>]>,
-}
-
-/// One rule's complete fields by seconds (`None`: not cacheable).
-type BySecs = Box<[OnceLock<Option<HeaderMap>>]>;
-
-impl LimitedFields {
-    /// The fields of a layer with `rules` rules, `policy_header` its
-    /// `RateLimit-Policy`, and the IETF and legacy fields on or off.
-    pub(crate) fn new(
-        rules: usize,
-        policy_header: Option<&HeaderValue>,
-        ietf: bool,
-        legacy: bool,
-    ) -> Self {
-        let placeholder = HeaderValue::from_static("0");
-        let mut template = HeaderMap::with_capacity(7);
-        template.insert(CONTENT_TYPE, TEXT_PLAIN);
-        template.insert(RETRY_AFTER, placeholder.clone());
-        if ietf {
-            if let Some(policy) = policy_header {
-                template.insert(RATELIMIT_POLICY, policy.clone());
-            }
-            template.insert(RATELIMIT, placeholder.clone());
-        }
-        if legacy {
-            for name in [X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET] {
-                template.insert(name, placeholder.clone());
-            }
-        }
-        LimitedFields {
-            template,
-            common: (0..rules).map(|_| OnceLock::new()).collect(),
-        }
-    }
-
-    /// The complete fields of `rule`'s common denial that retries in
-    /// `secs`, if cached; `meta` is the layer's, the owner of `self`.
-    fn common(&self, meta: &Meta, rule: usize, secs: u64) -> Option<&HeaderMap> {
-        let i = usize::try_from(secs)
-            .ok()
-            .filter(|&s| s < CACHED as usize)?;
-        let table = self
-            .common
-            .get(rule)?
-            .get_or_init(|| (0..CACHED).map(|_| OnceLock::new()).collect());
-        table[i]
-            .get_or_init(|| {
-                let summary = &meta.rules[rule];
-                let mut headers = self.template.clone();
-                headers.insert(RETRY_AFTER, int_value(secs));
-                if headers.contains_key(RATELIMIT) {
-                    let params = meta.profile.params();
-                    headers.insert(
-                        RATELIMIT,
-                        summary.exhausted.get(params, &summary.name, secs)?,
-                    );
-                }
-                Some(headers)
-            })
-            .as_ref()
-    }
-}
+use crate::response::fields::{int_value, retry_body};
 
 /// The plain-text 429 of `rule`'s denial `d`, when it is the common one:
 /// nothing remaining, `t` equal to `Retry-After`, under the rule's own
@@ -107,7 +33,11 @@ pub(crate) fn common_limited(
     if secs != d.quota_after_secs() {
         return None;
     }
-    let headers = meta.limited.common(meta, rule, secs)?;
+    let summary = &meta.rules[rule];
+    let params = meta.profile.params();
+    let headers = meta.limited.common(rule, secs, || {
+        summary.exhausted.get(params, &summary.name, secs)
+    })?;
     Some(plain_429(secs, headers.clone()))
 }
 

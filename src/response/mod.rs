@@ -23,38 +23,59 @@ use http::header::{HeaderName, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, HeaderValue, Response, StatusCode};
 
 use crate::info::{Meta, RateLimitInfo, RuleSummary};
-use crate::settings::Settings;
 use crate::store::StoreError;
 
+pub(crate) mod fields;
 mod limited;
 mod policy_field;
 mod problem;
 
 #[cfg(test)]
-use crate::fields::SF_INT_MAX;
-use crate::fields::{int_value, ratelimit_item, retry_body};
-pub use crate::fields::{FieldProfile, PartitionKeys, QuotaUnit, ResetFormat, DRAFT};
+use crate::response::fields::SF_INT_MAX;
+use crate::response::fields::{int_value, ratelimit_item, retry_body};
+pub(crate) use fields::LimitedFields;
+use fields::TEXT_PLAIN;
+pub use fields::{
+    FieldProfile, PartitionKeys, QuotaUnit, ResetFormat, DRAFT, RATELIMIT, RATELIMIT_POLICY,
+    X_RATELIMIT_LIMIT, X_RATELIMIT_REMAINING, X_RATELIMIT_RESET,
+};
+pub(crate) use limited::common_limited;
 use limited::limited_plain_text;
-pub(crate) use limited::{common_limited, LimitedFields};
 pub(crate) use policy_field::policy_value;
 use policy_field::request_policy_value;
 use problem::problem_json;
 pub use problem::QUOTA_EXCEEDED;
 
-/// `RateLimit-Policy`.
-pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
-/// `RateLimit`.
-pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
-/// `X-RateLimit-Limit` (legacy).
-pub const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
-/// `X-RateLimit-Remaining` (legacy).
-pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
-/// `X-RateLimit-Reset` (legacy; see [`ResetFormat`]).
-pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+/// Which rate-limit fields a layer's responses carry, and how (set by the
+/// layer's builder).
+#[derive(Clone)]
+pub(crate) struct FieldSettings {
+    /// `RateLimit-Policy` and `RateLimit`.
+    pub(crate) ietf_headers: bool,
+    /// `X-RateLimit-*`.
+    pub(crate) legacy_headers: bool,
+    pub(crate) legacy_reset: ResetFormat,
+    /// The draft revision of the IETF fields.
+    pub(crate) profile: FieldProfile,
+    /// Writes `pk` parameters, when set.
+    pub(crate) partition: Option<PartitionKeys>,
+}
+
+impl Default for FieldSettings {
+    fn default() -> Self {
+        FieldSettings {
+            ietf_headers: true,
+            legacy_headers: false,
+            legacy_reset: ResetFormat::default(),
+            profile: FieldProfile::default(),
+            partition: None,
+        }
+    }
+}
 
 /// What every response of a layer shares, rendered once when the layer
 /// builds its service.
-pub(crate) fn layer_meta(rules: Box<[RuleSummary]>, settings: &Settings) -> Meta {
+pub(crate) fn layer_meta(rules: Box<[RuleSummary]>, settings: &FieldSettings) -> Meta {
     let policy_header = policy_value(settings.profile.params(), &rules);
     Meta {
         limited: LimitedFields::new(
@@ -215,8 +236,6 @@ pub(crate) fn rejection_response(
 /// The `Retry-After` of a store-failure 503: soon, as a passing failure
 /// (a failover, a timeout) is the common case.
 pub const UNAVAILABLE_RETRY_SECS: u64 = 1;
-
-const TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
 
 /// Adds the configured headers to a forwarded request's response.
 pub(crate) fn add_headers(headers: &mut HeaderMap, info: &RateLimitInfo) {

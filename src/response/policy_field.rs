@@ -2,8 +2,8 @@
 
 use http::HeaderValue;
 
-use crate::fields::{interned, render_policies, Params};
 use crate::info::{RateLimitInfo, RuleSummary};
+use crate::response::fields::{interned, render_policies, Params};
 
 /// `"reply";q=5;w=60, "upload";q=2;qu="concurrent-requests"`: a layer's
 /// own policies, rendered once.

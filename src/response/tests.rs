@@ -1,7 +1,7 @@
 //! Tests of the layer's own responses and rate-limit headers.
 use super::*;
-use crate::fields::push_u64;
 use crate::info::{Meta, RuleDecision, RuleSummary};
+use crate::response::fields::push_u64;
 use crate::{Decision, Policy};
 use std::time::Duration;
 
@@ -14,11 +14,11 @@ fn decimal_digits_match_display() {
     }
 }
 
-fn settings(ietf: bool, legacy: bool) -> Settings {
-    Settings {
+fn settings(ietf: bool, legacy: bool) -> FieldSettings {
+    FieldSettings {
         ietf_headers: ietf,
         legacy_headers: legacy,
-        ..Settings::default()
+        ..FieldSettings::default()
     }
 }
 
@@ -311,7 +311,7 @@ fn the_cached_common_429_is_the_templates_429() {
                     let common = common_limited(&meta, rule, &d);
                     let expect_cached = remaining == 0
                         && d.retry_after_secs() == Some(d.quota_after_secs())
-                        && d.quota_after_secs() < crate::fields::CACHED;
+                        && d.quota_after_secs() < crate::response::fields::CACHED;
                     assert_eq!(
                         common.is_some(),
                         expect_cached,

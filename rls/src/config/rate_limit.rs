@@ -10,7 +10,6 @@ use super::model::{Algorithm, Limit, Unit};
 use super::values::{
     not_a_map, unknown_key, Checked as Unread, Flag, Key, Text, Whole, KEY, VALID_KEYS,
 };
-use super::yaml::{Fields, Options};
 
 /// A `rate_limit` mapping as written.
 #[derive(Default)]
@@ -93,7 +92,8 @@ impl RawRateLimit {
 }
 
 impl Checked {
-    pub(super) fn into_limit(self, path: &str, f: &Fields) -> Limit {
+    /// The limit at `path`, with its descriptor's flags.
+    pub(super) fn into_limit(self, path: &str, flags: DescriptorFlags) -> Limit {
         Limit {
             full_key: path.to_owned(),
             requests_per_unit: self.raw.requests_per_unit,
@@ -101,16 +101,27 @@ impl Checked {
             unlimited: self.raw.unlimited,
             name: self.raw.name,
             replaces: self.raw.replaces,
-            shadow_mode: f.shadow_mode,
-            quota_mode: f.quota_mode,
-            detailed_metric: f.detailed_metric,
+            shadow_mode: flags.shadow_mode,
+            quota_mode: flags.quota_mode,
+            detailed_metric: flags.detailed_metric,
             algorithm: self.algorithm,
             policy: self.policy,
         }
     }
 }
 
-pub(super) struct RateLimitSeed(pub(super) Options);
+/// The flags of the descriptor a limit belongs to.
+pub(super) struct DescriptorFlags {
+    pub(super) shadow_mode: bool,
+    pub(super) quota_mode: bool,
+    pub(super) detailed_metric: bool,
+}
+
+/// Reads a `rate_limit`; `strict` refuses the extension keys
+/// (`algorithm`, `burst`) as upstream would.
+pub(super) struct RateLimitSeed {
+    pub(super) strict: bool,
+}
 
 impl<'de> DeserializeSeed<'de> for RateLimitSeed {
     type Value = Option<Checked>;
@@ -130,7 +141,7 @@ impl<'de> Visitor<'de> for RateLimitSeed {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut rl = RawRateLimit::default();
         let keys = Key {
-            extension: !self.0.strict,
+            extension: !self.strict,
         };
         while let Some(key) = map.next_key_seed(keys)? {
             match key.as_str() {
@@ -142,7 +153,7 @@ impl<'de> Visitor<'de> for RateLimitSeed {
                 "unlimited" => rl.unlimited = map.next_value_seed(Flag)?,
                 "name" => rl.name = map.next_value_seed(Text)?,
                 "replaces" => rl.replaces = map.next_value_seed(Replaces)?,
-                "algorithm" | "burst" | "max_burst" if self.0.strict => {
+                "algorithm" | "burst" | "max_burst" if self.strict => {
                     return Err(unknown_key(&key))
                 }
                 "algorithm" => rl.algorithm = Some(map.next_value_seed(Text)?),

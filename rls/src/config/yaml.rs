@@ -9,7 +9,7 @@ use std::fmt;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use super::model::Limit;
-use super::rate_limit::{Checked, RateLimitSeed};
+use super::rate_limit::{Checked, DescriptorFlags, RateLimitSeed};
 use super::values::{not_a_map, unknown_key, Checked as Unread, Flag, Text, KEY, VALID_KEYS};
 
 /// How strictly to read.
@@ -165,7 +165,11 @@ impl<'de> Visitor<'de> for Descriptor<'_> {
             match key.as_str() {
                 "key" => f.key = map.next_value_seed(Text)?,
                 "value" => f.value = map.next_value_seed(Text)?,
-                "rate_limit" => f.rate_limit = map.next_value_seed(RateLimitSeed(self.options))?,
+                "rate_limit" => {
+                    f.rate_limit = map.next_value_seed(RateLimitSeed {
+                        strict: self.options.strict,
+                    })?
+                }
                 "descriptors" => {
                     // Their composite keys need ours, which may not be read yet.
                     nested = Some(map.next_value_seed(Descriptors {
@@ -222,7 +226,12 @@ fn finish(
         return Err(format!("duplicate descriptor composite key '{path}'"));
     }
     let mut f = f;
-    let limit = f.rate_limit.take().map(|rl| rl.into_limit(&path, &f));
+    let flags = DescriptorFlags {
+        shadow_mode: f.shadow_mode,
+        quota_mode: f.quota_mode,
+        detailed_metric: f.detailed_metric,
+    };
+    let limit = f.rate_limit.take().map(|rl| rl.into_limit(&path, flags));
     if f.share_threshold && !final_key.contains('*') {
         return Err(format!(
             "share_threshold can only be used with wildcard values (containing '*'), but found key '{final_key}'"

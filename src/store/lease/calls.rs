@@ -204,52 +204,83 @@ impl<S: Store> LeasingStore<S> {
             })
             .collect();
         self.settle(give_back).await;
+        let answers = self.send_round(rules, &plans, now).await?;
+        let mut give_back = Vec::new();
+        let (out, block_denied) = self.merge_round(rules, plans, answers, now, &mut give_back);
+        self.settle(give_back).await;
+        if out.len() != rules.len() {
+            return Err(StoreError::Protocol(
+                "check_all answered with another number of decisions".into(),
+            ));
+        }
+        if block_denied {
+            // A block larger than the room: ask again with the checks' own
+            // costs (nothing was charged by this round).
+            return Ok(None);
+        }
+        Ok(Some(out))
+    }
+
+    /// The inner store's answers for the round's charges that leases do
+    /// not serve (a block's charge is the block); one per charge sent.
+    async fn send_round(
+        &self,
+        rules: &[Charge<'_>],
+        plans: &[Plan],
+        now: u64,
+    ) -> Result<Vec<Decision>, StoreError> {
         let charges: Vec<Charge<'_>> = rules
             .iter()
-            .zip(&plans)
+            .zip(plans)
             .filter_map(|(r, p)| match p {
                 Plan::Served(..) => None,
                 Plan::Ordinary | Plan::AwaitBlock => Some(*r),
                 Plan::Block(k) => Some(Charge { cost: *k, ..*r }),
             })
             .collect();
+        if charges.is_empty() {
+            return Ok(Vec::new());
+        }
         let blocks: Vec<&Charge<'_>> = rules
             .iter()
-            .zip(&plans)
+            .zip(plans)
             .filter(|(_, p)| matches!(p, Plan::Block(_)))
             .map(|(r, _)| r)
             .collect();
-        let answers = if charges.is_empty() {
-            Vec::new()
-        } else {
-            let guard = Acquiring {
-                shared: &self.shared,
-                keys: blocks.iter().map(|r| r.key).collect(),
-            };
-            let answer = self.shared.inner.check_all(&charges).await;
-            guard.disarm();
-            let answer = answer.and_then(|ds| {
-                if ds.len() == charges.len() {
-                    Ok(ds)
-                } else {
-                    Err(StoreError::Protocol(
-                        "check_all answered with another number of decisions".into(),
-                    ))
-                }
-            });
-            match answer {
-                Ok(ds) => ds,
-                Err(e) => {
-                    self.unspend_all(rules, &plans, now);
-                    self.shared.failed(&e, &blocks);
-                    return Err(e);
-                }
-            }
+        let guard = Acquiring {
+            shared: &self.shared,
+            keys: blocks.iter().map(|r| r.key).collect(),
         };
+        let answer = self.shared.inner.check_all(&charges).await;
+        guard.disarm();
+        let answer = answer.and_then(|ds| {
+            if ds.len() == charges.len() {
+                Ok(ds)
+            } else {
+                Err(StoreError::Protocol(
+                    "check_all answered with another number of decisions".into(),
+                ))
+            }
+        });
+        answer.inspect_err(|e| {
+            self.unspend_all(rules, plans, now);
+            self.shared.failed(e, &blocks);
+        })
+    }
+
+    /// Every rule's decision from its plan and the inner store's answers;
+    /// and whether a block was denied while the others passed.
+    fn merge_round(
+        &self,
+        rules: &[Charge<'_>],
+        plans: Vec<Plan>,
+        answers: Vec<Decision>,
+        now: u64,
+        give_back: &mut Vec<GiveBack>,
+    ) -> (Vec<Decision>, bool) {
         let pass = answers.iter().all(|d| d.allowed);
         let mut answers = answers.into_iter();
         let mut out = Vec::with_capacity(rules.len());
-        let mut give_back = Vec::new();
         let mut block_denied = false;
         for (rule, plan) in rules.iter().zip(plans) {
             let d = match plan {
@@ -265,7 +296,7 @@ impl<S: Store> LeasingStore<S> {
                         ..d
                     }
                 }
-                // One answer per charge sent, checked above.
+                // One answer per charge sent, checked by `send_round`.
                 Plan::Ordinary | Plan::AwaitBlock => {
                     let Some(d) = answers.next() else { break };
                     self.shared.saw(rule, &d);
@@ -274,7 +305,7 @@ impl<S: Store> LeasingStore<S> {
                 Plan::Block(k) => {
                     let Some(d) = answers.next() else { break };
                     if pass {
-                        self.shared.keep_block(rule, k, now, d, &mut give_back)
+                        self.shared.keep_block(rule, k, now, d, give_back)
                     } else if !d.allowed {
                         self.shared.block_denied(rule, d.remaining);
                         block_denied = true;
@@ -288,18 +319,7 @@ impl<S: Store> LeasingStore<S> {
             };
             out.push(d);
         }
-        self.settle(give_back).await;
-        if out.len() != rules.len() {
-            return Err(StoreError::Protocol(
-                "check_all answered with another number of decisions".into(),
-            ));
-        }
-        if block_denied {
-            // A block larger than the room: ask again with the checks' own
-            // costs (nothing was charged by this round).
-            return Ok(None);
-        }
-        Ok(Some(out))
+        (out, block_denied)
     }
 
     fn unspend_all(&self, rules: &[Charge<'_>], plans: &[Plan], now: u64) {

@@ -9,6 +9,7 @@ use super::value::{bad, gcra_tat, ns, opt_uint, uint, us_dur};
 use crate::algorithm::fixed_window::{self, FixedWindowState};
 use crate::algorithm::gcra;
 use crate::algorithm::sliding_window::{self, SlidingWindowState};
+use crate::algorithm::{ConcurrencyParams, WindowParams};
 use crate::decision::{Decision, PermitId};
 use crate::policy::{Algorithm, Policy};
 use crate::store::StoreError;
@@ -73,11 +74,7 @@ pub(super) fn decision(
     items: &[Value],
     now_ns: u64,
 ) -> Result<(Decision, Option<RawState>), StoreError> {
-    let field = |i: usize| {
-        items
-            .get(i)
-            .ok_or_else(|| bad(format!("rule reply too short ({} items)", items.len())))
-    };
+    let field = |i: usize| item(items, i);
     let script_allowed = match uint(field(0)?)? {
         0 => false,
         1 => true,
@@ -108,60 +105,14 @@ pub(super) fn decision(
             state = Some(RawState::Sliding(s));
             sliding_window::check(&p, &s, now_ns, cost)
         }
-        Algorithm::SlidingLog(p) if !p.window_ns.is_multiple_of(1000) => {
-            // Code 'L' (sliding_log.lua): whole µs m of 1000·m + W mod 1000
-            // ns, or −1 for none.
-            let left = |v: &Value| -> Result<Option<Duration>, StoreError> {
-                opt_uint(v)?
-                    .map(|m| {
-                        ns(m)?
-                            .checked_add(p.window_ns % 1000)
-                            .map(Duration::from_nanos)
-                            .ok_or_else(|| bad(format!("time {m} µs out of range")))
-                    })
-                    .transpose()
-            };
-            Decision {
-                charged: 0,
-                charged_at_ns: 0,
-                decided_by: Default::default(),
-                allowed: script_allowed,
-                limit: p.max,
-                remaining: uint(field(1)?)?,
-                retry_after: left(field(2)?)?,
-                reset_after: left(field(3)?)?.unwrap_or_default(),
-                quota_after: left(field(4)?)?.unwrap_or_default(),
-                permit: None,
-            }
-        }
-        Algorithm::SlidingLog(p) => Decision {
-            charged: 0,
-            charged_at_ns: 0,
-            decided_by: Default::default(),
-            allowed: script_allowed,
-            limit: p.max,
-            remaining: uint(field(1)?)?,
-            retry_after: opt_uint(field(2)?)?.map(us_dur).transpose()?,
-            reset_after: us_dur(uint(field(3)?)?)?,
-            quota_after: us_dur(uint(field(4)?)?)?,
-            permit: None,
-        },
+        Algorithm::SlidingLog(p) => sliding_log(&p, items, script_allowed)?,
         Algorithm::Concurrency(p) => Decision {
-            charged: 0,
-            charged_at_ns: 0,
-            decided_by: Default::default(),
-            allowed: script_allowed,
-            limit: p.max_in_flight,
-            remaining: uint(field(1)?)?,
-            // In ns (decimal strings: exact at any size).
-            retry_after: opt_uint(field(2)?)?.map(Duration::from_nanos),
-            reset_after: Duration::from_nanos(uint(field(3)?)?),
-            quota_after: Duration::from_nanos(uint(field(4)?)?),
             permit: if script_allowed && cost > 0 {
                 rule.permit
             } else {
                 None
             },
+            ..concurrency(&p, items, script_allowed)?
         },
     };
     if d.allowed != script_allowed {
@@ -171,4 +122,77 @@ pub(super) fn decision(
         )));
     }
     Ok((d, state))
+}
+
+/// Item `i` of a rule's reply.
+fn item(items: &[Value], i: usize) -> Result<&Value, StoreError> {
+    items
+        .get(i)
+        .ok_or_else(|| bad(format!("rule reply too short ({} items)", items.len())))
+}
+
+/// A sliding log's decision as its script reports it: in µs, or, for a
+/// window not a whole number of µs (code 'L'), in whole µs plus the
+/// window's ns remainder.
+fn sliding_log(p: &WindowParams, items: &[Value], allowed: bool) -> Result<Decision, StoreError> {
+    let field = |i: usize| item(items, i);
+    let decision = Decision {
+        charged: 0,
+        charged_at_ns: 0,
+        decided_by: Default::default(),
+        allowed,
+        limit: p.max,
+        remaining: uint(field(1)?)?,
+        retry_after: None,
+        reset_after: Duration::ZERO,
+        quota_after: Duration::ZERO,
+        permit: None,
+    };
+    if p.window_ns.is_multiple_of(1000) {
+        return Ok(Decision {
+            retry_after: opt_uint(field(2)?)?.map(us_dur).transpose()?,
+            reset_after: us_dur(uint(field(3)?)?)?,
+            quota_after: us_dur(uint(field(4)?)?)?,
+            ..decision
+        });
+    }
+    // Whole µs m of 1000·m + W mod 1000 ns, or −1 for none.
+    let left = |v: &Value| -> Result<Option<Duration>, StoreError> {
+        opt_uint(v)?
+            .map(|m| {
+                ns(m)?
+                    .checked_add(p.window_ns % 1000)
+                    .map(Duration::from_nanos)
+                    .ok_or_else(|| bad(format!("time {m} µs out of range")))
+            })
+            .transpose()
+    };
+    Ok(Decision {
+        retry_after: left(field(2)?)?,
+        reset_after: left(field(3)?)?.unwrap_or_default(),
+        quota_after: left(field(4)?)?.unwrap_or_default(),
+        ..decision
+    })
+}
+
+/// A concurrency limit's decision as its script reports it (times in
+/// ns, decimal strings: exact at any size), without its permit.
+fn concurrency(
+    p: &ConcurrencyParams,
+    items: &[Value],
+    allowed: bool,
+) -> Result<Decision, StoreError> {
+    let field = |i: usize| item(items, i);
+    Ok(Decision {
+        charged: 0,
+        charged_at_ns: 0,
+        decided_by: Default::default(),
+        allowed,
+        limit: p.max_in_flight,
+        remaining: uint(field(1)?)?,
+        retry_after: opt_uint(field(2)?)?.map(Duration::from_nanos),
+        reset_after: Duration::from_nanos(uint(field(3)?)?),
+        quota_after: Duration::from_nanos(uint(field(4)?)?),
+        permit: None,
+    })
 }

@@ -118,7 +118,7 @@ mod tests {
         assert_eq!(a.as_bytes().as_ptr(), b.as_bytes().as_ptr(), "one copy");
         assert!(interned(b"bad\nvalue".to_vec()).is_none());
         let items = ExhaustedItems::default();
-        let params = crate::fields::FieldProfile::default().params();
+        let params = crate::response::fields::FieldProfile::default().params();
         assert_eq!(items.get(params, "reply", 0).unwrap(), "\"reply\";r=0;t=0");
         assert_eq!(
             items.get(params, "reply", 127).unwrap(),

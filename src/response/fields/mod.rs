@@ -15,20 +15,36 @@
 
 use std::fmt::Write as _;
 
-use http::HeaderValue;
+use http::{HeaderName, HeaderValue};
 
 use crate::decision::ceil_secs;
 use crate::policy::Policy;
 
 mod cache;
+mod limited;
 mod pk;
 mod profile;
 
 pub(crate) use cache::{int_value, interned, retry_body, ExhaustedItems, CACHED};
+pub(crate) use limited::LimitedFields;
 pub use pk::PartitionKeys;
 pub(crate) use pk::{push_byte_sequence, Pk};
 pub(crate) use profile::Params;
 pub use profile::{FieldProfile, QuotaUnit};
+
+/// `RateLimit-Policy`.
+pub const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `RateLimit`.
+pub const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+/// `X-RateLimit-Limit` (legacy).
+pub const X_RATELIMIT_LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+/// `X-RateLimit-Remaining` (legacy).
+pub const X_RATELIMIT_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+/// `X-RateLimit-Reset` (legacy; see [`ResetFormat`]).
+pub const X_RATELIMIT_RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
+
+/// The `Content-Type` of the layer's plain-text responses.
+pub(crate) const TEXT_PLAIN: HeaderValue = HeaderValue::from_static("text/plain; charset=utf-8");
 
 /// The draft the default [`FieldProfile`] follows.
 pub const DRAFT: &str = "draft-ietf-httpapi-ratelimit-headers-11";
