@@ -1,11 +1,13 @@
 //! The binary with the environment Envoy Gateway's rate-limit Deployment
 //! sets (envoyproxy/gateway `internal/infrastructure/kubernetes/ratelimit/
-//! resource.go`), verbatim but for: `CONFIG_TYPE` (xDS comes later, so
-//! the configuration is a file where xDS would put it), the listeners
-//! (loopback, free ports) and the file paths (a temp directory laid out as
-//! the Deployment's `/data`, `/certs`, `/redis-certs` and
-//! `/etc/statsd-exporter`). Answers come over TLS; Prometheus is named by
-//! Envoy Gateway's mapping file.
+//! resource.go`), verbatim but for: `CONFIG_GRPC_XDS_SERVER_URL` (a control
+//! plane the test runs, over mTLS as Envoy Gateway's xDS server, at
+//! `localhost:<free port>`), the listeners (loopback, free ports) and the
+//! file paths (a temp directory laid out as the Deployment's `/data`,
+//! `/certs`, `/redis-certs` and `/etc/statsd-exporter`). As Envoy Gateway's
+//! `/certs/tls.crt`, one certificate serves gRPC and is shown to the xDS
+//! server. Answers come over TLS; Prometheus is named by Envoy Gateway's
+//! mapping file.
 
 use std::net::SocketAddr;
 
@@ -15,51 +17,94 @@ use crate::stats::GATEWAY_MAPPER;
 use crate::support::*;
 use crate::tls::{call_with, id};
 use crate::tls_pki::Pki;
-
-/// A rule as Envoy Gateway's translator writes one (upper-case unit).
-const CONFIG: &str = "domain: default/eg/http
-descriptors:
-  - key: httproute/default/backend/rule/0/match/0/example_com
-    value: httproute/default/backend/rule/0/match/0/example_com
-    descriptors:
-      - key: rule-0-match-0
-        value: rule-0-match-0
-        rate_limit: {unit: HOUR, requests_per_unit: 3}
-";
+use crate::xds::{resource, ControlPlane};
+use envoy_types::pb::ratelimit::config::ratelimit::v3::{
+    RateLimitDescriptor, RateLimitPolicy, RateLimitUnit,
+};
+use tonic::transport::{Certificate, Identity, ServerTlsConfig};
 
 const ROUTE: &str = "httproute/default/backend/rule/0/match/0/example_com";
+
+/// A rule as Envoy Gateway's translator sends one (its xDS resource).
+fn snapshot() -> Vec<envoy_types::pb::google::protobuf::Any> {
+    let rule = RateLimitDescriptor {
+        key: "rule-0-match-0".into(),
+        value: "rule-0-match-0".into(),
+        rate_limit: Some(RateLimitPolicy {
+            unit: RateLimitUnit::Hour as i32,
+            requests_per_unit: 3,
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let route = RateLimitDescriptor {
+        key: ROUTE.into(),
+        value: ROUTE.into(),
+        descriptors: vec![rule],
+        ..Default::default()
+    };
+    vec![resource("default/eg/http", "default/eg/http", vec![route])]
+}
+
+/// A certificate for both ends (serverAuth and clientAuth, 127.0.0.1 and
+/// localhost) by the test CA, as Envoy Gateway's `/certs/tls.crt`.
+fn issue_both(pki: &Pki, dir: &std::path::Path) {
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("the openssl CLI");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    std::fs::write(
+        dir.join("tls.ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n",
+    )
+    .unwrap();
+    openssl(&[
+        "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+        "-keyout", "tls.key", "-out", "tls.csr", "-subj", "/CN=envoy-ratelimit",
+    ]);
+    let (ca, ca_key) = (pki.path("ca.crt"), pki.path("ca.key"));
+    openssl(&[
+        "x509", "-req", "-in", "tls.csr", "-CA", &ca, "-CAkey", &ca_key, "-CAcreateserial",
+        "-days", "2", "-out", "tls.crt", "-extfile", "tls.ext",
+    ]);
+}
 
 struct Layout {
     root: Dir,
     grpc: u16,
     http: u16,
     metrics: u16,
+    /// Envoy Gateway's xDS server for the rate-limit configuration.
+    xds: ControlPlane,
 }
 
 impl Layout {
-    /// `/data/ratelimit/config`, `/certs/{tls.crt,tls.key,ca.crt}`, the
-    /// mapper file; a dotfile that would not load is ignored as asked.
+    /// `/data/ratelimit` (empty: the configuration comes over xDS),
+    /// `/certs/{tls.crt,tls.key,ca.crt}`, the mapper file, and the xDS
+    /// server (mTLS: it asks for a certificate the CA issued).
     fn new(pki: &Pki) -> Layout {
         let root = Dir::new();
-        let config = root.0.join("data/ratelimit/config");
-        std::fs::create_dir_all(&config).unwrap();
-        std::fs::write(config.join("default-eg-http.yaml"), CONFIG).unwrap();
-        std::fs::write(config.join(".swap.yaml"), "not: [a config").unwrap();
+        std::fs::create_dir_all(root.0.join("data/ratelimit")).unwrap();
         let certs = root.0.join("certs");
         std::fs::create_dir_all(&certs).unwrap();
-        for (from, to) in [
-            ("server.crt", "tls.crt"),
-            ("server.key", "tls.key"),
-            ("ca.crt", "ca.crt"),
-        ] {
-            std::fs::write(certs.join(to), pki.read(from)).unwrap();
-        }
+        std::fs::write(certs.join("ca.crt"), pki.read("ca.crt")).unwrap();
+        issue_both(pki, &certs);
         std::fs::write(root.0.join("conf.yaml"), GATEWAY_MAPPER).unwrap();
+        let read = |f: &str| std::fs::read(certs.join(f)).unwrap();
+        let tls = ServerTlsConfig::new()
+            .identity(Identity::from_pem(read("tls.crt"), read("tls.key")))
+            .client_ca_root(Certificate::from_pem(read("ca.crt")));
+        let xds = ControlPlane::start(Some(("1", snapshot())), Some(tls));
         Layout {
             root,
             grpc: free_port(),
             http: free_port(),
             metrics: free_port(),
+            xds,
         }
     }
 
@@ -80,8 +125,12 @@ impl Layout {
             ("RUNTIME_WATCH_ROOT", "false".into()),
             ("LOG_LEVEL", "info".into()),
             ("USE_STATSD", "false".into()),
-            // ("CONFIG_TYPE", "GRPC_XDS_SOTW"): xDS is not served yet.
-            ("CONFIG_GRPC_XDS_SERVER_URL", "envoy-gateway:18001".into()),
+            ("CONFIG_TYPE", "GRPC_XDS_SOTW".into()),
+            // Envoy Gateway: "envoy-gateway:18001".
+            (
+                "CONFIG_GRPC_XDS_SERVER_URL",
+                format!("localhost:{}", self.xds.port),
+            ),
             ("CONFIG_GRPC_XDS_NODE_ID", "envoy-ratelimit".into()),
             ("GRPC_SERVER_USE_TLS", "true".into()),
             ("GRPC_SERVER_TLS_CERT", self.path("certs/tls.crt")),
@@ -168,9 +217,14 @@ async fn envoy_gateways_environment_serves_over_tls() {
     let vars = layout.env(&format!("127.0.0.1:{}", redis.port), &[]);
     let mut p = spawn(&vars);
     let line = p.line(|l| l.contains("throttle-rls started")).await;
+    // FORCE_START_WITHOUT_INITIAL_CONFIG=true: it may start before the
+    // snapshot is in.
     for said in [
         &format!("backend Redis SINGLE at 127.0.0.1:{} (tcp)", redis.port),
-        "1 domain (default/eg/http), 1 limit",
+        &format!(
+            "configuration xDS server localhost:{} (node id envoy-ratelimit, TLS with a client certificate)",
+            layout.xds.port
+        ),
         &format!(
             "gRPC 127.0.0.1:{} (TLS, no client certificate asked for)",
             layout.grpc
@@ -181,7 +235,7 @@ async fn envoy_gateways_environment_serves_over_tls() {
         assert!(line.contains(said), "no {said:?} in {line}");
     }
     for said in [
-        "CONFIG_GRPC_XDS_NODE_ID, CONFIG_GRPC_XDS_SERVER_URL, CONFIG_GRPC_XDS_SERVER_USE_TLS",
+        "RUNTIME_ROOT, RUNTIME_SUBDIRECTORY, RUNTIME_WATCH_ROOT, RUNTIME_IGNOREDOTFILES: only read with CONFIG_TYPE=FILE",
         "GRPC_SERVER_TLS_CA_CERT: not read, as upstream does not read it",
         "TRACING_ENABLED, TRACING_SERVICE_NAME",
     ] {
@@ -189,6 +243,8 @@ async fn envoy_gateways_environment_serves_over_tls() {
         assert!(l.contains(" WARN "), "{l}");
     }
     until_healthy(layout.addr(layout.http)).await;
+    let ack = layout.xds.acked("1").await;
+    assert_eq!(ack.node_id, "envoy-ratelimit");
     three_then_over(&layout, &pki).await;
     let (status, _, text) = http(layout.addr(layout.metrics), "GET", "/metrics", "").await;
     assert_eq!(status, 200);
@@ -242,6 +298,7 @@ async fn envoy_gateways_redis_tls_client_certificate() {
         "{line}"
     );
     until_healthy(layout.addr(layout.http)).await;
+    layout.xds.acked("1").await;
     three_then_over(&layout, &pki).await;
     assert_eq!(p.terminate().await.code(), Some(0));
 }
