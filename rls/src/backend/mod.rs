@@ -5,6 +5,7 @@
 //! (`RLS_REDIS_KEYS=upstream`, the default): see [`UpstreamCounters`].
 
 pub(crate) mod join;
+pub mod leases;
 mod redis_errors;
 mod upstream_keys;
 mod url;
@@ -17,7 +18,7 @@ use tower_throttle::store::redis::{HashTag, RedisStoreBuilder, TimeSource};
 use tower_throttle::store::{BoxStore, FallbackStore, StoreError};
 use tower_throttle::MemoryStore;
 
-use crate::settings::{Backend, RedisKeys, RedisSettings, RedisType, Settings};
+use crate::settings::{Backend, Leases, RedisKeys, RedisSettings, RedisType, Settings};
 use upstream_keys::Conn;
 pub use upstream_keys::{counter_seconds, UpstreamCounters, COUNTER_MAX};
 
@@ -115,13 +116,8 @@ pub async fn build(
                 .connect_lazy(info)
                 .map_err(|e| fail("Redis server", e))?;
             let store = counters(Conn::Single(lazy.clone()), BoxStore::new(lazy));
-            if r.fallback_to_memory {
-                return Ok(built(
-                    BoxStore::new(FallbackStore::new(store, memory())),
-                    true,
-                ));
-            }
-            return Ok(built(store, false));
+            // Unhealthy until it answers, unless the fallback decides.
+            return Ok(built(settings, &clock, store, memory(), false));
         }
         RedisType::Cluster => {
             if settings.all_or_nothing {
@@ -154,16 +150,26 @@ pub async fn build(
             )
         }
     };
-    if r.fallback_to_memory {
-        return Ok(built(
-            BoxStore::new(FallbackStore::new(store, memory())),
-            true,
-        ));
-    }
-    Ok(built(store, true))
+    Ok(built(settings, &clock, store, memory(), true))
 }
 
-fn built(store: BoxStore, healthy: bool) -> Built {
+/// The Redis store, behind the memory fallback if asked for, behind leases
+/// if on (over the fallback, so that its decisions end them).
+fn built(
+    settings: &Settings,
+    clock: &Arc<dyn Clock>,
+    mut store: BoxStore,
+    memory: MemoryStore<DynClock>,
+    mut healthy: bool,
+) -> Built {
+    if matches!(&settings.backend, Backend::Redis(r) if r.fallback_to_memory) {
+        store = BoxStore::new(FallbackStore::new(store, memory));
+        healthy = true;
+    }
+    if settings.leases == Leases::On {
+        let tail = settings.redis_keys == RedisKeys::Upstream && !settings.all_or_nothing;
+        store = BoxStore::new(leases::Leased::new(store, DynClock(clock.clone()), tail));
+    }
     Built {
         store,
         healthy,

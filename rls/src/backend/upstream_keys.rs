@@ -22,6 +22,11 @@
 //! its own keys. The service sends a request's descriptors together, so
 //! their pipelines share one round trip on one connection, and on a
 //! cluster go to their slots concurrently, as upstream's do.
+//!
+//! A decision's receipt names the count after (its `at_ns`), so a lease
+//! ([`super::leases`]) gives its unspent units back with `DECRBY` only
+//! while they are the counter's last (a Lua script on the same key): no
+//! count is handed out twice, and upstream pods still read one counter.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -123,25 +128,35 @@ impl UpstreamCounters {
         let mut pipe = redis::pipe();
         pipe.cmd("INCRBY").arg(key).arg(cost);
         pipe.cmd("EXPIRE").arg(key).arg(ttl).ignore();
-        let sent = match &self.conn {
-            Conn::Single(lazy) => match lazy.connected() {
-                Some(store) => query(&pipe, store.connection().clone(), self.timeout).await,
-                None => Err(Sent::NotConnected),
-            },
-            Conn::Cluster(c) => query(&pipe, c.clone(), self.timeout).await,
-            Conn::Sentinel(c) => query(&pipe, c.clone(), self.timeout).await,
-        };
-        match sent {
+        match self.send(&pipe).await {
             Ok(after) => Ok(u64::try_from(after).unwrap_or(0)),
             // A count past 2^63 − 1 (upstream pods charging huge addends):
             // full, so over whatever the limit, as the crate's counter
             // saturates. EXPIRE ran all the same.
             Err(Sent::Redis(e)) if redis_errors::is_overflow(&e) => Ok(i64::MAX as u64),
-            Err(Sent::Redis(e)) => Err(redis_errors::map(e, self.timeout)),
-            Err(Sent::TimedOut) => Err(StoreError::Timeout(self.timeout)),
-            Err(Sent::NotConnected) => Err(StoreError::Connection(
+            Err(sent) => Err(self.failed(sent)),
+        }
+    }
+
+    /// `pipe` on the connection: its first reply.
+    async fn send(&self, pipe: &redis::Pipeline) -> Result<i64, Sent> {
+        match &self.conn {
+            Conn::Single(lazy) => match lazy.connected() {
+                Some(store) => query(pipe, store.connection().clone(), self.timeout).await,
+                None => Err(Sent::NotConnected),
+            },
+            Conn::Cluster(c) => query(pipe, c.clone(), self.timeout).await,
+            Conn::Sentinel(c) => query(pipe, c.clone(), self.timeout).await,
+        }
+    }
+
+    fn failed(&self, sent: Sent) -> StoreError {
+        match sent {
+            Sent::Redis(e) => redis_errors::map(e, self.timeout),
+            Sent::TimedOut => StoreError::Timeout(self.timeout),
+            Sent::NotConnected => StoreError::Connection(
                 "Redis is not connected yet (retrying in the background)".into(),
-            )),
+            ),
         }
     }
 
@@ -158,10 +173,32 @@ impl UpstreamCounters {
             permit: None,
             decided_by: DecidedBy::Primary,
             charged: rule.cost,
-            charged_at_ns: 0,
+            // The receipt names the count after: a lease's give-back takes
+            // its units off only while they are the counter's last.
+            charged_at_ns: after,
         })
     }
+
+    /// A lease's unspent units back: `DECRBY key units` only while the
+    /// counter still stands at `after`, the count its block left (no other
+    /// count handed out since, so none is handed out twice); otherwise
+    /// they lapse with the window.
+    async fn give_back(&self, key: &[u8], units: u64, after: u64) -> Result<(), StoreError> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("EVAL")
+            .arg(GIVE_BACK)
+            .arg(1)
+            .arg(key)
+            .arg(after)
+            .arg(units.min(after));
+        self.send(&pipe).await.map(drop).map_err(|s| self.failed(s))
+    }
 }
+
+/// `DECRBY` of `ARGV[2]` if the key holds `ARGV[1]`; the count after, or
+/// −1 when it did not.
+const GIVE_BACK: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+    return redis.call('DECRBY', KEYS[1], ARGV[2]) end return -1";
 
 enum Sent {
     Redis(redis::RedisError),
@@ -219,8 +256,9 @@ impl Store for UpstreamCounters {
         receipt: &Receipt,
     ) -> Result<(), StoreError> {
         if counter_seconds(policy).is_some() {
-            // Upstream never gives hits back; neither does the service.
-            return Err(StoreError::Unsupported("refunds of upstream counters"));
+            // The service never gives hits back, as upstream; leases give
+            // back their unspent units, at the counter's tail only.
+            return self.give_back(key, receipt.units(), receipt.at_ns()).await;
         }
         self.inner.refund(key, policy, receipt).await
     }

@@ -4,6 +4,7 @@
 //! and never an error per request.
 
 mod grpc_tls;
+mod leases;
 mod notices;
 mod parse;
 mod redis_keys;
@@ -20,6 +21,7 @@ pub use redis_keys::RedisKeys;
 use upstream::{backend, refuse_unsupported};
 
 pub use grpc_tls::GrpcTls;
+pub use leases::Leases;
 pub use stats::Statsd;
 pub use xds::{XdsBackoff, XdsSettings, XdsTls};
 
@@ -120,6 +122,8 @@ pub struct Settings {
     pub cache_key_prefix: String,
     /// `RLS_REDIS_KEYS` (default `upstream`): see [`RedisKeys`].
     pub redis_keys: RedisKeys,
+    /// `RLS_LEASES` (default `on` with Redis): see [`Leases`].
+    pub leases: Leases,
     /// `EXPIRATION_JITTER_MAX_SECONDS` (default 300): upstream-format
     /// counter keys live their unit plus a random 0 to this − 1 seconds.
     pub expiration_jitter_max_seconds: u64,
@@ -303,6 +307,7 @@ impl Settings {
         stats::refuse_extra_tags(&env)?;
         let grpc_tls = grpc_tls::grpc_tls(&env)?;
         let backend = backend(&env)?;
+        let leases = leases::leases(&env, &backend)?;
         let xds = xds::xds(&env)?;
         let decided = notices::Decided {
             xds: xds.is_some(),
@@ -356,6 +361,7 @@ impl Settings {
             backend,
             cache_key_prefix: env.string("CACHE_KEY_PREFIX", ""),
             redis_keys: redis_keys::redis_keys(&env)?,
+            leases,
             expiration_jitter_max_seconds: redis_keys::jitter(&env)?,
             shadow_mode: env.flag("SHADOW_MODE", false)?,
             quota_mode: env.flag("QUOTA_MODE", false)?,

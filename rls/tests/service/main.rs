@@ -14,6 +14,7 @@ mod flood;
 mod health;
 mod hits;
 mod http;
+mod leases;
 mod process;
 mod python;
 mod raw_bytes;
