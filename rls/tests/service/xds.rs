@@ -267,23 +267,25 @@ impl ControlPlane {
 
     /// The ACK of `version`.
     pub async fn acked(&self, version: &str) -> Seen {
-        let nonces = self.wait_nonces(version).await;
-        self.wait_for(|s| s.version == version && s.error.is_none() && nonces.contains(&s.nonce))
-            .await
+        self.wait_nonces(version).await;
+        // Nonces are looked up afresh: a stream may get the version again.
+        self.wait_for(|s| {
+            s.version == version && s.error.is_none() && self.nonces_of(version).contains(&s.nonce)
+        })
+        .await
     }
 
     /// The NACK of `version`.
     pub async fn nacked(&self, version: &str) -> Seen {
-        let nonces = self.wait_nonces(version).await;
-        self.wait_for(|s| s.error.is_some() && nonces.contains(&s.nonce))
+        self.wait_nonces(version).await;
+        self.wait_for(|s| s.error.is_some() && self.nonces_of(version).contains(&s.nonce))
             .await
     }
 
-    async fn wait_nonces(&self, version: &str) -> Vec<String> {
+    async fn wait_nonces(&self, version: &str) {
         for _ in 0..1500 {
-            let n = self.nonces_of(version);
-            if !n.is_empty() {
-                return n;
+            if !self.nonces_of(version).is_empty() {
+                return;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -676,4 +678,27 @@ async fn mtls_to_the_control_plane() {
     rls.p.line(|l| l.contains("lost the xDS server") || l.contains("cannot connect to the xDS server")).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(cp.seen().len(), streams, "no request got through");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_snapshot_above_the_max_message_size_is_not_received() {
+    let big: Vec<(String, u32)> = (0..40).map(|i| (format!("key-{i:03}"), 5)).collect();
+    let limits: Vec<(&str, u32)> = big.iter().map(|(k, n)| (k.as_str(), *n)).collect();
+    let cp = ControlPlane::start(Some(("1", day_limits(&limits))), None);
+    let mut rls = Rls::launch(
+        cp.port,
+        &[
+            ("XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "300"),
+            ("FORCE_START_WITHOUT_INITIAL_CONFIG", "true"),
+        ],
+    );
+    let lost = rls.p.line(|l| l.contains("lost the xDS server")).await;
+    assert!(lost.contains("too large"), "{lost}");
+    assert!(cp.nonces_of("1").len() >= 1);
+    assert!(cp.seen().iter().all(|s| s.version.is_empty() && s.error.is_none()));
+    // A small one passes.
+    cp.push("2", day_limits(&[("k", 1)]));
+    cp.acked("2").await;
+    assert_eq!(rls.ask("k").await.unwrap(), (OK, 0));
+    assert_eq!(rls.p.terminate().await.code(), Some(0));
 }
