@@ -5,6 +5,12 @@
 //! a `redis-server` started on a free port (skipped if none is on PATH).
 //!
 //! `cargo run --release -p tower-throttle-rls --example rls_load [-- SECONDS]`
+//!
+//! `-- hot [ROUNDS] [SECONDS]`: one hot descriptor (every request the same
+//! key, as a per-route global limit): the memory store beside Redis with
+//! leases (`RLS_LEASES=on`) and without, interleaved in rotating order over
+//! ROUNDS rounds (default 9) of SECONDS each (default 2); the median and
+//! quartiles of the per-round ratios to the memory store.
 
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
@@ -85,7 +91,23 @@ where
     (all.len() as f64 / secs as f64, pick(0.5), pick(0.99))
 }
 
+/// `i` below `KEYS`: one of the users; `HOT`: the one hot route.
+const HOT: usize = usize::MAX;
+
 fn request(i: usize) -> RateLimitRequest {
+    if i == HOT {
+        return RateLimitRequest {
+            domain: "bench".into(),
+            descriptors: vec![RateLimitDescriptor {
+                entries: vec![Entry {
+                    key: "route".into(),
+                    value: "all".into(),
+                }],
+                ..Default::default()
+            }],
+            hits_addend: 0,
+        };
+    }
     RateLimitRequest {
         domain: "bench".into(),
         descriptors: vec![RateLimitDescriptor {
@@ -100,11 +122,17 @@ fn request(i: usize) -> RateLimitRequest {
 }
 
 async fn grpc_load(addr: SocketAddr, secs: u64) -> (f64, Duration, Duration) {
+    grpc_load_of(addr, secs, false).await
+}
+
+/// `hot`: every request the hot route.
+async fn grpc_load_of(addr: SocketAddr, secs: u64, hot: bool) -> (f64, Duration, Duration) {
     let client = RateLimitServiceClient::connect(format!("http://{addr}"))
         .await
         .unwrap();
     load(secs, move |i| {
         let mut c = client.clone();
+        let i = if hot { HOT } else { i };
         async move {
             let r = c.should_rate_limit(request(i)).await.unwrap().into_inner();
             assert_eq!(r.overall_code, Code::Ok as i32);
@@ -113,16 +141,17 @@ async fn grpc_load(addr: SocketAddr, secs: u64) -> (f64, Duration, Duration) {
     .await
 }
 
-async fn throttle_rls(redis: Option<u16>) -> throttle_rls::server::Running {
+async fn throttle_rls(redis: Option<u16>, leases: &str) -> throttle_rls::server::Running {
     let dir = std::env::temp_dir().join(format!("rls-load-{}", std::process::id()));
     std::fs::create_dir_all(dir.join("config")).unwrap();
     std::fs::write(
         dir.join("config/bench.yaml"),
-        "domain: bench\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 4000000000}\n",
+        "domain: bench\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 4000000000}\n  - key: route\n    rate_limit: {unit: hour, requests_per_unit: 4000000000}\n",
     )
     .unwrap();
     let url = redis.map(|p| format!("127.0.0.1:{p}"));
     let root = dir.to_str().unwrap().to_owned();
+    let leases = leases.to_owned();
     let settings = Settings::from_lookup(&move |name| {
         Some(match name {
             "RUNTIME_ROOT" => root.clone(),
@@ -131,6 +160,7 @@ async fn throttle_rls(redis: Option<u16>) -> throttle_rls::server::Running {
             "GRPC_PORT" | "PORT" | "DEBUG_PORT" => "0".into(),
             "REDIS_URL" => url.clone()?,
             "REDIS_SOCKET_TYPE" => "tcp".into(),
+            "RLS_LEASES" if url.is_some() => leases.clone(),
             // Statsd is on by default, as upstream; nothing listens here.
             "USE_STATSD" => "false".into(),
             _ => return None,
@@ -178,28 +208,116 @@ fn row(name: &str, (rps, p50, p99): (f64, Duration, Duration)) {
     println!("| {name} | {rps:.0} | {:.1} | {:.1} |", us(p50), us(p99));
 }
 
+/// A `redis-server` on a free port, or `None` if there is none on PATH.
+fn redis_server() -> Option<(std::process::Child, u16)> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+        .ok()?;
+    Some((child, port))
+}
+
+/// Until the service's own Redis connection answers (bounded: 30 s).
+async fn ready(grpc: SocketAddr) {
+    let end = Instant::now() + Duration::from_secs(30);
+    let mut client = RateLimitServiceClient::connect(format!("http://{grpc}"))
+        .await
+        .unwrap();
+    while client.should_rate_limit(request(0)).await.is_err() {
+        assert!(Instant::now() < end, "Redis did not answer within 30 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Sorted `v`'s value at quantile `q`.
+fn quantile(v: &[f64], q: f64) -> f64 {
+    v[((v.len() - 1) as f64 * q).round() as usize]
+}
+
+/// The hot-descriptor comparison: see the module docs.
+async fn hot(rounds: usize, secs: u64) {
+    let Some((mut redis, port)) = redis_server() else {
+        println!("(no redis-server on PATH)");
+        return;
+    };
+    let servers = [
+        (
+            "throttle-rls, memory store",
+            throttle_rls(None, "off").await,
+        ),
+        (
+            "throttle-rls, Redis, RLS_LEASES=on",
+            throttle_rls(Some(port), "on").await,
+        ),
+        (
+            "throttle-rls, Redis, RLS_LEASES=off",
+            throttle_rls(Some(port), "off").await,
+        ),
+    ];
+    for (_, s) in &servers {
+        ready(s.grpc_addr).await;
+        // Warm: connections, and the key hot enough to lease.
+        grpc_load_of(s.grpc_addr, 1, true).await;
+    }
+    let mut rps = vec![Vec::new(); servers.len()];
+    for round in 0..rounds {
+        // Rotating order: no contender always runs first or last.
+        for i in 0..servers.len() {
+            let c = (round + i) % servers.len();
+            rps[c].push(grpc_load_of(servers[c].1.grpc_addr, secs, true).await.0);
+        }
+    }
+    println!("| one hot descriptor, {IN_FLIGHT} in flight, {rounds} rounds × {secs} s | requests/s (median) | ÷ memory: median [q1, q3] |\n|---|---|---|");
+    for (c, (name, _)) in servers.iter().enumerate() {
+        let mut ratios: Vec<f64> = rps[c].iter().zip(&rps[0]).map(|(a, m)| a / m).collect();
+        ratios.sort_by(f64::total_cmp);
+        let mut own = rps[c].clone();
+        own.sort_by(f64::total_cmp);
+        println!(
+            "| {name} | {:.0} | {:.2} [{:.2}, {:.2}] |",
+            quantile(&own, 0.5),
+            quantile(&ratios, 0.5),
+            quantile(&ratios, 0.25),
+            quantile(&ratios, 0.75)
+        );
+    }
+    let _ = redis.kill();
+    let _ = redis.wait();
+}
+
 fn main() {
-    let secs = std::env::args()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(5);
+    let args: Vec<String> = std::env::args().skip(1).collect();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .unwrap();
+    if args.first().map(String::as_str) == Some("hot") {
+        let rounds = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(9).max(1);
+        let secs = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(2).max(1);
+        return rt.block_on(hot(rounds, secs));
+    }
+    let secs = args.first().and_then(|s| s.parse().ok()).unwrap_or(5);
     rt.block_on(async {
         println!("| {IN_FLIGHT} in flight, {KEYS} keys, {secs} s | requests/s | p50 µs | p99 µs |\n|---|---|---|---|");
         row("bare tonic RateLimitService", grpc_load(bare().await, secs).await);
-        let rls = throttle_rls(None).await;
+        let rls = throttle_rls(None, "off").await;
         row("throttle-rls, memory store", grpc_load(rls.grpc_addr, secs).await);
         row("direct API, memory store", direct(BoxStore::new(MemoryStore::new()), secs).await);
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let Ok(mut redis) = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .spawn()
-        else {
+        let Some((mut redis, port)) = redis_server() else {
             println!("(no redis-server on PATH: Redis rows skipped)");
             return;
         };
@@ -210,13 +328,9 @@ fn main() {
                 Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
             }
         };
-        let rls = throttle_rls(Some(port)).await;
-        let grpc = rls.grpc_addr;
-        // Wait until the service's own Redis connection answers.
-        while RateLimitServiceClient::connect(format!("http://{grpc}")).await.unwrap().should_rate_limit(request(0)).await.is_err() {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        row("throttle-rls, Redis", grpc_load(grpc, secs).await);
+        let rls = throttle_rls(Some(port), "off").await;
+        ready(rls.grpc_addr).await;
+        row("throttle-rls, Redis (RLS_LEASES=off)", grpc_load(rls.grpc_addr, secs).await);
         row("direct API, Redis", direct(BoxStore::new(store), secs).await);
         let _ = redis.kill();
         let _ = redis.wait();
