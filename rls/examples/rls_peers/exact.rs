@@ -43,10 +43,11 @@ async fn start(
     kinds: &[Kind],
     redis: &Redis,
     limit: &Limit,
+    env: &[(&str, &str)],
 ) -> Result<Vec<Server>, String> {
     let mut servers = Vec::new();
     for &kind in kinds {
-        servers.push(Server::start(bins, kind, Store::Redis(redis), limit, &[]).await?);
+        servers.push(Server::start(bins, kind, Store::Redis(redis), limit, env).await?);
     }
     Ok(servers)
 }
@@ -80,22 +81,34 @@ pub async fn exactness(bins: &Bins) -> Result<(), String> {
         crate::loadavg()
     );
     println!("| server | admitted per trial | admitted ÷ limit, highest |\n|---|---|---|");
-    for kind in [Kind::Ours, Kind::Upstream, Kind::Limitador] {
+    // throttle-rls on upstream's keys (the default) and on the crate's.
+    let crate_keys: &[(&str, &str)] = &[("RLS_REDIS_KEYS", "crate")];
+    let runs = [
+        (Kind::Ours, "", &[][..]),
+        (Kind::Ours, ", RLS_REDIS_KEYS=crate", crate_keys),
+        (Kind::Upstream, "", &[][..]),
+        (Kind::Limitador, "", &[][..]),
+    ];
+    for (kind, label, env) in runs {
         if bins.get(kind).is_none() {
             continue;
         }
-        let servers = start(bins, &[kind; 4], &redis, &limit).await?;
+        let servers = start(bins, &[kind; 4], &redis, &limit, env).await?;
         let clients = clients(&servers).await?;
         let mut cells = Vec::new();
         let mut worst = 0.0f64;
         for trial in 0..TRIALS {
             align_to_window().await;
-            let key = format!("{kind:?}-{trial}-{}", std::process::id());
+            let key = format!("{kind:?}{}-{trial}-{}", env.len(), std::process::id());
             let s = burst(&clients, IN_FLIGHT, key, OFFERED * LIMIT as u64).await;
             worst = worst.max(s.ok as f64 / LIMIT as f64);
             cells.push(cell(&s));
         }
-        println!("| {} | {} | {worst:.3} |", kind.name(), cells.join(", "));
+        println!(
+            "| {}{label} | {} | {worst:.3} |",
+            kind.name(),
+            cells.join(", ")
+        );
     }
     Ok(())
 }
@@ -143,7 +156,7 @@ pub async fn migrate(bins: &Bins) -> Result<(), String> {
     };
     let redis = Redis::start()?;
     let pods = [Kind::Upstream, Kind::Ours, Kind::Upstream, Kind::Ours];
-    let servers = start(bins, &pods, &redis, &limit).await?;
+    let servers = start(bins, &pods, &redis, &limit, &[]).await?;
     let clients = clients(&servers).await?;
     let offered = 3 * per as u64;
     align_to_window().await;
