@@ -100,6 +100,23 @@ async fn an_upstream_pod_on_the_same_key_shares_the_limit() {
     );
 }
 
+/// On the crate's keys the counts are the crate's fixed window's (exact
+/// the same way); in all-or-nothing mode the crate's `LeasingStore` leases
+/// the real limit, never over it (holding back up to a block and a quarter
+/// per process, more than this limit: no lower bound here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_crates_keys_and_all_or_nothing_never_admit_over() {
+    for (env, least) in [
+        (("RLS_REDIS_KEYS", "crate"), LIMIT),
+        (("RLS_ALL_OR_NOTHING", "true"), 1),
+    ] {
+        let redis = RedisServer::start();
+        let fleet = Fleet::start(&redis, &[env]).await;
+        let (admitted, _) = hammer(&fleet).await;
+        assert!((least..=LIMIT).contains(&admitted), "{env:?}: {admitted}");
+    }
+}
+
 /// `RLS_LEASES` is named in the start line, and a value that cannot be used
 /// stops the start naming the variable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
