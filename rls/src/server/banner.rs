@@ -137,9 +137,10 @@ fn from_xds(xds: &XdsSettings, running: &Running) -> (String, Option<String>) {
         }
         (None, None) => {
             out.push_str(": none yet");
-            let warning = "no rate-limit configuration yet (FORCE_START_WITHOUT_INITIAL_CONFIG=true): \
+            let warning =
+                "no rate-limit configuration yet (FORCE_START_WITHOUT_INITIAL_CONFIG=true): \
                            every request fails until the xDS server sends one"
-                .to_owned();
+                    .to_owned();
             return (out, Some(warning));
         }
         _ => {}

@@ -49,7 +49,7 @@ impl Backoff {
     }
 
     /// The next pause (`Duration()`: this attempt's, then the next one).
-    pub fn next(&mut self) -> Duration {
+    pub fn duration(&mut self) -> Duration {
         let d = self.for_attempt(f64::from(self.attempt), random());
         self.attempt = self.attempt.saturating_add(1);
         d
@@ -127,7 +127,7 @@ mod tests {
             factor: 2.0,
             jitter: true,
         });
-        assert_eq!(same.next(), Duration::from_secs(5));
+        assert_eq!(same.duration(), Duration::from_secs(5));
     }
 
     #[test]

@@ -150,7 +150,7 @@ impl XdsClient {
             }
             connected_before = true;
             let lost = self.follow(channel, &mut state).await;
-            let pause = backoff.next();
+            let pause = backoff.duration();
             let kept = if self.limiter.table().is_some() {
                 "the configuration in force stays"
             } else {

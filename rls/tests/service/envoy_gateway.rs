@@ -55,7 +55,11 @@ fn issue_both(pki: &Pki, dir: &std::path::Path) {
             .current_dir(dir)
             .output()
             .expect("the openssl CLI");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     };
     std::fs::write(
         dir.join("tls.ext"),
@@ -63,13 +67,36 @@ fn issue_both(pki: &Pki, dir: &std::path::Path) {
     )
     .unwrap();
     openssl(&[
-        "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-        "-keyout", "tls.key", "-out", "tls.csr", "-subj", "/CN=envoy-ratelimit",
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+        "-keyout",
+        "tls.key",
+        "-out",
+        "tls.csr",
+        "-subj",
+        "/CN=envoy-ratelimit",
     ]);
     let (ca, ca_key) = (pki.path("ca.crt"), pki.path("ca.key"));
     openssl(&[
-        "x509", "-req", "-in", "tls.csr", "-CA", &ca, "-CAkey", &ca_key, "-CAcreateserial",
-        "-days", "2", "-out", "tls.crt", "-extfile", "tls.ext",
+        "x509",
+        "-req",
+        "-in",
+        "tls.csr",
+        "-CA",
+        &ca,
+        "-CAkey",
+        &ca_key,
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-out",
+        "tls.crt",
+        "-extfile",
+        "tls.ext",
     ]);
 }
 
