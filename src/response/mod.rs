@@ -2,7 +2,7 @@
 //! rate-limit headers.
 //!
 //! Headers follow the layer's [`FieldProfile`] (draft-ietf-httpapi-ratelimit-headers-11
-//! by default, [`DRAFT`]; the parameter names live in one place, `src/fields`):
+//! by default, [`DRAFT`]; the parameter names live in one place, `fields/`):
 //! one `RateLimit-Policy` item per rule (`"reply";q=5;w=60`; concurrency
 //! limits as `"upload";q=2;qu="concurrent-requests"`, byte quotas with
 //! `qu="content-bytes"`) and one `RateLimit` item per rule

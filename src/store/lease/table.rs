@@ -130,8 +130,13 @@ impl KeyState {
         } else {
             u64::MAX
         };
+        // Never below the smallest block that leases a unit beyond the
+        // check's own: a target halved down to the cost would take no lease
+        // again, and only a lease's end lets it grow (a process stuck on
+        // one Redis call per check after a burst of wasted blocks).
         let mut k = self
             .block
+            .max(cost.saturating_add(1))
             .min(tuning.max_block)
             .min(by_rate)
             .min(self.policy.limit());

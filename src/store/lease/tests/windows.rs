@@ -211,3 +211,30 @@ async fn blocks_grow_when_spent_and_shrink_when_units_expire() {
         "the ended lease wasted units"
     );
 }
+
+/// Blocks halved down to the check's own cost (each window's lease
+/// wasted all but one unit) still lease again when the key is busy, and
+/// grow back: the target never traps a hot key on one inner call per
+/// check (found by `benches/lease.rs` with `BENCH_REPEAT`: one process of
+/// four stuck at a target of 1 after a burst of blocks lost at a window's
+/// end, with 0.15–0.20 Redis commands per admitted check).
+#[tokio::test]
+async fn a_block_target_halved_to_the_cost_grows_back() {
+    let r = rig(1, 2, 16);
+    let p = fixed(1_000);
+    // One check a window: a block of 2, one unit wasted, halved to 1.
+    for _ in 0..4 {
+        r.check("hot", &p).await;
+        r.advance(S);
+    }
+    r.check("hot", &p).await;
+    assert_eq!(r.store.block_target(b"hot"), Some(1));
+    r.advance(S);
+    let before = r.calls();
+    for _ in 0..40 {
+        assert!(r.check("hot", &p).await.allowed);
+    }
+    let calls = r.calls() - before;
+    assert!(calls <= 8, "{calls} inner calls for 40 checks: the key never leased again");
+    assert_eq!(r.store.block_target(b"hot"), Some(16));
+}
