@@ -148,72 +148,9 @@ fn cell_store_connects_over_tls() {
 #[test]
 fn rediss_cluster() {
     let pki = Pki::new();
-    let mut nodes = Vec::new();
-    let mut tls_ports = Vec::new();
-    for i in 0..3 {
-        // Nodes meet on their TLS port + 10000: the bus listens there.
-        let (port, tls_port) = (free_port(false), free_port(true));
-        let mut args = pki.server_args(tls_port, false);
-        let bus = (tls_port + 10_000).to_string();
-        args.extend(
-            [
-                "--cluster-port",
-                &bus,
-                "--cluster-enabled",
-                "yes",
-                "--cluster-config-file",
-                &pki.path(&format!("nodes-{i}.conf")),
-                "--tls-cluster",
-                "yes",
-                "--tls-replication",
-                "yes",
-            ]
-            .map(String::from),
-        );
-        nodes.push(RedisServer::start_on(port, &args));
-        tls_ports.push(tls_port);
-    }
+    let (nodes, tls_ports) = start_tls_nodes(&pki);
     let addrs: Vec<String> = tls_ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-    // `--cluster create` waits for the nodes to join: bounded here, since a
-    // bus that cannot handshake would make it wait forever.
-    let mut create = Command::new("redis-cli")
-        .args([
-            "--tls",
-            "--cacert",
-            &pki.path("ca.crt"),
-            "--cluster",
-            "create",
-        ])
-        .args(&addrs)
-        .args(["--cluster-replicas", "0", "--cluster-yes"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .expect("redis-cli");
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    let status = loop {
-        if let Some(status) = create.try_wait().unwrap() {
-            break status;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = create.kill();
-            panic!("redis-cli --cluster create over TLS did not finish in 30 s");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    assert!(status.success(), "redis-cli --cluster create: {status}");
-    while !nodes.iter().all(|n| {
-        redis::cmd("CLUSTER")
-            .arg("INFO")
-            .query::<String>(&mut n.conn())
-            .is_ok_and(|s| s.contains("cluster_state:ok"))
-    }) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "TLS cluster not ok in 30 s"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    create_tls_cluster(&pki, &addrs, &nodes);
     let urls: Vec<String> = addrs.iter().map(|a| format!("rediss://{a}/")).collect();
     runtime().block_on(async {
         let store = builder()
@@ -247,4 +184,80 @@ fn rediss_cluster() {
             .unwrap_err();
         println!("TLS cluster without the CA: {err}");
     });
+}
+
+/// Three cluster nodes that talk TLS to clients, on the bus and to replicas;
+/// the nodes and their TLS ports.
+fn start_tls_nodes(pki: &Pki) -> (Vec<RedisServer>, Vec<u16>) {
+    let mut nodes = Vec::new();
+    let mut tls_ports = Vec::new();
+    for i in 0..3 {
+        // Nodes meet on their TLS port + 10000: the bus listens there.
+        let (port, tls_port) = (free_port(false), free_port(true));
+        let mut args = pki.server_args(tls_port, false);
+        let bus = (tls_port + 10_000).to_string();
+        args.extend(
+            [
+                "--cluster-port",
+                &bus,
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                &pki.path(&format!("nodes-{i}.conf")),
+                "--tls-cluster",
+                "yes",
+                "--tls-replication",
+                "yes",
+            ]
+            .map(String::from),
+        );
+        nodes.push(RedisServer::start_on(port, &args));
+        tls_ports.push(tls_port);
+    }
+    (nodes, tls_ports)
+}
+
+/// Joins the nodes at `addrs` into one cluster and waits until every node
+/// reports `cluster_state:ok`, within 30 s in all.
+fn create_tls_cluster(pki: &Pki, addrs: &[String], nodes: &[RedisServer]) {
+    // `--cluster create` waits for the nodes to join: bounded here, since a
+    // bus that cannot handshake would make it wait forever.
+    let mut create = Command::new("redis-cli")
+        .args([
+            "--tls",
+            "--cacert",
+            &pki.path("ca.crt"),
+            "--cluster",
+            "create",
+        ])
+        .args(addrs)
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-cli");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = create.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = create.kill();
+            panic!("redis-cli --cluster create over TLS did not finish in 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "redis-cli --cluster create: {status}");
+    while !nodes.iter().all(|n| {
+        redis::cmd("CLUSTER")
+            .arg("INFO")
+            .query::<String>(&mut n.conn())
+            .is_ok_and(|s| s.contains("cluster_state:ok"))
+    }) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "TLS cluster not ok in 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

@@ -11,8 +11,6 @@
 //! - concurrent requests, all admitted before any settles: their estimates
 //!   (at least 1 each) add up to at most the limit.
 
-use crate::redis_support;
-
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -22,7 +20,6 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use proptest::prelude::*;
-use redis_support::{current_thread_runtime, RedisServer};
 use tokio::sync::{Notify, Semaphore};
 use tower::{Layer, Service, ServiceExt};
 use tower_throttle::clock::ManualClock;
@@ -30,9 +27,11 @@ use tower_throttle::decision::{PermitId, Receipt};
 use tower_throttle::key::{Global, RequestHead};
 use tower_throttle::meter::{ActualCost, ReportedCost};
 use tower_throttle::store::lease::LeasingStore;
-use tower_throttle::store::redis::{RedisStore, TimeSource};
-use tower_throttle::store::{BoxStore, Charge, FallbackStore};
+use tower_throttle::store::Charge;
 use tower_throttle::{Decision, MemoryStore, Policy, Store, StoreError, ThrottleLayer};
+
+mod by_hand;
+mod properties;
 
 const LIMIT: u64 = 10;
 const WINDOW: Duration = Duration::from_secs(60);
@@ -198,6 +197,38 @@ fn charged(ask: &Ask) -> u64 {
     ask.estimate.max(1)
 }
 
+fn config(cases: u32) -> ProptestConfig {
+    ProptestConfig {
+        cases,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    }
+}
+
+fn memory(clock: &ManualClock) -> MemoryStore<ManualClock> {
+    MemoryStore::builder()
+        .clock(clock.clone())
+        .sweep_interval(None)
+        .build()
+}
+
+fn leasing<S: Store>(primary: S, clock: &ManualClock) -> LeasingStore<S> {
+    LeasingStore::builder(primary)
+        .clock(clock.clone())
+        .hot_threshold(1)
+        .initial_block(4)
+        .max_block(4)
+        .expiry_margin(Duration::ZERO)
+        .build()
+        .unwrap()
+}
+
+static CASE: AtomicU64 = AtomicU64::new(0);
+
+fn prefix() -> String {
+    format!("case{}", CASE.fetch_add(1, Ordering::Relaxed))
+}
+
 /// Sequential requests on a frozen clock, each settled before the next.
 async fn sequential<S: Store + Clone>(
     store: &Quiet<S>,
@@ -244,198 +275,4 @@ async fn sequential<S: Store + Clone>(
         }
     }
     Ok(())
-}
-
-/// Requests all admitted before any answers: the estimates they were
-/// charged add up to at most the limit.
-async fn concurrent<S: Store + Clone>(
-    store: &Quiet<S>,
-    policy: Policy,
-    prefix: &str,
-    count_if: bool,
-    asks: &[Ask],
-) -> Result<(), TestCaseError> {
-    let gate = Arc::new(Semaphore::new(0));
-    let entered = Arc::new(AtomicUsize::new(0));
-    let svc = layer(store.clone(), policy, prefix, count_if)
-        .layer(handler(gate.clone(), entered.clone()));
-    let refused = Arc::new(AtomicUsize::new(0));
-    let mut calls = Vec::new();
-    for ask in asks {
-        let mut svc = svc.clone();
-        let refused = refused.clone();
-        let ask = *ask;
-        calls.push(tokio::spawn(async move {
-            let response = svc.ready().await.unwrap().call(request(ask)).await.unwrap();
-            let status = response.status();
-            if status == StatusCode::TOO_MANY_REQUESTS {
-                refused.fetch_add(1, Ordering::SeqCst);
-            }
-            response.into_body().collect().await.unwrap();
-            (ask, status)
-        }));
-    }
-    let all_in = async {
-        while entered.load(Ordering::SeqCst) + refused.load(Ordering::SeqCst) < asks.len() {
-            tokio::task::yield_now().await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(30), all_in)
-        .await
-        .expect("requests never arrived");
-    let admitted = entered.load(Ordering::SeqCst);
-    gate.add_permits(admitted);
-    let mut charged_sum = 0u64;
-    for call in calls {
-        let (ask, status) = call.await.unwrap();
-        if status != StatusCode::TOO_MANY_REQUESTS {
-            charged_sum = charged_sum.saturating_add(charged(&ask));
-        }
-    }
-    store.settled().await;
-    prop_assert!(
-        charged_sum <= LIMIT,
-        "{} estimate units admitted at once ({:?})",
-        charged_sum,
-        policy
-    );
-    Ok(())
-}
-
-fn config(cases: u32) -> ProptestConfig {
-    ProptestConfig {
-        cases,
-        failure_persistence: None,
-        ..ProptestConfig::default()
-    }
-}
-
-fn memory(clock: &ManualClock) -> MemoryStore<ManualClock> {
-    MemoryStore::builder()
-        .clock(clock.clone())
-        .sweep_interval(None)
-        .build()
-}
-
-fn leasing<S: Store>(primary: S, clock: &ManualClock) -> LeasingStore<S> {
-    LeasingStore::builder(primary)
-        .clock(clock.clone())
-        .hot_threshold(1)
-        .initial_block(4)
-        .max_block(4)
-        .expiry_margin(Duration::ZERO)
-        .build()
-        .unwrap()
-}
-
-static CASE: AtomicU64 = AtomicU64::new(0);
-
-fn prefix() -> String {
-    format!("case{}", CASE.fetch_add(1, Ordering::Relaxed))
-}
-
-/// Runs both properties on the in-process stores: each case on a fresh
-/// store of each kind.
-#[test]
-fn in_process_stores_refuse_a_spent_quota_whatever_the_estimate() {
-    let rt = current_thread_runtime();
-    for policy in policies() {
-        proptest!(config(48), |(asks in asks(), count_if in any::<bool>())| {
-            rt.block_on(async {
-                let clock = ManualClock::starting_at(1_700_000_000_000_000_000);
-                let stores: Vec<(&str, BoxStore)> = vec![
-                    ("memory", BoxStore::new(memory(&clock))),
-                    ("fallback", BoxStore::new(FallbackStore::new(memory(&clock), memory(&clock)))),
-                    ("lease", BoxStore::new(leasing(memory(&clock), &clock))),
-                ];
-                for (name, store) in stores {
-                    let store = Quiet::new(store);
-                    let named = |e: TestCaseError| TestCaseError::fail(format!("{name}: {e}"));
-                    sequential(&store, policy, &prefix(), count_if, &asks).await.map_err(named)?;
-                    concurrent(&store, policy, &prefix(), count_if, &asks).await.map_err(named)?;
-                }
-                Ok::<(), TestCaseError>(())
-            })?;
-        });
-    }
-}
-
-/// The same on a real Redis server (client clock, frozen), directly and
-/// through leases.
-#[test]
-fn redis_refuses_a_spent_quota_whatever_the_estimate() {
-    let server = RedisServer::start();
-    let rt = current_thread_runtime();
-    let clock = ManualClock::starting_at(1_700_000_000_000_000_000);
-    let redis = rt.block_on(async {
-        RedisStore::builder()
-            .prefix("estimates")
-            .timeout(Duration::from_secs(5))
-            .time_source(TimeSource::client(clock.clone()))
-            .connect(server.url())
-            .await
-            .unwrap()
-    });
-    let direct = Quiet::new(BoxStore::new(redis.clone()));
-    let leased = Quiet::new(BoxStore::new(leasing(redis, &clock)));
-    for policy in policies() {
-        proptest!(config(16), |(asks in asks(), count_if in any::<bool>())| {
-            rt.block_on(async {
-                for (name, store) in [("redis", &direct), ("lease", &leased)] {
-                    let named = |e: TestCaseError| TestCaseError::fail(format!("{name}: {e}"));
-                    sequential(store, policy, &prefix(), count_if, &asks).await.map_err(named)?;
-                    concurrent(store, policy, &prefix(), count_if, &asks).await.map_err(named)?;
-                }
-                Ok::<(), TestCaseError>(())
-            })?;
-        });
-    }
-}
-
-/// The attack of the issue, by hand: an estimate of 0 on a quota of 10
-/// units whose requests each cost 5. Only 2 requests get through, then
-/// every one is refused until the window turns.
-#[tokio::test]
-async fn an_estimate_of_zero_is_refused_on_a_spent_quota() {
-    for policy in policies() {
-        let clock = ManualClock::starting_at(1_700_000_000_000_000_000);
-        let store = Quiet::new(memory(&clock));
-        let gate = Arc::new(Semaphore::new(100));
-        let mut svc =
-            layer(store.clone(), policy, "attack", false).layer(handler(gate, Arc::default()));
-        let mut admitted = 0;
-        for _ in 0..20 {
-            let ask = Ask {
-                estimate: 0,
-                actual: 5,
-                fails: false,
-            };
-            let response = svc.ready().await.unwrap().call(request(ask)).await.unwrap();
-            admitted += usize::from(response.status() == StatusCode::OK);
-            response.into_body().collect().await.unwrap();
-            store.settled().await;
-        }
-        assert_eq!(admitted, 2, "{policy:?}: 2 × 5 units fill a quota of 10");
-    }
-}
-
-/// The case the property found: GCRA leases over memory, a prefetched
-/// block landing between the overage's two charges (the room shrank): the
-/// overage looks again instead of dropping every unit.
-#[test]
-fn an_overage_looks_again_when_the_room_shrinks_meanwhile() {
-    let rt = current_thread_runtime();
-    let ask = |estimate, actual| Ask {
-        estimate,
-        actual,
-        fails: false,
-    };
-    let asks = [ask(0, 2), ask(0, 8), ask(0, 0)];
-    let policy = Policy::cell(LIMIT - 1, LIMIT, WINDOW).unwrap();
-    rt.block_on(async {
-        let clock = ManualClock::starting_at(1_700_000_000_000_000_000);
-        let store = Quiet::new(BoxStore::new(leasing(memory(&clock), &clock)));
-        sequential(&store, policy, &prefix(), false, &asks).await
-    })
-    .unwrap();
 }

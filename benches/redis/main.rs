@@ -20,8 +20,9 @@
 //! (`usec` of the command / checks) and from `INFO cpu` (user + sys delta /
 //! checks). Prints a markdown table.
 
-#[path = "../tests/support/redis.rs"]
+#[path = "../../tests/support/redis.rs"]
 mod redis_support;
+mod report;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -31,6 +32,8 @@ use redis_support::RedisServer;
 use tower_throttle::store::redis::{RedisStore, DEFAULT_BATCHES_IN_FLIGHT};
 use tower_throttle::store::Charge;
 use tower_throttle::{Policy, Store};
+
+use report::{pct, print_table, Cell};
 
 #[derive(Clone)]
 enum Op {
@@ -54,18 +57,6 @@ struct Row {
     /// The command whose `INFO commandstats` time is the server's work.
     command: &'static str,
     op: Op,
-}
-
-struct Cell {
-    name: String,
-    callers: usize,
-    rate: f64,
-    p50: f64,
-    p99: f64,
-    cmd_us: f64,
-    cpu_us: f64,
-    /// Checks per call of the command (batch size for scripts).
-    per_call: f64,
 }
 
 fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -168,14 +159,6 @@ async fn load(op: &Op, conn: &ConnectionManager, callers: usize, secs: f64) -> (
     (all.len() as u64, all)
 }
 
-fn pct(sorted: &[u64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    let i = ((sorted.len() as f64 * p) as usize).min(sorted.len() - 1);
-    sorted[i] as f64 / 1000.0
-}
-
 fn main() {
     let secs: f64 = env("BENCH_SECS", 1.5);
     let workers: usize = env("BENCH_WORKERS", 1);
@@ -198,27 +181,42 @@ fn main() {
         .build()
         .unwrap();
     let url = server.url();
-    let timeout = Duration::from_secs(5);
-    let build = |batching: bool, cache: usize| {
-        let url = url.clone();
-        rt.block_on(async move {
-            Arc::new(
-                RedisStore::builder()
-                    .prefix("b")
-                    .timeout(timeout)
-                    .batching(batching)
-                    .batches_in_flight(env("BENCH_IN_FLIGHT", DEFAULT_BATCHES_IN_FLIGHT))
-                    .deny_cache(cache)
-                    .connect(url)
-                    .await
-                    .unwrap(),
-            )
-        })
-    };
-    let batched = build(true, 0);
-    let single = build(false, 0);
-    let cached = build(true, 4096);
+    let batched = build(&rt, &url, true, 0);
+    let single = build(&rt, &url, false, 0);
+    let cached = build(&rt, &url, true, 4096);
     let conn = batched.connection().clone();
+    let mut rows = rows(module.is_some(), &batched, &single, &cached);
+    rows.retain(|r| r.name.contains(&filter));
+    let cells = measure(&rt, &rows, &callers, &conn, &mut admin, secs);
+    print_table(&cells);
+}
+
+/// A store on `url`, batching or not, with a deny cache of `cache` keys.
+fn build(rt: &tokio::runtime::Runtime, url: &str, batching: bool, cache: usize) -> Arc<RedisStore> {
+    let url = url.to_owned();
+    let timeout = Duration::from_secs(5);
+    rt.block_on(async move {
+        Arc::new(
+            RedisStore::builder()
+                .prefix("b")
+                .timeout(timeout)
+                .batching(batching)
+                .batches_in_flight(env("BENCH_IN_FLIGHT", DEFAULT_BATCHES_IN_FLIGHT))
+                .deny_cache(cache)
+                .connect(url)
+                .await
+                .unwrap(),
+        )
+    })
+}
+
+/// The rows to measure: raw commands, each algorithm, the abusive cases.
+fn rows(
+    module: bool,
+    batched: &Arc<RedisStore>,
+    single: &Arc<RedisStore>,
+    cached: &Arc<RedisStore>,
+) -> Vec<Row> {
     let w = Duration::from_secs(60);
     // 1000/s with a burst of a million: never denies within a run, and the
     // key's tat runs ahead of now, so the key persists (as a busy user's does).
@@ -241,7 +239,7 @@ fn main() {
         command: "incr",
         op: Op::Incr,
     }];
-    if module.is_some() {
+    if module {
         rows.push(Row {
             name: "native CL.THROTTLE".into(),
             command: "cl.throttle",
@@ -249,22 +247,22 @@ fn main() {
         });
     }
     rows.extend([
-        check("gcra (batched)", &batched, open_gcra),
-        check("gcra, T not whole µs (batched)", &batched, ns_gcra),
-        check("gcra (batching off)", &single, open_gcra),
+        check("gcra (batched)", batched, open_gcra),
+        check("gcra, T not whole µs (batched)", batched, ns_gcra),
+        check("gcra (batching off)", single, open_gcra),
         check(
             "fixed_window",
-            &batched,
+            batched,
             Policy::fixed_window(1 << 40, w).unwrap(),
         ),
         check(
             "sliding_window",
-            &batched,
+            batched,
             Policy::sliding_window(10_000_000, Duration::from_secs(10)).unwrap(),
         ),
         check(
             "sliding_log",
-            &batched,
+            batched,
             // The Redis store caps logs at 10,000; no caller gets near it in 100 ms.
             Policy::sliding_log(10_000, Duration::from_millis(100)).unwrap(),
         ),
@@ -277,7 +275,7 @@ fn main() {
             },
         },
     ]);
-    if module.is_some() {
+    if module {
         rows.push(Row {
             name: "abusive: CL.THROTTLE, one denied key".into(),
             command: "cl.throttle",
@@ -285,8 +283,8 @@ fn main() {
         });
     }
     for (name, store) in [
-        ("abusive: gcra, one denied key, no cache", &batched),
-        ("abusive: gcra, one denied key, deny cache", &cached),
+        ("abusive: gcra, one denied key, no cache", batched),
+        ("abusive: gcra, one denied key, deny cache", cached),
     ] {
         rows.push(Row {
             name: name.into(),
@@ -298,11 +296,22 @@ fn main() {
             },
         });
     }
-    rows.retain(|r| r.name.contains(&filter));
+    rows
+}
 
+/// Each row at each number of callers (the abusive ones at 64 only):
+/// warmed up, then measured on the client and on the server.
+fn measure(
+    rt: &tokio::runtime::Runtime,
+    rows: &[Row],
+    callers: &[usize],
+    conn: &ConnectionManager,
+    admin: &mut redis::Connection,
+    secs: f64,
+) -> Vec<Cell> {
     let mut cells = Vec::new();
-    for row in &rows {
-        for &n in &callers {
+    for row in rows {
+        for &n in callers {
             let n = if row.name.starts_with("abusive") {
                 64
             } else {
@@ -312,17 +321,14 @@ fn main() {
                 continue;
             }
             // Warm up (connections, scripts, keys), then measure.
-            rt.block_on(load(&row.op, &conn, n, 0.2));
-            let _: () = redis::cmd("CONFIG")
-                .arg("RESETSTAT")
-                .query(&mut admin)
-                .unwrap();
-            let cpu0 = cpu(&mut admin);
+            rt.block_on(load(&row.op, conn, n, 0.2));
+            let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(admin).unwrap();
+            let cpu0 = cpu(admin);
             let t0 = Instant::now();
-            let (checks, mut lat) = rt.block_on(load(&row.op, &conn, n, secs));
+            let (checks, mut lat) = rt.block_on(load(&row.op, conn, n, secs));
             let elapsed = t0.elapsed().as_secs_f64();
-            let cpu1 = cpu(&mut admin);
-            let (usec, calls) = command_stats(&mut admin, row.command);
+            let cpu1 = cpu(admin);
+            let (usec, calls) = command_stats(admin, row.command);
             lat.sort_unstable();
             let cell = Cell {
                 name: row.name.clone(),
@@ -341,47 +347,5 @@ fn main() {
             cells.push(cell);
         }
     }
-
-    let rate_of = |name: &str, n: usize| {
-        cells
-            .iter()
-            .find(|c| c.name == name && c.callers == n)
-            .map(|c| c.rate)
-    };
-    println!();
-    println!(
-        "| check | callers | checks/s | p50 µs | p99 µs | × INCR | × CL.THROTTLE | server µs/check (commandstats) | server µs/check (INFO cpu) | checks per call |"
-    );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for c in &cells {
-        let ratio =
-            |base: Option<f64>| base.map_or("–".to_string(), |b| format!("{:.2}", c.rate / b));
-        let cell_base = if c.name.starts_with("abusive") {
-            rate_of("abusive: CL.THROTTLE, one denied key", c.callers)
-        } else {
-            rate_of("native CL.THROTTLE", c.callers)
-        };
-        println!(
-            "| {} | {} | {:.0} | {:.1} | {:.1} | {} | {} | {:.2} | {:.2} | {:.1} |",
-            c.name,
-            c.callers,
-            c.rate,
-            c.p50,
-            c.p99,
-            ratio(rate_of("raw INCR", c.callers)),
-            ratio(cell_base),
-            c.cmd_us,
-            c.cpu_us,
-            c.per_call
-        );
-    }
-    if let (Some(on), Some(off)) = (
-        rate_of("abusive: gcra, one denied key, deny cache", 64),
-        rate_of("abusive: gcra, one denied key, no cache", 64),
-    ) {
-        println!(
-            "\ndeny cache: {:.1}× the uncached checks/s on one denied key",
-            on / off
-        );
-    }
+    cells
 }
