@@ -6,7 +6,7 @@
 //! thread (the manual clock set back to an instant it showed before) makes
 //! the interleaving deterministic. Whatever the order, a store must admit no
 //! more than the reference model checking greedily at every instant in
-//! increasing order: that is the bound `tests/conformance/exactness.rs` asserts with
+//! increasing order: that is the bound `tests/conformance/exactness/` asserts with
 //! real threads (`free_running_clock_never_admits_more_than_the_model`).
 
 use crate::models;

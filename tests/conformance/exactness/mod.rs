@@ -15,10 +15,10 @@
 //! feature, the same phases on Redis and on a Redis Cluster from 4 store
 //! instances (4 app instances) × 8 tasks.
 //!
-//! Clock faults directly on the memory store are in tests/memory/memory_store.rs
+//! Clock faults directly on the memory store are in tests/memory/memory_store/clocks.rs
 //! (`clock_jumping_backwards_never_admits_more`, `stalled_clock_admits_only_the_burst`,
 //! `huge_costs_and_extreme_times_do_not_panic`); skewed app clocks on Redis in
-//! tests/redis/redis_store.rs (`skewed_app_clocks_are_irrelevant_with_server_time`).
+//! tests/redis/redis_store/instances.rs (`skewed_app_clocks_are_irrelevant_with_server_time`).
 
 use crate::models;
 
