@@ -235,6 +235,9 @@ async fn a_block_target_halved_to_the_cost_grows_back() {
         assert!(r.check("hot", &p).await.allowed);
     }
     let calls = r.calls() - before;
-    assert!(calls <= 8, "{calls} inner calls for 40 checks: the key never leased again");
+    assert!(
+        calls <= 8,
+        "{calls} inner calls for 40 checks: the key never leased again"
+    );
     assert_eq!(r.store.block_target(b"hot"), Some(16));
 }
