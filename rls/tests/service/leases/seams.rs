@@ -159,3 +159,34 @@ async fn the_memory_fallback_decides_once_redis_is_down() {
     let on = through_the_fallback("on").await;
     assert_eq!(on, off, "with leases, then without");
 }
+
+/// A lease short of a large hits_addend gives its counts back only while
+/// they are the counter's last: after an upstream pod's `INCRBY` they lapse
+/// (a `DECRBY` then would hand the pod's count out again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counts_go_back_only_from_the_counters_tail() {
+    use crate::shared_counters::{get, upstream_hit};
+    let redis = RedisServer::start();
+    let mut rls = start(&redis, "on", &[]).await;
+    let mut conn = redis.conn();
+    let key = |v: &str| format!("s_hot_{v}_{}", T0 / 3_600 * 3_600);
+    for (value, pod) in [("tail", false), ("lapse", true)] {
+        warm(&mut rls, value).await;
+        let held = get(&mut conn, &key(value)).unwrap() - WARM as u64;
+        assert!(held > 0, "{value}: a lease holds counts");
+        if pod {
+            upstream_hit(&mut conn, &key(value), 1, 3_600);
+        }
+        let r = rls.ask("s", vec![dh(&[("hot", value)], 850)]).await;
+        let count = get(&mut conn, &key(value)).unwrap();
+        if pod {
+            assert_eq!(count, WARM as u64 + held + 1 + 850, "lapsed");
+            let over = WARM as u64 + held + 1 + 850 > 1_000;
+            assert_eq!(codes(&r)[0].0, if over { OVER } else { OK });
+        } else {
+            assert_eq!(count, WARM as u64 + 850, "given back");
+            assert_eq!(codes(&r), vec![(OK, 50)]);
+        }
+    }
+    rls.stop().await;
+}
