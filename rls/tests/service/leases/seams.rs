@@ -190,3 +190,33 @@ async fn counts_go_back_only_from_the_counters_tail() {
     }
     rls.stop().await;
 }
+
+/// On a Redis Cluster too: the give-back script runs on the key's master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counts_go_back_on_a_cluster() {
+    use crate::redis::redis_support::RedisCluster;
+    let cluster = tokio::task::spawn_blocking(RedisCluster::start)
+        .await
+        .unwrap();
+    let nodes = cluster
+        .nodes
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect::<Vec<_>>()
+        .join(",");
+    let env = [
+        ("REDIS_URL", nodes.as_str()),
+        ("REDIS_SOCKET_TYPE", "tcp"),
+        ("REDIS_TYPE", "CLUSTER"),
+    ];
+    let mut rls = Rls::start(&[("s.yaml", CFG)], &env).await;
+    let serving = until_status(rls.running().grpc_addr, ServingStatus::Serving).await;
+    assert_eq!(serving, ServingStatus::Serving as i32);
+    for value in ["a", "b", "c", "d"] {
+        warm(&mut rls, value).await;
+        // Without the give-back the counts the lease held would count too.
+        let r = rls.ask("s", vec![dh(&[("hot", value)], 850)]).await;
+        assert_eq!(codes(&r), vec![(OK, 50)], "{value}");
+    }
+    rls.stop().await;
+}
