@@ -23,9 +23,10 @@
 //! run without prefetching (a block is asked for when the last one runs
 //! out; with 1,024-unit blocks that is one wait per 1,024 checks). A
 //! lease's unspent counts go back (a lease short of a large `hits_addend`,
-//! a flush, shutdown) only while they are the counter's last: a small Lua
-//! script runs `DECRBY` if the key still holds the count the block left
-//! (the block's receipt names it), so no count is handed out twice and
+//! a key swept from the lease table, the store dropped) only while they
+//! are the counter's last: a small Lua script runs `DECRBY` if the key
+//! still holds the count the block left (the block's receipt names it), as
+//! if the block had been smaller, so no count is handed out twice and
 //! upstream pods read one counter; otherwise they lapse with the window
 //! the key names. On the crate's keys (`RLS_REDIS_KEYS=crate`) they always
 //! lapse. Counts a process holds are refused to the others: at most 1,024

@@ -22,7 +22,7 @@ impl Leases {
         match self {
             Leases::On => {
                 "; hot descriptors served from leases, exact (RLS_LEASES=on; a process holds \
-                 at most 1,024 units of a key)"
+                 at most 1,024 counts of a key, 1,280 units with the extension's algorithms)"
             }
             Leases::Off => "; leases off (RLS_LEASES=off): one Redis call per check",
         }
