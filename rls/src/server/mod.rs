@@ -95,78 +95,14 @@ pub struct Running {
 
 /// Starts every listener, loads the configuration and starts watching it.
 pub async fn start(settings: &Settings, mut hooks: TestHooks) -> Result<Running, StartError> {
-    let manual = settings.test_clock.then(|| {
-        let now = SystemClock::new().now_ns();
-        // Whole seconds, as the hook sets them.
-        tower_throttle::clock::ManualClock::starting_at(now - now % 1_000_000_000)
-    });
-    if let (Some(m), None) = (&manual, &hooks.clock) {
-        hooks.clock = Some(Arc::new(m.clone()));
-    }
-    let test_clock = hooks.clock.is_some();
+    let manual = pin_test_clock(settings, &mut hooks);
     let tls = match &settings.grpc_tls {
         Some(t) => Some(ServerTls::load(t).map_err(StartError::Tls)?),
         None => None,
     };
-    let metrics = Arc::new(match &settings.prometheus_mapper {
-        Some(path) => Metrics::with_mapper_file(path).map_err(StartError::Mapper)?,
-        None => Metrics::default(),
-    });
-    let clock: Arc<dyn Clock> = hooks.clock.unwrap_or_else(|| Arc::new(SystemClock::new()));
-    let built = match hooks.store {
-        Some(store) => backend::Built {
-            store,
-            healthy: true,
-            memory: None,
-        },
-        None => backend::build(settings, clock.clone(), test_clock)
-            .await
-            .map_err(StartError::Backend)?,
-    };
-    let (store, store_ok) = (built.store, built.healthy);
-    let health = Health::new(store_ok, settings.healthy_with_at_least_one_config_loaded);
-    let options = service::Options {
-        cache_key_prefix: settings.cache_key_prefix.clone(),
-        shadow_mode: settings.shadow_mode,
-        quota_mode: settings.quota_mode,
-        all_or_nothing: settings.all_or_nothing,
-        near_limit_ratio: settings.near_limit_ratio,
-        response_headers: settings.response_headers.clone(),
-        bounds: service::Bounds {
-            max_descriptors: settings.max_descriptors,
-            max_entries: settings.max_entries,
-            max_value_bytes: settings.max_value_bytes,
-        },
-    };
-    let limiter = Arc::new(RateLimiter::new(
-        store.clone(),
-        clock,
-        options,
-        metrics.clone(),
-        health.clone(),
-    ));
-    let reloader = Arc::new(Reloader::new(settings, limiter.clone()));
-    let xds = match XdsClient::new(settings, limiter.clone()) {
-        None => {
-            // A bad initial config is not fatal (as upstream): requests fail
-            // with "no rate limit configuration loaded" until a good one
-            // arrives.
-            let _ = reloader.load().await;
-            None
-        }
-        Some((client, first)) => {
-            let task = tokio::spawn(client.run());
-            if !settings.force_start_without_initial_config {
-                // Upstream's NewService: nothing listens before the first
-                // snapshot is loaded (well or not).
-                tracing::info!(target: START_TARGET,
-                    "waiting for the first rate-limit configuration from the xDS server \
-                     before listening (FORCE_START_WITHOUT_INITIAL_CONFIG=false)");
-                first.wait().await;
-            }
-            Some(task)
-        }
-    };
+    let core = Core::build(settings, hooks).await?;
+    let reloader = Arc::new(Reloader::new(settings, core.limiter.clone()));
+    let xds = first_configuration(settings, &reloader, &core.limiter).await;
 
     let grpc = Grpc::bind(settings).await?;
     let main = bind("HOST/PORT", &settings.http_addr).await?;
@@ -181,53 +117,32 @@ pub async fn start(settings: &Settings, mut hooks: TestHooks) -> Result<Running,
     let metrics_addr = prometheus.as_ref().map(|(l, _)| local(l));
 
     let (reporter, health_service) = tonic_health::server::health_reporter();
-    health.report(&reporter).await;
-    let mut background = vec![tokio::spawn(health.clone().drive(reporter))];
-    match xds {
-        Some(task) => background.push(task),
-        None => background.push(tokio::spawn(
-            reloader.clone().watch(settings.reload_interval),
-        )),
-    }
-    if let Some(tls) = &tls {
-        background.push(tokio::spawn(tls.clone().watch(settings.reload_interval)));
-    }
-    if let Some(statsd) = &settings.statsd {
-        background.push(tokio::spawn(crate::statsd::run(
-            statsd.clone(),
-            metrics.clone(),
-        )));
-    }
-    if matches!(settings.backend, Backend::Redis(_)) {
-        background.push(tokio::spawn(backend::probe(
-            store,
-            health.clone(),
-            std::time::Duration::from_secs(1),
-        )));
-    }
+    core.health.report(&reporter).await;
+    let mut background = vec![tokio::spawn(core.health.clone().drive(reporter))];
+    background.push(match xds {
+        Some(task) => task,
+        None => tokio::spawn(reloader.clone().watch(settings.reload_interval)),
+    });
+    background.extend(core.watchers(settings, tls.as_ref()));
 
-    let shared = Shared {
-        limiter: limiter.clone(),
-        health: health.clone(),
-        test_clock: manual,
-    };
-    let mut listeners = Vec::new();
-    let signal = |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
     let (age, grace) = settings.grpc_max_connection_age;
     let grpc_router = tonic::transport::Server::builder()
         .max_connection_age(age)
         .max_connection_age_grace(grace)
         .add_service(health_service)
-        .add_service(RateLimitGrpc(limiter.clone()));
+        .add_service(RateLimitGrpc(core.limiter.clone()));
     let (grpc_server, accepting) = grpc.serve(grpc_router, tls.clone(), stopped.clone());
     background.extend(accepting);
-    listeners.push(tokio::spawn(async move {
+    let mut listeners = vec![tokio::spawn(async move {
         if let Err(e) = grpc_server.await {
             tracing::error!(error = %e, "the gRPC server stopped");
         }
-    }));
+    })];
+    let shared = Shared {
+        limiter: core.limiter.clone(),
+        health: core.health.clone(),
+        test_clock: manual,
+    };
     let mut routers = vec![
         (main, http::main_router(shared.clone())),
         (debug, http::debug_router(shared.clone())),
@@ -235,6 +150,158 @@ pub async fn start(settings: &Settings, mut hooks: TestHooks) -> Result<Running,
     if let Some((l, path)) = prometheus {
         routers.push((l, http::metrics_router(shared, &path)));
     }
+    listeners.extend(serve_http(routers, &stopped));
+    Ok(Running {
+        grpc_addr,
+        http_addr,
+        debug_addr,
+        metrics_addr,
+        limiter: core.limiter,
+        health: core.health,
+        reloader,
+        memory: core.memory,
+        tls,
+        stop,
+        listeners,
+        background,
+        grace: settings.shutdown_grace,
+    })
+}
+
+/// With `RLS_TEST_CLOCK`, a manual clock at a whole second, which the
+/// store runs on unless the hooks bring their own.
+fn pin_test_clock(
+    settings: &Settings,
+    hooks: &mut TestHooks,
+) -> Option<tower_throttle::clock::ManualClock> {
+    let manual = settings.test_clock.then(|| {
+        let now = SystemClock::new().now_ns();
+        // Whole seconds, as the hook sets them.
+        tower_throttle::clock::ManualClock::starting_at(now - now % 1_000_000_000)
+    });
+    if let (Some(m), None) = (&manual, &hooks.clock) {
+        hooks.clock = Some(Arc::new(m.clone()));
+    }
+    manual
+}
+
+/// The service and what it counts with.
+struct Core {
+    limiter: Arc<RateLimiter>,
+    health: Arc<Health>,
+    metrics: Arc<Metrics>,
+    store: tower_throttle::store::BoxStore,
+    memory: Option<tower_throttle::MemoryStore<backend::DynClock>>,
+}
+
+impl Core {
+    async fn build(settings: &Settings, hooks: TestHooks) -> Result<Core, StartError> {
+        let test_clock = hooks.clock.is_some();
+        let metrics = Arc::new(match &settings.prometheus_mapper {
+            Some(path) => Metrics::with_mapper_file(path).map_err(StartError::Mapper)?,
+            None => Metrics::default(),
+        });
+        let clock: Arc<dyn Clock> = hooks.clock.unwrap_or_else(|| Arc::new(SystemClock::new()));
+        let built = match hooks.store {
+            Some(store) => backend::Built {
+                store,
+                healthy: true,
+                memory: None,
+            },
+            None => backend::build(settings, clock.clone(), test_clock)
+                .await
+                .map_err(StartError::Backend)?,
+        };
+        let health = Health::new(
+            built.healthy,
+            settings.healthy_with_at_least_one_config_loaded,
+        );
+        let options = service::Options {
+            cache_key_prefix: settings.cache_key_prefix.clone(),
+            shadow_mode: settings.shadow_mode,
+            quota_mode: settings.quota_mode,
+            all_or_nothing: settings.all_or_nothing,
+            near_limit_ratio: settings.near_limit_ratio,
+            response_headers: settings.response_headers.clone(),
+            bounds: service::Bounds {
+                max_descriptors: settings.max_descriptors,
+                max_entries: settings.max_entries,
+                max_value_bytes: settings.max_value_bytes,
+            },
+        };
+        let limiter = Arc::new(RateLimiter::new(
+            built.store.clone(),
+            clock,
+            options,
+            metrics.clone(),
+            health.clone(),
+        ));
+        Ok(Core {
+            limiter,
+            health,
+            metrics,
+            store: built.store,
+            memory: built.memory,
+        })
+    }
+
+    /// The tasks that watch files, export statistics and probe Redis.
+    fn watchers(&self, settings: &Settings, tls: Option<&Arc<ServerTls>>) -> Vec<JoinHandle<()>> {
+        let mut tasks = Vec::new();
+        if let Some(tls) = tls {
+            tasks.push(tokio::spawn(tls.clone().watch(settings.reload_interval)));
+        }
+        if let Some(statsd) = &settings.statsd {
+            let run = crate::statsd::run(statsd.clone(), self.metrics.clone());
+            tasks.push(tokio::spawn(run));
+        }
+        if matches!(settings.backend, Backend::Redis(_)) {
+            tasks.push(tokio::spawn(backend::probe(
+                self.store.clone(),
+                self.health.clone(),
+                std::time::Duration::from_secs(1),
+            )));
+        }
+        tasks
+    }
+}
+
+/// Loads the first configuration: the files, or the xDS client started
+/// (its task returned), waiting for its first snapshot unless
+/// `FORCE_START_WITHOUT_INITIAL_CONFIG`.
+async fn first_configuration(
+    settings: &Settings,
+    reloader: &Reloader,
+    limiter: &Arc<RateLimiter>,
+) -> Option<JoinHandle<()>> {
+    let Some((client, first)) = XdsClient::new(settings, limiter.clone()) else {
+        // A bad initial config is not fatal (as upstream): requests fail
+        // with "no rate limit configuration loaded" until a good one
+        // arrives.
+        let _ = reloader.load().await;
+        return None;
+    };
+    let task = tokio::spawn(client.run());
+    if !settings.force_start_without_initial_config {
+        // Upstream's NewService: nothing listens before the first
+        // snapshot is loaded (well or not).
+        tracing::info!(target: START_TARGET,
+            "waiting for the first rate-limit configuration from the xDS server \
+             before listening (FORCE_START_WITHOUT_INITIAL_CONFIG=false)");
+        first.wait().await;
+    }
+    Some(task)
+}
+
+/// Serves each HTTP router on its listener until `stopped`.
+fn serve_http(
+    routers: Vec<(tokio::net::TcpListener, axum::Router)>,
+    stopped: &watch::Receiver<bool>,
+) -> Vec<JoinHandle<()>> {
+    let signal = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|s| *s).await;
+    };
+    let mut listeners = Vec::new();
     for (listener, router) in routers {
         let listener = listener.tap_io(|tcp| {
             let _ = tcp.set_nodelay(true);
@@ -246,21 +313,7 @@ pub async fn start(settings: &Settings, mut hooks: TestHooks) -> Result<Running,
             }
         }));
     }
-    Ok(Running {
-        grpc_addr,
-        http_addr,
-        debug_addr,
-        metrics_addr,
-        limiter,
-        health,
-        reloader,
-        memory: built.memory,
-        tls,
-        stop,
-        listeners,
-        background,
-        grace: settings.shutdown_grace,
-    })
+    listeners
 }
 
 impl Running {

@@ -5,6 +5,7 @@
 
 mod grpc_tls;
 mod leases;
+mod logs;
 mod notices;
 mod parse;
 mod redis_keys;
@@ -258,25 +259,7 @@ impl Settings {
             Ok::<_, SettingsError>(join(&env.string(host, h), env.port(port, p)?))
         };
         let disable_stats = env.flag("DISABLE_STATS", false)?;
-        let prometheus = if !disable_stats && env.flag("USE_PROMETHEUS", false)? {
-            let addr = env.string("PROMETHEUS_ADDR", ":9090");
-            let addr = if addr.starts_with(':') {
-                format!("0.0.0.0{addr}")
-            } else {
-                addr
-            };
-            let path = env.string("PROMETHEUS_PATH", "/metrics");
-            if !path.starts_with('/') {
-                return Err(SettingsError::invalid(
-                    "PROMETHEUS_PATH",
-                    &path,
-                    "expected a path starting with /",
-                ));
-            }
-            Some((addr, path))
-        } else {
-            None
-        };
+        let prometheus = stats::prometheus(&env, disable_stats)?;
         let response_headers = env.flag("LIMIT_RESPONSE_HEADERS_ENABLED", false)?.then(|| {
             [
                 env.string("LIMIT_LIMIT_HEADER", "RateLimit-Limit"),
@@ -284,25 +267,7 @@ impl Settings {
                 env.string("LIMIT_RESET_HEADER", "RateLimit-Reset"),
             ]
         });
-        let log_format = env.string("LOG_FORMAT", "text");
-        if !matches!(log_format.as_str(), "text" | "json") {
-            return Err(SettingsError::invalid(
-                "LOG_FORMAT",
-                &log_format,
-                "expected text or json",
-            ));
-        }
-        let log_level = env.string("LOG_LEVEL", "WARN");
-        if !matches!(
-            log_level.to_ascii_lowercase().as_str(),
-            "trace" | "debug" | "info" | "warn" | "warning" | "error" | "fatal" | "panic"
-        ) {
-            return Err(SettingsError::invalid(
-                "LOG_LEVEL",
-                &log_level,
-                "expected DEBUG, INFO, WARN or ERROR",
-            ));
-        }
+        let (log_level, log_json) = logs::logs(&env)?;
         let statsd = stats::statsd(&env, prometheus.is_some(), disable_stats)?;
         stats::refuse_extra_tags(&env)?;
         let grpc_tls = grpc_tls::grpc_tls(&env)?;
@@ -342,16 +307,7 @@ impl Settings {
             runtime_appdirectory: env.string("RUNTIME_APPDIRECTORY", "config"),
             runtime_watch_root: env.flag("RUNTIME_WATCH_ROOT", true)?,
             runtime_ignore_dotfiles: env.flag("RUNTIME_IGNOREDOTFILES", false)?,
-            reload_interval: match env.duration("RLS_RELOAD_INTERVAL", Duration::from_secs(1))? {
-                d if d.is_zero() => {
-                    return Err(SettingsError::invalid(
-                        "RLS_RELOAD_INTERVAL",
-                        "0",
-                        "expected a duration above zero",
-                    ))
-                }
-                d => d,
-            },
+            reload_interval: reload_interval(&env)?,
             merge_domain_config: env.flag("MERGE_DOMAIN_CONFIG", false)?,
             force_start_without_initial_config: env
                 .flag("FORCE_START_WITHOUT_INITIAL_CONFIG", false)?,
@@ -377,7 +333,7 @@ impl Settings {
             grpc_tls,
             notices,
             log_level,
-            log_json: log_format == "json",
+            log_json,
             memory_max_keys: limit("RLS_MEMORY_MAX_KEYS", 1_000_000)?,
             max_descriptors: limit("RLS_MAX_DESCRIPTORS", 64)?,
             max_entries: limit("RLS_MAX_ENTRIES", 32)?,
@@ -397,6 +353,19 @@ impl Settings {
         self.runtime_root
             .join(&self.runtime_subdirectory)
             .join(&self.runtime_appdirectory)
+    }
+}
+
+/// `RLS_RELOAD_INTERVAL`: how often the configuration is looked at (above
+/// zero).
+fn reload_interval(env: &Env<'_>) -> Result<Duration, SettingsError> {
+    match env.duration("RLS_RELOAD_INTERVAL", Duration::from_secs(1))? {
+        d if d.is_zero() => Err(SettingsError::invalid(
+            "RLS_RELOAD_INTERVAL",
+            "0",
+            "expected a duration above zero",
+        )),
+        d => Ok(d),
     }
 }
 

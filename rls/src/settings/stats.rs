@@ -79,3 +79,29 @@ pub(super) fn refuse_extra_tags(env: &Env<'_>) -> Result<(), SettingsError> {
         _ => Ok(()),
     }
 }
+
+/// `USE_PROMETHEUS` (unless `DISABLE_STATS`): the listener address
+/// (`PROMETHEUS_ADDR`, `:port` on every interface) and `PROMETHEUS_PATH`.
+pub(super) fn prometheus(
+    env: &Env<'_>,
+    disable_stats: bool,
+) -> Result<Option<(String, String)>, SettingsError> {
+    if disable_stats || !env.flag("USE_PROMETHEUS", false)? {
+        return Ok(None);
+    }
+    let addr = env.string("PROMETHEUS_ADDR", ":9090");
+    let addr = if addr.starts_with(':') {
+        format!("0.0.0.0{addr}")
+    } else {
+        addr
+    };
+    let path = env.string("PROMETHEUS_PATH", "/metrics");
+    if !path.starts_with('/') {
+        return Err(SettingsError::invalid(
+            "PROMETHEUS_PATH",
+            &path,
+            "expected a path starting with /",
+        ));
+    }
+    Ok(Some((addr, path)))
+}
