@@ -1,26 +1,16 @@
 //! Logs as upstream's `LOG_LEVEL` and `LOG_FORMAT` ask, on stderr, with
-//! two differences:
-//!
-//! * the start line and the shutdown line ([`crate::server::START_TARGET`])
-//!   are shown at INFO whatever the level, unless `LOG_LEVEL` is `error`
-//!   (or `fatal`, `panic`): what a server is doing is said once at the
-//!   default level, `WARN`;
-//! * without `RLS_REDIS_FALLBACK=memory`, the crate's Redis connection
-//!   warnings that end "a fallback store decides meanwhile" are dropped,
-//!   since no fallback store is there: the store's own health line says
-//!   what happens instead (calls fail, health fails).
+//! one difference: the start line and the shutdown line
+//! ([`crate::server::START_TARGET`]) are shown at INFO whatever the level,
+//! unless `LOG_LEVEL` is `error` (or `fatal`, `panic`): what a server is
+//! doing is said once at the default level, `WARN`.
 
-use tracing::field::{Field, Visit};
-use tracing::{Event, Metadata, Subscriber};
+use tracing::{Metadata, Subscriber};
 use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
 
 use crate::server::START_TARGET;
-use crate::settings::{Backend, Settings};
-
-/// The words of the crate's warnings that name a fallback store.
-const FALLBACK_CLAIM: &str = "fallback store decides";
+use crate::settings::Settings;
 
 /// `LOG_LEVEL` as a filter.
 pub fn level(settings: &Settings) -> LevelFilter {
@@ -38,7 +28,6 @@ pub fn level(settings: &Settings) -> LevelFilter {
 pub struct LogFilter {
     level: LevelFilter,
     start: LevelFilter,
-    no_fallback: bool,
 }
 
 impl LogFilter {
@@ -52,7 +41,6 @@ impl LogFilter {
             } else {
                 level
             },
-            no_fallback: !matches!(&settings.backend, Backend::Redis(r) if r.fallback_to_memory),
         }
     }
 
@@ -66,43 +54,11 @@ impl LogFilter {
         };
         *metadata.level() <= limit
     }
-
-    /// Whether this message is written.
-    pub fn allows_message(&self, target: &str, message: &str) -> bool {
-        !(self.no_fallback
-            && target.starts_with("tower_throttle")
-            && message.contains(FALLBACK_CLAIM))
-    }
-}
-
-struct Message(String);
-
-impl Visit for Message {
-    fn record_str(&mut self, field: &Field, value: &str) {
-        if field.name() == "message" {
-            self.0.push_str(value);
-        }
-    }
-
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        if field.name() == "message" {
-            self.0 = format!("{value:?}");
-        }
-    }
 }
 
 impl<S: Subscriber> Layer<S> for LogFilter {
     fn enabled(&self, metadata: &Metadata<'_>, _: Context<'_, S>) -> bool {
         self.allows(metadata)
-    }
-
-    fn event_enabled(&self, event: &Event<'_>, _: Context<'_, S>) -> bool {
-        if !self.no_fallback || !event.metadata().target().starts_with("tower_throttle") {
-            return true;
-        }
-        let mut message = Message(String::new());
-        event.record(&mut message);
-        self.allows_message(event.metadata().target(), &message.0)
     }
 
     fn max_level_hint(&self) -> Option<LevelFilter> {

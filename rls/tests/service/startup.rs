@@ -117,7 +117,8 @@ async fn settings_that_change_nothing_are_named_at_start() {
 }
 
 /// Redis on a port nobody listens on: with no fallback configured, no
-/// line may say a fallback store decides; with one, the crate says so.
+/// line may say a fallback store decides; with one, the fallback store
+/// says so itself when it takes over (the Redis store never claims it).
 #[cfg(unix)]
 #[tokio::test]
 async fn no_fallback_is_claimed_where_none_is_configured() {

@@ -196,12 +196,12 @@ async fn connect<C>(shared: Weak<LazyShared<C>>, attempt: Attempt<C>) {
                     Some(tracing::Level::ERROR) => {
                         tracing::error!(target: "tower_throttle", addr = %lazy.addr, error = %e,
                             "Redis refuses this rate-limit store's setup: not connected, \
-                             retrying in the background (a fallback store decides meanwhile)");
+                             retrying in the background (calls to this store fail meanwhile)");
                     }
                     Some(_) => {
                         tracing::warn!(target: "tower_throttle", addr = %lazy.addr, error = %e,
                             "cannot reach Redis, or it cannot serve now: not connected, \
-                             retrying in the background (a fallback store decides meanwhile)");
+                             retrying in the background (calls to this store fail meanwhile)");
                     }
                     None => {}
                 }

@@ -38,7 +38,7 @@ pub(crate) fn after_connect(e: StoreError) -> StoreError {
             tracing::error!(target: "tower_throttle", error = %e,
                 "Redis wants credentials since the rate-limit store connected (it restarted \
                  with a password?): every call fails until the server or the store's URL is \
-                 fixed (a fallback store decides meanwhile); logged at most once a minute");
+                 fixed; logged at most once a minute");
         }
         Outage::AuthRefused if log => {
             // redis-rs's ConnectionManager does not retry a reconnect that
@@ -46,8 +46,8 @@ pub(crate) fn after_connect(e: StoreError) -> StoreError {
             tracing::error!(target: "tower_throttle", error = %e,
                 "Redis refused the rate-limit store's credentials on a reconnect (its password \
                  changed?): the connection does not retry that, so every call fails until the \
-                 store is connected again with the right credentials (a fallback store decides \
-                 meanwhile); logged at most once a minute");
+                 store is connected again with the right credentials; logged at most once a \
+                 minute");
         }
         _ => {}
     }
