@@ -12,7 +12,8 @@
 //! - `bench` (default): requests/s, p50 and p99 at 64 calls in flight, one
 //!   hot key and 10,000 keys, on Redis (all three) and in memory
 //!   (throttle-rls and limitador), in paired rounds (`PEERS_ROUNDS`,
-//!   default 7, of `PEERS_SECS`, default 2, per server).
+//!   default 7, at most 100, of `PEERS_SECS`, default 2, at most 60, per
+//!   server; at most 2,000,000 calls per server and round).
 //! - `exact`: 4 instances of each server on one Redis, one key limited to
 //!   500 a minute, 2,000 calls at once: admitted ÷ limit.
 //! - `migrate`: 2 upstream pods and 2 throttle-rls pods on one Redis.
@@ -82,7 +83,7 @@ async fn start_all(bins: &Bins, kinds: &[Kind], store: Store<'_>) -> Result<Vec<
 
 async fn bench(bins: &Bins) -> Result<(), String> {
     let rounds = Rounds {
-        rounds: env_num("PEERS_ROUNDS", 7.0) as usize,
+        rounds: env_num("PEERS_ROUNDS", 7.0).min(100.0) as usize,
         secs: env_num("PEERS_SECS", 2.0).min(60.0),
         cap: 2_000_000,
     };
