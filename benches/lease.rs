@@ -351,7 +351,10 @@ fn print_worst(rows: &[Row]) {
                 Some(worst.map_or(x, |w| w.max(x)))
             })
             .map_or("–".to_string(), |w| format!("{w:.4}"));
-        let over: u64 = cells.iter().map(|c| c.verdict.over + c.all.late).sum();
+        // Per process for the memory store, whose admissions may land after
+        // their window's end here (the shared summary leaves it out too).
+        let late = |c: &Row| if c.config == "memory" { 0 } else { c.all.late };
+        let over: u64 = cells.iter().map(|c| c.verdict.over + late(c)).sum();
         println!(
             "| {} | {} | {} | {lowest:.0} | {:.1} ({:.1}) | {cmds} | {over} |",
             r.phase,
@@ -415,13 +418,27 @@ fn print_table(rows: &[Row]) {
     let find =
         |phase: &str, config: &str| rows.iter().find(|r| r.phase == phase && r.config == config);
     println!();
-    if let (Some(lease), Some(mem)) = (find("open", "lease"), find("open", "memory")) {
+    // With BENCH_REPEAT, the i-th lease cell is paired with the i-th memory
+    // cell (run next to it) and the median of the pairs' ratios is judged.
+    let cells = |config: &str| -> Vec<&Row> {
+        rows.iter()
+            .filter(|r| r.phase == "open" && r.config == config)
+            .collect()
+    };
+    let (leases, memory) = (cells("lease"), cells("memory"));
+    if let (Some(lease), false) = (find("open", "lease"), memory.is_empty()) {
         let cmds = lease
             .server
             .map_or(f64::NAN, |(c, _)| c / lease.all.admitted.max(1) as f64);
-        let ratio = mean(lease) / mean(mem);
+        let mut ratios: Vec<f64> = leases
+            .iter()
+            .zip(&memory)
+            .map(|(l, m)| mean(l) / mean(m))
+            .collect();
+        ratios.sort_by(f64::total_cmp);
+        let ratio = ratios[ratios.len() / 2];
         let met = |ok: bool| if ok { "met" } else { "NOT met" };
-        println!("target, open phase: leasing Redis commands per admitted check {cmds:.4} (≤ 0.05: {}); checks/s per process {ratio:.2}× the memory store's (≥ 0.5: {})", met(cmds <= 0.05), met(ratio >= 0.5));
+        println!("target, open phase: leasing Redis commands per admitted check {cmds:.4} (≤ 0.05: {}); checks/s per process {ratio:.2}× the memory store's, median of {} pairs {ratios:.3?} (≥ 0.5: {})", met(cmds <= 0.05), ratios.len(), met(ratio >= 0.5));
     }
     let over: u64 = rows
         .iter()
