@@ -1,4 +1,4 @@
-//! What `benches/lease.rs` counts in each client process and adds up in the
+//! What `benches/lease/` counts in each client process and adds up in the
 //! parent: a bounded latency histogram, admissions and denials per fixed
 //! window, the one-line report a child prints, `INFO` readings, and the
 //! parent/child protocol (`ready`, `go`, one `result …` line).

@@ -215,7 +215,7 @@ async fn blocks_grow_when_spent_and_shrink_when_units_expire() {
 /// Blocks halved down to the check's own cost (each window's lease
 /// wasted all but one unit) still lease again when the key is busy, and
 /// grow back: the target never traps a hot key on one inner call per
-/// check (found by `benches/lease.rs` with `BENCH_REPEAT`: one process of
+/// check (found by `benches/lease/` with `BENCH_REPEAT`: one process of
 /// four stuck at a target of 1 after a burst of blocks lost at a window's
 /// end, with 0.15–0.20 Redis commands per admitted check).
 #[tokio::test]
