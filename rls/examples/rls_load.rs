@@ -4,7 +4,13 @@
 //! 64 calls in flight on one HTTP/2 connection, on the memory store and on
 //! a `redis-server` started on a free port (skipped if none is on PATH).
 //!
-//! `cargo run --release -p tower-throttle-rls --example rls_load [-- SECONDS]`
+//! `cargo run --release -p tower-throttle-rls --example rls_load [-- ROUNDS SECONDS]`
+//!
+//! The gRPC contenders (bare tonic, throttle-rls on memory, on Redis) run
+//! in rotating order over ROUNDS rounds (default 7) of SECONDS each
+//! (default 2), so a drifting machine drifts under all of them; each row is
+//! the median of its rounds, and its ratio to bare tonic the median of the
+//! per-round ratios with quartiles. The direct API rows run once after.
 //!
 //! `-- hot [ROUNDS] [SECONDS]`: one hot descriptor (every request the same
 //! key, as a per-route global limit): the memory store beside Redis with
@@ -119,10 +125,6 @@ fn request(i: usize) -> RateLimitRequest {
         }],
         hits_addend: 0,
     }
-}
-
-async fn grpc_load(addr: SocketAddr, secs: u64) -> (f64, Duration, Duration) {
-    grpc_load_of(addr, secs, false).await
 }
 
 /// `hot`: every request the hot route.
@@ -247,6 +249,50 @@ fn quantile(v: &[f64], q: f64) -> f64 {
     v[((v.len() - 1) as f64 * q).round() as usize]
 }
 
+/// Each contender's figures, round by round, the contenders in rotating
+/// order (no contender always runs first or last).
+async fn interleaved(
+    addrs: &[SocketAddr],
+    rounds: usize,
+    secs: u64,
+    hot: bool,
+) -> Vec<Vec<(f64, Duration, Duration)>> {
+    let mut figures = vec![Vec::new(); addrs.len()];
+    for round in 0..rounds {
+        for i in 0..addrs.len() {
+            let c = (round + i) % addrs.len();
+            figures[c].push(grpc_load_of(addrs[c], secs, hot).await);
+        }
+    }
+    figures
+}
+
+/// One row per contender: median requests/s, p50 and p99 of its rounds, and
+/// the median [quartiles] of its per-round ratios to the first contender.
+fn report(title: &str, names: &[&str], figures: &[Vec<(f64, Duration, Duration)>]) {
+    println!("| {title} | requests/s (median) | p50 µs | p99 µs | ÷ {}: median [q1, q3] |\n|---|---:|---:|---:|---|", names[0]);
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        quantile(&v, 0.5)
+    };
+    let us = |d: &Duration| d.as_nanos() as f64 / 1_000.0;
+    for (c, name) in names.iter().enumerate() {
+        let mut ratios: Vec<f64> = (figures[c].iter().zip(&figures[0]))
+            .map(|(a, first)| a.0 / first.0)
+            .collect();
+        ratios.sort_by(f64::total_cmp);
+        println!(
+            "| {name} | {:.0} | {:.1} | {:.1} | {:.2} [{:.2}, {:.2}] |",
+            median(figures[c].iter().map(|f| f.0).collect()),
+            median(figures[c].iter().map(|f| us(&f.1)).collect()),
+            median(figures[c].iter().map(|f| us(&f.2)).collect()),
+            quantile(&ratios, 0.5),
+            quantile(&ratios, 0.25),
+            quantile(&ratios, 0.75)
+        );
+    }
+}
+
 /// The hot-descriptor comparison: see the module docs.
 async fn hot(rounds: usize, secs: u64) {
     let Some((mut redis, port)) = redis_server() else {
@@ -254,46 +300,69 @@ async fn hot(rounds: usize, secs: u64) {
         return;
     };
     let servers = [
-        (
-            "throttle-rls, memory store",
-            throttle_rls(None, "off").await,
-        ),
-        (
-            "throttle-rls, Redis, RLS_LEASES=on",
-            throttle_rls(Some(port), "on").await,
-        ),
-        (
-            "throttle-rls, Redis, RLS_LEASES=off",
-            throttle_rls(Some(port), "off").await,
-        ),
+        throttle_rls(None, "off").await,
+        throttle_rls(Some(port), "on").await,
+        throttle_rls(Some(port), "off").await,
     ];
-    for (_, s) in &servers {
+    let names = [
+        "throttle-rls, memory store",
+        "throttle-rls, Redis, RLS_LEASES=on",
+        "throttle-rls, Redis, RLS_LEASES=off",
+    ];
+    for s in &servers {
         ready(s.grpc_addr).await;
         // Warm: connections, and the key hot enough to lease.
         grpc_load_of(s.grpc_addr, 1, true).await;
     }
-    let mut rps = vec![Vec::new(); servers.len()];
-    for round in 0..rounds {
-        // Rotating order: no contender always runs first or last.
-        for i in 0..servers.len() {
-            let c = (round + i) % servers.len();
-            rps[c].push(grpc_load_of(servers[c].1.grpc_addr, secs, true).await.0);
+    let addrs: Vec<SocketAddr> = servers.iter().map(|s| s.grpc_addr).collect();
+    let figures = interleaved(&addrs, rounds, secs, true).await;
+    let title = format!("one hot descriptor, {IN_FLIGHT} in flight, {rounds} rounds × {secs} s");
+    report(&title, &names, &figures);
+    let _ = redis.kill();
+    let _ = redis.wait();
+}
+
+/// Many keys: bare tonic beside throttle-rls on memory and on Redis
+/// (interleaved), then the direct API on the same stores.
+async fn keys(rounds: usize, secs: u64) {
+    let redis = redis_server();
+    let mut names = vec!["bare tonic RateLimitService", "throttle-rls, memory store"];
+    // Kept until the end: a dropped `Running` stops its server.
+    let mut servers = vec![throttle_rls(None, "off").await];
+    let mut addrs = vec![bare().await, servers[0].grpc_addr];
+    if let Some((_, port)) = &redis {
+        let rls = throttle_rls(Some(*port), "off").await;
+        ready(rls.grpc_addr).await;
+        names.push("throttle-rls, Redis (RLS_LEASES=off)");
+        addrs.push(rls.grpc_addr);
+        servers.push(rls);
+    }
+    for addr in &addrs {
+        grpc_load_of(*addr, 1, false).await;
+    }
+    let figures = interleaved(&addrs, rounds, secs, false).await;
+    let title = format!("{IN_FLIGHT} in flight, {KEYS} keys, {rounds} rounds × {secs} s");
+    report(&title, &names, &figures);
+    println!("\n| direct API, {secs} s | requests/s | p50 µs | p99 µs |\n|---|---|---|---|");
+    row(
+        "direct API, memory store",
+        direct(BoxStore::new(MemoryStore::new()), secs).await,
+    );
+    let Some((mut redis, port)) = redis else {
+        println!("(no redis-server on PATH: Redis rows skipped)");
+        return;
+    };
+    let url = format!("redis://127.0.0.1:{port}/");
+    let store = loop {
+        match RedisStore::builder().connect(url.as_str()).await {
+            Ok(s) => break s,
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
         }
-    }
-    println!("| one hot descriptor, {IN_FLIGHT} in flight, {rounds} rounds × {secs} s | requests/s (median) | ÷ memory: median [q1, q3] |\n|---|---|---|");
-    for (c, (name, _)) in servers.iter().enumerate() {
-        let mut ratios: Vec<f64> = rps[c].iter().zip(&rps[0]).map(|(a, m)| a / m).collect();
-        ratios.sort_by(f64::total_cmp);
-        let mut own = rps[c].clone();
-        own.sort_by(f64::total_cmp);
-        println!(
-            "| {name} | {:.0} | {:.2} [{:.2}, {:.2}] |",
-            quantile(&own, 0.5),
-            quantile(&ratios, 0.5),
-            quantile(&ratios, 0.25),
-            quantile(&ratios, 0.75)
-        );
-    }
+    };
+    row(
+        "direct API, Redis",
+        direct(BoxStore::new(store), secs).await,
+    );
     let _ = redis.kill();
     let _ = redis.wait();
 }
@@ -310,29 +379,11 @@ fn main() {
         let secs = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(2).max(1);
         return rt.block_on(hot(rounds, secs));
     }
-    let secs = args.first().and_then(|s| s.parse().ok()).unwrap_or(5);
-    rt.block_on(async {
-        println!("| {IN_FLIGHT} in flight, {KEYS} keys, {secs} s | requests/s | p50 µs | p99 µs |\n|---|---|---|---|");
-        row("bare tonic RateLimitService", grpc_load(bare().await, secs).await);
-        let rls = throttle_rls(None, "off").await;
-        row("throttle-rls, memory store", grpc_load(rls.grpc_addr, secs).await);
-        row("direct API, memory store", direct(BoxStore::new(MemoryStore::new()), secs).await);
-        let Some((mut redis, port)) = redis_server() else {
-            println!("(no redis-server on PATH: Redis rows skipped)");
-            return;
-        };
-        let url = format!("redis://127.0.0.1:{port}/");
-        let store = loop {
-            match RedisStore::builder().connect(url.as_str()).await {
-                Ok(s) => break s,
-                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-            }
-        };
-        let rls = throttle_rls(Some(port), "off").await;
-        ready(rls.grpc_addr).await;
-        row("throttle-rls, Redis (RLS_LEASES=off)", grpc_load(rls.grpc_addr, secs).await);
-        row("direct API, Redis", direct(BoxStore::new(store), secs).await);
-        let _ = redis.kill();
-        let _ = redis.wait();
-    });
+    let rounds = args
+        .first()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(7)
+        .max(1);
+    let secs = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(2).max(1);
+    rt.block_on(keys(rounds, secs));
 }
