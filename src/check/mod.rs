@@ -25,6 +25,7 @@ use crate::decision::Decision;
 use crate::grpc::Reply;
 use crate::info::{Meta, RateLimitInfo};
 use crate::key::RequestHead;
+use crate::limiter::Reservation;
 use crate::mode::Mode;
 use crate::rule::RuleCfg;
 use crate::settings::Settings;
@@ -42,7 +43,6 @@ mod settle;
 mod simple;
 
 pub(crate) use charge::HeldCharge;
-use charge::Reserved;
 use decide::{decide, decide_now};
 pub(crate) use hold::Holds;
 pub(crate) use permits::HeldPermits;
@@ -280,7 +280,8 @@ pub(crate) async fn later<St: Store>(
                     // Admitted into a reserved slot: wait for it, then go. A
                     // waiter dropped before its time gives the slot back.
                     count(shared, "delayed", None);
-                    let reserved = Reserved::new(shared, plan, info);
+                    let charged = info.map(|info| plan.refundable(info)).unwrap_or_default();
+                    let reserved = Reservation::new(shared.store.clone(), charged);
                     tokio::time::sleep(slot_wait).await;
                     reserved.keep();
                 }

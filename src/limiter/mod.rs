@@ -27,6 +27,7 @@ use crate::store::{MemoryStore, Store, StoreError};
 mod all_rules;
 mod one_rule;
 mod permit;
+pub(crate) use permit::Reservation;
 
 pub use all_rules::{AllRules, RuleDecisions};
 pub use one_rule::OneRule;

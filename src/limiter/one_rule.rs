@@ -261,7 +261,8 @@ impl<S: Store> Limiter<S, OneRule> {
                 return Ok(Attempt::Denied(decision, decision.retry_after));
             }
             if let Some(receipt) = decision.receipt().filter(|_| !slot.is_zero()) {
-                let reserved = Reservation::new(self.store.clone(), key, real, receipt);
+                let reserved =
+                    Reservation::new(self.store.clone(), vec![(key.to_vec(), real, receipt)]);
                 tokio::time::sleep(slot).await;
                 reserved.keep();
             }

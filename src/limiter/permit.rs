@@ -60,40 +60,42 @@ impl<S: Store> Drop for Permit<S> {
     }
 }
 
-/// A slot reserved by [`Limiter::wait_n`](super::Limiter::wait_n):
-/// refunded if the waiter is dropped before it.
-pub(super) struct Reservation<'k, S: Store> {
+/// Charges taken for a waiter's reserved slot ([`Limiter::wait_n`], the
+/// layer's delay mode): refunded, each into the slot its receipt names, if
+/// the waiter is dropped before its time (a client that hangs up), so
+/// abandoned waiters do not push later requests back.
+///
+/// [`Limiter::wait_n`]: super::Limiter::wait_n
+pub(crate) struct Reservation<S: Store> {
     store: Option<Arc<S>>,
-    key: &'k [u8],
-    policy: Policy,
-    receipt: Receipt,
+    charged: Vec<(Vec<u8>, Policy, Receipt)>,
 }
 
-impl<'k, S: Store> Reservation<'k, S> {
-    pub(super) fn new(store: Arc<S>, key: &'k [u8], policy: Policy, receipt: Receipt) -> Self {
+impl<S: Store> Reservation<S> {
+    pub(crate) fn new(store: Arc<S>, charged: Vec<(Vec<u8>, Policy, Receipt)>) -> Self {
         Reservation {
             store: Some(store),
-            key,
-            policy,
-            receipt,
+            charged,
         }
     }
 
-    /// The waiter reached its slot: keep the charge.
-    pub(super) fn keep(mut self) {
+    /// The waiter reached its slot: the charges stand.
+    pub(crate) fn keep(mut self) {
         self.store = None;
     }
 }
 
-impl<S: Store> Drop for Reservation<'_, S> {
+impl<S: Store> Drop for Reservation<S> {
     fn drop(&mut self) {
         let Some(store) = self.store.take() else {
             return;
         };
-        let (key, policy, receipt) = (self.key.to_vec(), self.policy, self.receipt);
+        let charged = std::mem::take(&mut self.charged);
         release_detached(async move {
-            // A failed refund leaves the slot taken: the limit still holds.
-            let _ = store.refund(&key, &policy, &receipt).await;
+            for (key, policy, receipt) in charged {
+                // A failed refund leaves the slot taken: the limit still holds.
+                let _ = store.refund(&key, &policy, &receipt).await;
+            }
         });
     }
 }
