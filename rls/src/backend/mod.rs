@@ -64,6 +64,9 @@ pub struct Built {
     pub healthy: bool,
     /// The memory store, when it is the backend (to see its size).
     pub memory: Option<MemoryStore<DynClock>>,
+    /// The leases, with `RLS_LEASES=on`: ended at shutdown, so that what
+    /// they hold goes back before the process exits.
+    pub leases: Option<leases::Leased>,
 }
 
 /// Makes the store.
@@ -85,6 +88,7 @@ pub async fn build(
                 store: BoxStore::new(m.clone()),
                 healthy: true,
                 memory: Some(m),
+                leases: None,
             });
         }
         Backend::Redis(r) => r,
@@ -166,14 +170,18 @@ fn built(
         store = BoxStore::new(FallbackStore::new(store, memory));
         healthy = true;
     }
+    let mut leased = None;
     if settings.leases == Leases::On {
         let tail = settings.redis_keys == RedisKeys::Upstream && !settings.all_or_nothing;
-        store = BoxStore::new(leases::Leased::new(store, DynClock(clock.clone()), tail));
+        let leases = leases::Leased::new(store, DynClock(clock.clone()), tail);
+        store = BoxStore::new(leases.clone());
+        leased = Some(leases);
     }
     Built {
         store,
         healthy,
         memory: None,
+        leases: leased,
     }
 }
 

@@ -88,6 +88,7 @@ pub struct Running {
     /// [`ServerTls::check`] to read its files again now).
     pub tls: Option<Arc<ServerTls>>,
     stop: watch::Sender<bool>,
+    leases: Option<backend::leases::Leased>,
     listeners: Vec<JoinHandle<()>>,
     background: Vec<JoinHandle<()>>,
     grace: std::time::Duration,
@@ -160,6 +161,7 @@ pub async fn start(settings: &Settings, mut hooks: TestHooks) -> Result<Running,
         health: core.health,
         reloader,
         memory: core.memory,
+        leases: core.leases,
         tls,
         stop,
         listeners,
@@ -192,6 +194,7 @@ struct Core {
     metrics: Arc<Metrics>,
     store: tower_throttle::store::BoxStore,
     memory: Option<tower_throttle::MemoryStore<backend::DynClock>>,
+    leases: Option<backend::leases::Leased>,
 }
 
 impl Core {
@@ -207,6 +210,7 @@ impl Core {
                 store,
                 healthy: true,
                 memory: None,
+                leases: None,
             },
             None => backend::build(settings, clock.clone(), test_clock)
                 .await
@@ -242,6 +246,7 @@ impl Core {
             metrics,
             store: built.store,
             memory: built.memory,
+            leases: built.leases,
         })
     }
 
@@ -324,17 +329,30 @@ impl Running {
     }
 
     /// Waits for the listeners to finish their calls in flight (at most
-    /// the grace period), then stops the background tasks.
+    /// the grace period), ends the leases (what they hold goes back), then
+    /// stops the background tasks.
     pub async fn wait(self) {
         let all = futures_join(self.listeners);
         if tokio::time::timeout(self.grace, all).await.is_err() {
             tracing::warn!("calls still in flight after the shutdown grace period were dropped");
+        }
+        // No call is left: what the leases hold goes back (window units, and
+        // upstream counts still at their counter's tail) instead of lapsing.
+        if let Some(leases) = &self.leases {
+            let ended = tokio::time::timeout(LEASES_GRACE, leases.shutdown()).await;
+            if ended.is_err() {
+                tracing::warn!("the leases' units were not all given back in time: they lapse");
+            }
         }
         for task in self.background {
             task.abort();
         }
     }
 }
+
+/// How long a shutdown waits for the leases' give-backs (a store that
+/// does not answer lets them lapse, which admits nothing extra).
+const LEASES_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 async fn futures_join(tasks: Vec<JoinHandle<()>>) {
     for t in tasks {

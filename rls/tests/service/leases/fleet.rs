@@ -23,13 +23,18 @@ pub fn key() -> String {
 
 /// One process.
 pub struct Server {
-    _proc: Proc,
+    proc: Proc,
     grpc: SocketAddr,
     /// Its start line.
     pub start_line: String,
 }
 
 impl Server {
+    /// SIGTERM, then its exit status.
+    pub async fn terminate(&mut self) -> std::process::ExitStatus {
+        self.proc.terminate().await
+    }
+
     pub async fn client(&self) -> RateLimitServiceClient<Channel> {
         RateLimitServiceClient::connect(format!("http://{}", self.grpc))
             .await
@@ -56,7 +61,7 @@ impl Fleet {
     }
 }
 
-async fn start_one(redis: &RedisServer, dir: &Dir, extra: &[(&str, &str)]) -> Server {
+pub async fn start_one(redis: &RedisServer, dir: &Dir, extra: &[(&str, &str)]) -> Server {
     let (grpc, web, debug) = (free_port(), free_port(), free_port());
     let (grpc_s, http_s, debug_s) = (grpc.to_string(), web.to_string(), debug.to_string());
     let url = format!("127.0.0.1:{}", redis.port);
@@ -90,7 +95,7 @@ async fn start_one(redis: &RedisServer, dir: &Dir, extra: &[(&str, &str)]) -> Se
     assert_eq!(http(debug_addr, "POST", &path, "").await.0, 204);
     until_healthy(SocketAddr::from(([127, 0, 0, 1], web))).await;
     Server {
-        _proc: proc,
+        proc,
         grpc: SocketAddr::from(([127, 0, 0, 1], grpc)),
         start_line,
     }

@@ -14,6 +14,7 @@ use tokio::task::JoinSet;
 
 use crate::redis::redis_support::RedisServer;
 use crate::shared_counters::{get, upstream_hit};
+use crate::support::Dir;
 
 /// Concurrent clients per process.
 const CLIENTS: usize = 8;
@@ -148,4 +149,32 @@ async fn the_setting_is_named_at_start_and_checked() {
         assert!(err.contains("RLS_LEASES") && err.contains(why), "{err}");
         assert!(!err.contains("panicked"), "{err}");
     }
+}
+
+/// SIGTERM gives back what the leases hold before the process exits: the
+/// shared counter then holds exactly the admitted hits, as if no lease had
+/// been taken, so a rolling restart costs the fleet nothing of its limit
+/// (without it, a block's unspent counts lapse with the window).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_gives_back_what_the_leases_hold() {
+    let redis = RedisServer::start();
+    let dir = Dir::new();
+    dir.write("lease.yaml", fleet::CFG);
+    let mut server = fleet::start_one(&redis, &dir, &[]).await;
+    let mut client = server.client().await;
+    let hits = 100;
+    for _ in 0..hits {
+        assert!(fleet::hot(&mut client).await);
+    }
+    let mut conn = redis.conn();
+    let counted = get(&mut conn, &fleet::key()).unwrap();
+    assert!(counted > hits, "a lease holds counts: {counted}");
+    assert!(server.terminate().await.success());
+    let after = get(&mut conn, &fleet::key()).unwrap();
+    assert_eq!(
+        after,
+        hits,
+        "given back at SIGTERM (held {})",
+        counted - hits
+    );
 }
