@@ -132,9 +132,10 @@ fn cluster_master_killed_then_restarted() {
         };
         // Every path saw the fault. A failing call may take the whole timeout,
         // so the count is bounded by TASKS × FAULT ÷ TIMEOUT over three paths
-        // (about 20 each); only its presence is asserted, not a rate.
+        // (about 20 each, 2 seen on a loaded machine); only its presence is
+        // asserted, not a rate.
         for via in [Via::Open, Via::Closed, Via::Store] {
-            assert!(total(&hit_during, via) >= 3, "{via:?}: {hit_during:?}");
+            assert!(total(&hit_during, via) >= 1, "{via:?}: {hit_during:?}");
         }
         assert_eq!(count(&hit_during, Via::Open, 200), total(&hit_during, Via::Open));
         assert_eq!(count(&hit_during, Via::Closed, 503), total(&hit_during, Via::Closed));
