@@ -239,8 +239,53 @@ fn hottest_keys(c: &mut Criterion) {
     g.finish();
 }
 
+/// Two rules in one all-or-nothing check (`check_all_sync`: both keys'
+/// shard locks, the peeks, then the charges) beside the same two keys
+/// checked one by one (no atomicity): what a multi-rule layer or
+/// `Limiter::and` pays for all-or-nothing, on one hot pair and over 10,000.
+fn two_rules(c: &mut Criterion) {
+    let mut g = c.benchmark_group("two_rules");
+    g.throughput(Throughput::Elements(1));
+    let (ours, p) = (store(), policy());
+    let window = Policy::fixed_window(u64::MAX / 4, Duration::from_secs(1)).unwrap();
+    let users = keys(10_000);
+    let ips: Vec<Vec<u8>> = (0..10_000)
+        .map(|i| format!("ip:10.0.{}.{}", i / 256, i % 256).into_bytes())
+        .collect();
+    g.bench_function("all_or_nothing_hot_pair", |b| {
+        b.iter(|| {
+            let both = [
+                Charge::new(&users[1], &p, 1),
+                Charge::new(&ips[1], &window, 1),
+            ];
+            black_box(ours.check_all_sync(&both).unwrap()[0].allowed)
+        })
+    });
+    g.bench_function("one_by_one_hot_pair", |b| {
+        b.iter(|| {
+            let a = ours.check_sync(Charge::new(&users[1], &p, 1)).unwrap();
+            let b = ours.check_sync(Charge::new(&ips[1], &window, 1)).unwrap();
+            black_box(a.allowed && b.allowed)
+        })
+    });
+    let mut i = 0u64;
+    g.bench_function("all_or_nothing_10k", |b| {
+        b.iter(|| {
+            i += 1;
+            let k = scatter(i, 10_000);
+            let both = [
+                Charge::new(&users[k], &p, 1),
+                Charge::new(&ips[k], &window, 1),
+            ];
+            black_box(ours.check_all_sync(&both).unwrap()[0].allowed)
+        })
+    });
+    g.finish();
+}
+
 criterion_group!(
     benches,
+    two_rules,
     hot_key,
     hottest_keys,
     round_robin_10k,

@@ -77,6 +77,7 @@ impl<C: Clock> MemoryStore<C> {
     /// may charge come back under the locks alone: no thread cache can
     /// write them until these locks are released. (A rule of cost 0 only
     /// reads its key: a snapshot of the cell is enough.)
+    #[inline(always)]
     fn lock<'s>(&'s self, rules: &[Charge<'_>], located: &[(u64, usize)]) -> Locked<'s> {
         let mut order: Vec<usize> = located.iter().map(|&(_, s)| s).collect();
         order.sort_unstable();
@@ -95,6 +96,7 @@ impl<C: Clock> MemoryStore<C> {
 
     /// Room first: a charged rule whose key is absent takes a key of its
     /// namespace's cap, or is decided on the namespace's shared counter.
+    #[inline(always)]
     fn places(
         &self,
         locked: &mut Locked<'_>,
@@ -126,6 +128,7 @@ impl<C: Clock> MemoryStore<C> {
     }
 
     /// Every rule's decision as a peek of its charge, nothing changed.
+    #[inline(always)]
     fn peeks(
         &self,
         locked: &mut Locked<'_>,
@@ -186,6 +189,7 @@ impl<C: Clock> MemoryStore<C> {
     }
 
     /// Charges every rule of an admission, under the locks that decided it.
+    #[inline(always)]
     fn charge(
         &self,
         locked: &mut Locked<'_>,
@@ -247,6 +251,7 @@ struct Locked<'s> {
 
 impl Locked<'_> {
     /// The locked shard `index`.
+    #[inline(always)]
     fn shard(&mut self, index: usize) -> &mut Shard {
         let at = self.order.binary_search(&index).unwrap_or(0);
         &mut self.guards[at]
