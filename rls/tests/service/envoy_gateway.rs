@@ -12,7 +12,7 @@
 use std::net::SocketAddr;
 
 use crate::process::{free_port, until_healthy, Proc};
-use crate::redis::redis_support::{free_port as redis_port, RedisServer};
+use crate::redis::redis_support::RedisServer;
 use crate::stats::GATEWAY_MAPPER;
 use crate::support::*;
 use crate::tls::{call_with, id};
@@ -292,22 +292,12 @@ async fn envoy_gateways_environment_serves_over_tls() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn envoy_gateways_redis_tls_client_certificate() {
     let pki = Pki::new();
-    let tls_port = redis_port(false);
-    let args: Vec<String> = [
-        "--tls-port",
-        &tls_port.to_string(),
-        "--tls-cert-file",
+    let (tls_port, _redis) = crate::redis::tls_server(
         &pki.path("server.crt"),
-        "--tls-key-file",
         &pki.path("server.key"),
-        "--tls-ca-cert-file",
         &pki.path("ca.crt"),
-        "--tls-auth-clients",
-        "yes",
-    ]
-    .map(String::from)
-    .to_vec();
-    let _redis = RedisServer::start_with_args(&args);
+        true,
+    );
     let layout = Layout::new(&pki);
     // Envoy Gateway's /redis-certs, and (not set by Envoy Gateway, whose
     // Redis certificates chain to the system's roots) the test CA.

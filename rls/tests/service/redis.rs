@@ -6,7 +6,7 @@ pub mod redis_support;
 
 use std::time::{Duration, Instant};
 
-use redis_support::RedisServer;
+use redis_support::{free_port, RedisCluster, RedisServer};
 use tonic_health::pb::health_check_response::ServingStatus;
 
 use crate::health::until_status;
@@ -23,6 +23,41 @@ pub async fn start(redis: &RedisServer, extra: &[(&str, &str)]) -> Rls {
     ];
     env.extend_from_slice(extra);
     start_env(&env).await
+}
+
+/// A Redis Cluster of its own, and upstream's `REDIS_URL` for it: its
+/// nodes, comma-separated.
+pub async fn cluster() -> (RedisCluster, String) {
+    let cluster = tokio::task::spawn_blocking(RedisCluster::start)
+        .await
+        .unwrap();
+    let nodes = (cluster.nodes.iter())
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect::<Vec<_>>()
+        .join(",");
+    (cluster, nodes)
+}
+
+/// A `redis-server` serving TLS on a port of its own with `cert`, `key`
+/// and `ca` (paths); `auth_clients`: client certificates required. Its
+/// port, and the server (stopped on drop).
+pub fn tls_server(cert: &str, key: &str, ca: &str, auth_clients: bool) -> (u16, RedisServer) {
+    let tls_port = free_port(false);
+    let args: Vec<String> = [
+        "--tls-port",
+        &tls_port.to_string(),
+        "--tls-cert-file",
+        cert,
+        "--tls-key-file",
+        key,
+        "--tls-ca-cert-file",
+        ca,
+        "--tls-auth-clients",
+        if auth_clients { "yes" } else { "no" },
+    ]
+    .map(String::from)
+    .to_vec();
+    (tls_port, RedisServer::start_with_args(&args))
 }
 
 /// A server on the Redis `env` describes, once its health says SERVING.

@@ -5,7 +5,7 @@
 #[allow(dead_code)]
 mod pki;
 
-use crate::redis::redis_support::{free_port, RedisCluster, RedisServer};
+use crate::redis::redis_support::{free_port, RedisServer};
 use crate::redis::start_env;
 use crate::support::*;
 
@@ -60,22 +60,12 @@ async fn redis_unix_socket() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_tls_with_a_private_ca() {
     let pki = pki::Pki::new();
-    let tls_port = free_port(false);
-    let args: Vec<String> = [
-        "--tls-port",
-        &tls_port.to_string(),
-        "--tls-cert-file",
+    let (tls_port, _redis) = crate::redis::tls_server(
         &pki.path("server.crt"),
-        "--tls-key-file",
         &pki.path("server.key"),
-        "--tls-ca-cert-file",
         &pki.path("ca.crt"),
-        "--tls-auth-clients",
-        "no",
-    ]
-    .map(String::from)
-    .to_vec();
-    let _redis = RedisServer::start_with_args(&args);
+        false,
+    );
     let url = format!("127.0.0.1:{tls_port}");
     let ca = pki.path("ca.crt");
     let env = [
@@ -91,15 +81,7 @@ async fn redis_tls_with_a_private_ca() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_cluster_in_both_counting_modes() {
-    let cluster = tokio::task::spawn_blocking(RedisCluster::start)
-        .await
-        .unwrap();
-    let nodes = cluster
-        .nodes
-        .iter()
-        .map(|n| format!("127.0.0.1:{}", n.port))
-        .collect::<Vec<_>>()
-        .join(",");
+    let (_cluster, nodes) = crate::redis::cluster().await;
     let base = [
         ("REDIS_URL", nodes.as_str()),
         ("REDIS_SOCKET_TYPE", "tcp"),

@@ -194,16 +194,7 @@ async fn counts_go_back_only_from_the_counters_tail() {
 /// On a Redis Cluster too: the give-back script runs on the key's master.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn counts_go_back_on_a_cluster() {
-    use crate::redis::redis_support::RedisCluster;
-    let cluster = tokio::task::spawn_blocking(RedisCluster::start)
-        .await
-        .unwrap();
-    let nodes = cluster
-        .nodes
-        .iter()
-        .map(|n| format!("127.0.0.1:{}", n.port))
-        .collect::<Vec<_>>()
-        .join(",");
+    let (_cluster, nodes) = crate::redis::cluster().await;
     let env = [
         ("REDIS_URL", nodes.as_str()),
         ("REDIS_SOCKET_TYPE", "tcp"),

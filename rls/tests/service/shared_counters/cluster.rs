@@ -38,15 +38,7 @@ fn owner(cluster: &RedisCluster, key: &str) -> (usize, Connection) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_counter_with_upstream_on_a_cluster() {
-    let cluster = tokio::task::spawn_blocking(RedisCluster::start)
-        .await
-        .unwrap();
-    let nodes = cluster
-        .nodes
-        .iter()
-        .map(|n| format!("127.0.0.1:{}", n.port))
-        .collect::<Vec<_>>()
-        .join(",");
+    let (cluster, nodes) = crate::redis::cluster().await;
     let env = [
         ("REDIS_URL", nodes.as_str()),
         ("REDIS_SOCKET_TYPE", "tcp"),
