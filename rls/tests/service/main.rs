@@ -6,6 +6,12 @@
 
 mod support;
 
+/// The crate's test PKI (`tests/support/pki.rs`): its `Pki` for Redis TLS,
+/// its `CertDir` under this suite's own gRPC PKI (`tls_pki.rs`).
+#[path = "../../../tests/support/pki.rs"]
+#[allow(dead_code)]
+mod shared_pki;
+
 mod binary;
 mod cluster;
 mod envoy_gateway;

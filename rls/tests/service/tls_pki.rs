@@ -1,27 +1,12 @@
 //! Certificates for the gRPC TLS tests, made at test time by the `openssl`
-//! CLI (as the crate's `tests/support/pki.rs` makes its own): two CAs,
+//! CLI in a `CertDir` of the crate's `tests/support/pki.rs`: two CAs,
 //! server certificates for 127.0.0.1 and `localhost`, and client
 //! certificates with chosen subject alternative names. ECDSA P-256.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::atomic::{AtomicU64, Ordering};
+use crate::shared_pki::CertDir;
 
 pub struct Pki {
-    dir: PathBuf,
-}
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("the openssl CLI is needed to make test certificates");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    certs: CertDir,
 }
 
 const EC: [&str; 4] = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"];
@@ -33,13 +18,7 @@ impl Pki {
     /// `wildcard` (SAN `*.example.com`); and `stranger` (by `ca2`, SAN
     /// `envoy.example.com`).
     pub fn new() -> Pki {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "throttle-rls-tls-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
+        let certs = CertDir::new("throttle-rls-tls");
         for ca in ["ca", "ca2"] {
             let (key, crt, subj) = (
                 format!("{ca}.key"),
@@ -63,9 +42,9 @@ impl Pki {
                 "-addext",
                 "keyUsage=critical,keyCertSign,cRLSign",
             ]);
-            openssl(&dir, &args);
+            certs.openssl(&args);
         }
-        let pki = Pki { dir };
+        let pki = Pki { certs };
         let server = "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n";
         pki.issue("server", "ca", server);
         pki.issue("server2", "ca2", server);
@@ -82,8 +61,8 @@ impl Pki {
     }
 
     fn issue(&self, name: &str, ca: &str, ext: &str) {
-        let o = |args: &[&str]| openssl(&self.dir, args);
-        std::fs::write(self.dir.join(format!("{name}.ext")), ext).unwrap();
+        let o = |args: &[&str]| self.certs.openssl(args);
+        self.certs.write(&format!("{name}.ext"), ext);
         let (key, csr, crt) = (
             format!("{name}.key"),
             format!("{name}.csr"),
@@ -119,16 +98,10 @@ impl Pki {
     }
 
     pub fn path(&self, file: &str) -> String {
-        self.dir.join(file).display().to_string()
+        self.certs.path(file)
     }
 
     pub fn read(&self, file: &str) -> Vec<u8> {
-        std::fs::read(self.dir.join(file)).unwrap()
-    }
-}
-
-impl Drop for Pki {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+        self.certs.read(file)
     }
 }

@@ -1,12 +1,9 @@
 //! Every Redis topology upstream's `REDIS_*` settings describe, on real
 //! servers: a password, a unix socket, TLS with a private CA, a cluster.
 
-#[path = "../../../tests/support/pki.rs"]
-#[allow(dead_code)]
-mod pki;
-
 use crate::redis::redis_support::{free_port, RedisServer};
 use crate::redis::start_env;
+use crate::shared_pki as pki;
 use crate::support::*;
 
 /// The same answers whatever the topology.
