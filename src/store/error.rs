@@ -119,6 +119,29 @@ pub enum Outage {
     AuthRefused,
 }
 
+impl Outage {
+    /// The outage a Redis error code names (`OOM`, `BUSY`, `LOADING`,
+    /// `READONLY`, `MASTERDOWN`, `CLUSTERDOWN`, `TRYAGAIN`, `MISCONF`,
+    /// `NOREPLICAS`, `NOAUTH`, `WRONGPASS`); `None` for any other code. For
+    /// code that talks to Redis beside a store (one table for both).
+    pub fn from_redis_code(code: &str) -> Option<Outage> {
+        Some(match code {
+            "OOM" => Outage::OutOfMemory,
+            "BUSY" => Outage::Busy,
+            "LOADING" => Outage::Loading,
+            "READONLY" => Outage::ReadOnly,
+            "MASTERDOWN" => Outage::MasterDown,
+            "CLUSTERDOWN" => Outage::ClusterDown,
+            "TRYAGAIN" => Outage::TryAgain,
+            "MISCONF" => Outage::PersistenceFailing,
+            "NOREPLICAS" => Outage::NoReplicas,
+            "NOAUTH" => Outage::AuthRequired,
+            "WRONGPASS" => Outage::AuthRefused,
+            _ => return None,
+        })
+    }
+}
+
 impl fmt::Display for Outage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -198,6 +221,49 @@ impl std::error::Error for StoreError {
                 Some(&**e)
             }
             _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Outage;
+
+    /// Each code names the outage whose message quotes it; anything else,
+    /// a case or a space off included, names none.
+    #[test]
+    fn redis_codes_name_the_outage_that_quotes_them() {
+        let codes = [
+            "OOM",
+            "BUSY",
+            "LOADING",
+            "READONLY",
+            "MASTERDOWN",
+            "CLUSTERDOWN",
+            "TRYAGAIN",
+            "MISCONF",
+            "NOREPLICAS",
+            "NOAUTH",
+            "WRONGPASS",
+        ];
+        for code in codes {
+            let outage = Outage::from_redis_code(code).expect(code);
+            assert!(
+                outage.to_string().ends_with(&format!("({code})")),
+                "{code}: {outage}"
+            );
+        }
+        for other in [
+            "",
+            "ERR",
+            "oom",
+            "OOM ",
+            "-OOM",
+            "NOSCRIPT",
+            "WRONGTYPE",
+            "é",
+        ] {
+            assert_eq!(Outage::from_redis_code(other), None, "{other:?}");
         }
     }
 }

@@ -26,23 +26,6 @@ fn codes(e: &RedisError) -> Vec<String> {
     }
 }
 
-fn outage(code: &str) -> Option<Outage> {
-    Some(match code {
-        "OOM" => Outage::OutOfMemory,
-        "BUSY" => Outage::Busy,
-        "LOADING" => Outage::Loading,
-        "READONLY" => Outage::ReadOnly,
-        "MASTERDOWN" => Outage::MasterDown,
-        "CLUSTERDOWN" => Outage::ClusterDown,
-        "TRYAGAIN" => Outage::TryAgain,
-        "MISCONF" => Outage::PersistenceFailing,
-        "NOREPLICAS" => Outage::NoReplicas,
-        "NOAUTH" => Outage::AuthRequired,
-        "WRONGPASS" => Outage::AuthRefused,
-        _ => return None,
-    })
-}
-
 /// Maps an error of the pipeline; `timeout` is `REDIS_TIMEOUT`.
 pub(super) fn map(e: RedisError, timeout: Duration) -> StoreError {
     if e.is_timeout() {
@@ -56,7 +39,7 @@ pub(super) fn map(e: RedisError, timeout: Duration) -> StoreError {
                 .into(),
         );
     }
-    if let Some(why) = codes.iter().find_map(|c| outage(c)) {
+    if let Some(why) = codes.iter().find_map(|c| Outage::from_redis_code(c)) {
         return StoreError::Unavailable(why);
     }
     if e.to_string().contains("max number of clients") {

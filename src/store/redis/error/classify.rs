@@ -62,19 +62,11 @@ pub(crate) fn outage_in(message: &str) -> Option<Outage> {
     outage_of_code(code.trim_start_matches('-')).or_else(|| wrapped(message))
 }
 
+/// The outage a reply's code names. The credential codes are not among
+/// them here: `credentials.rs` classifies those (and logs their fix).
 fn outage_of_code(code: &str) -> Option<Outage> {
-    Some(match code {
-        "OOM" => Outage::OutOfMemory,
-        "BUSY" => Outage::Busy,
-        "LOADING" => Outage::Loading,
-        "READONLY" => Outage::ReadOnly,
-        "MASTERDOWN" => Outage::MasterDown,
-        "CLUSTERDOWN" => Outage::ClusterDown,
-        "TRYAGAIN" => Outage::TryAgain,
-        "MISCONF" => Outage::PersistenceFailing,
-        "NOREPLICAS" => Outage::NoReplicas,
-        _ => return None,
-    })
+    Outage::from_redis_code(code)
+        .filter(|o| !matches!(o, Outage::AuthRequired | Outage::AuthRefused))
 }
 
 /// Redis 6 and older end a script whose `redis.call` failed with
