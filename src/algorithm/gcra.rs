@@ -102,7 +102,7 @@ pub fn quota_after(p: &GcraParams, ttl_ns: u64, remaining: u64) -> Duration {
 /// truncated to whole microseconds, divided in `f64` and truncated — so its
 /// replies match `CL.THROTTLE`'s to the bit.
 #[inline(always)]
-fn remaining(p: &GcraParams, ttl: u64) -> u64 {
+pub(crate) fn remaining(p: &GcraParams, ttl: u64) -> u64 {
     let next = p.tolerance_ns.saturating_sub(ttl);
     if p.cell.is_none() {
         return next / p.emission_interval_ns;

@@ -163,8 +163,9 @@ where
                 let inc = t.saturating_mul(n.get());
                 // Denied: tat − now = wait + τ − inc, exactly.
                 let ttl = (wait + tau).saturating_sub(inc);
-                let remaining = tau.saturating_sub(ttl).as_nanos() / t.as_nanos();
-                let remaining = u64::try_from(remaining).unwrap_or(0);
+                // The algorithm's own count of what is left (a cell policy's
+                // is redis-cell's, to the bit), as every store reports it.
+                let remaining = gcra::remaining(p, nanos(ttl));
                 Ok(Decision {
                     charged: 0,
                     charged_at_ns: 0,
