@@ -37,12 +37,12 @@ fn keys() -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn check_now<S: Store>(store: &S, keys: &[Vec<u8>], iters: u64) -> Duration {
+fn decide<S: Store>(store: &S, keys: &[Vec<u8>], iters: u64) -> Duration {
     let p = policy();
     let start = Instant::now();
     for i in 0..iters as usize {
-        let rule = Charge::new(&keys[i % USERS], &p, 1);
-        black_box(store.check_now(rule).unwrap().unwrap());
+        let rule = [Charge::new(&keys[i % USERS], &p, 1)];
+        black_box(store.decide(&rule).ready().unwrap().unwrap());
     }
     start.elapsed()
 }
@@ -68,11 +68,11 @@ fn store_check(c: &mut Criterion) {
     g.throughput(Throughput::Elements(1));
     let plain = MemoryStore::new();
     let boxed = BoxStore::new(MemoryStore::new());
-    g.bench_function("memory/check_now", |b| {
-        b.iter_custom(|n| check_now(&plain, &keys, n))
+    g.bench_function("memory/decide", |b| {
+        b.iter_custom(|n| decide(&plain, &keys, n))
     });
-    g.bench_function("boxed/check_now", |b| {
-        b.iter_custom(|n| check_now(&boxed, &keys, n))
+    g.bench_function("boxed/decide", |b| {
+        b.iter_custom(|n| decide(&boxed, &keys, n))
     });
     g.bench_function("memory/check", |b| {
         b.iter_custom(|n| check_async(&plain, &keys, n))

@@ -1,15 +1,15 @@
 //! The middle stage, [`decide`] (through the store's futures) or
 //! [`decide_now`] (in process): the store's decisions for a plan's rules,
-//! all or nothing, as an [`Answer`] for `settle`.
+//! all or nothing, as an [`Ruling`] for `settle`.
 
 use std::time::Duration;
 
 use super::planned::{PlannedRule, PlannedRules};
-use super::{near_limit, Answer, Decided, LayerState, Plan};
+use super::{near_limit, LayerState, Plan, Ruling};
 use crate::decision::Decision;
 use crate::info::{RateLimitInfo, RuleDecision};
 use crate::policy::{effective_policy, rebase, Policy};
-use crate::store::{budget, Store, StoreError};
+use crate::store::{budget, Decisions, Store, StoreError};
 
 /// Asks the store for the plan's decisions through its futures, within the
 /// layer's timeout; with `reserve` (delay mode), a GCRA rule reserves its
@@ -18,7 +18,7 @@ pub(super) async fn decide<St: Store>(
     shared: &LayerState<St>,
     plan: &Plan,
     reserve: Option<Duration>,
-) -> Answer {
+) -> Ruling {
     #[cfg(feature = "metrics")]
     let started = std::time::Instant::now();
     let call = decide_later(shared, plan, reserve);
@@ -29,19 +29,22 @@ pub(super) async fn decide<St: Store>(
     #[cfg(feature = "metrics")]
     metrics::histogram!("tower_throttle_store_latency_seconds")
         .record(started.elapsed().as_secs_f64());
-    answer.unwrap_or_else(Answer::Failed)
+    answer.unwrap_or_else(Ruling::Failed)
 }
 
-/// [`decide`] in process; `None` when the store cannot answer so. Its
-/// answers are made as [`decide`]'s, by [`one`] and `many`.
+/// [`decide`] in process; `None` when the store answers later (its
+/// future, dropped unpolled, charged nothing). Its answers are made as
+/// [`decide`]'s, by [`one`] and `many`.
 #[inline]
-pub(super) fn decide_now<St: Store>(shared: &LayerState<St>, plan: &Plan) -> Option<Answer> {
+pub(super) fn decide_now<St: Store>(shared: &LayerState<St>, plan: &Plan) -> Option<Ruling> {
     let answer = match &plan.rules {
         PlannedRules::One(a) => {
             let charge = plan.charge(a, plan.policy(shared, a));
             shared
                 .store
-                .check_now(charge)?
+                .decide(&[charge])
+                .ready()?
+                .and_then(Decisions::into_one)
                 .map(|d| one(shared, a.rule, d, Duration::ZERO))
         }
         PlannedRules::Many(actives) => {
@@ -49,11 +52,14 @@ pub(super) fn decide_now<St: Store>(shared: &LayerState<St>, plan: &Plan) -> Opt
                 .iter()
                 .map(|a| plan.charge(a, plan.policy(shared, a)))
                 .collect();
-            let decisions = shared.store.check_all_now(&charges)?;
-            decisions.and_then(|v| many(shared, plan, v, Duration::ZERO))
+            shared
+                .store
+                .decide(&charges)
+                .ready()?
+                .and_then(|ds| many(shared, plan, ds, Duration::ZERO))
         }
     };
-    Some(answer.unwrap_or_else(Answer::Failed))
+    Some(answer.unwrap_or_else(Ruling::Failed))
 }
 
 /// [`decide`] through the store's futures, reserving with `reserve`.
@@ -61,7 +67,7 @@ async fn decide_later<St: Store>(
     shared: &LayerState<St>,
     plan: &Plan,
     reserve: Option<Duration>,
-) -> Result<Answer, StoreError> {
+) -> Result<Ruling, StoreError> {
     let policies: Vec<Policy> = plan
         .actives()
         .iter()
@@ -79,9 +85,9 @@ async fn decide_later<St: Store>(
                 .zip(&policies)
                 .map(|(a, used)| plan.charge(a, used))
                 .collect();
-            let mut decisions = shared.store.check_all(&charges).await?;
+            let mut decisions = shared.store.decide(&charges).await?;
             let mut wait = Duration::ZERO;
-            for ((a, used), d) in actives.iter().zip(&policies).zip(&mut decisions) {
+            for ((a, used), d) in actives.iter().zip(&policies).zip(decisions.iter_mut()) {
                 wait = wait.max(rebase(plan.policy(shared, a), used, d));
             }
             many(shared, plan, decisions, wait)
@@ -91,14 +97,14 @@ async fn decide_later<St: Store>(
 
 /// The answer of `rule`'s decision; `wait` is the one of its reserved slot.
 #[inline]
-pub(super) fn one<St>(shared: &LayerState<St>, rule: usize, d: Decision, wait: Duration) -> Answer {
+pub(super) fn one<St>(shared: &LayerState<St>, rule: usize, d: Decision, wait: Duration) -> Ruling {
     near_limit(shared, rule, &d);
     if d.allowed && d.permit.is_none() && wait.is_zero() && nothing_carried(shared) {
         // The common case: no `RateLimitInfo` (and no shared-meta
         // reference count) at all.
-        return Answer::Admitted;
+        return Ruling::Admitted;
     }
-    Answer::Decided(Decided::One(d), wait)
+    Ruling::Decided(Decisions::one(d), wait)
 }
 
 /// The answer of every rule's decision, in the plan's order; an error when
@@ -106,9 +112,9 @@ pub(super) fn one<St>(shared: &LayerState<St>, rule: usize, d: Decision, wait: D
 fn many<St>(
     shared: &LayerState<St>,
     plan: &Plan,
-    decisions: Vec<Decision>,
+    decisions: Decisions,
     wait: Duration,
-) -> Result<Answer, StoreError> {
+) -> Result<Ruling, StoreError> {
     let rules = plan.actives().len();
     if decisions.len() != rules {
         return Err(StoreError::Protocol(format!(
@@ -122,22 +128,24 @@ fn many<St>(
             near_limit(shared, a.rule, d);
         }
     }
-    Ok(Answer::Decided(Decided::Many(decisions), wait))
+    Ok(Ruling::Decided(decisions, wait))
 }
 
 /// The headers' and extensions' view of the store's decisions.
-pub(super) fn info<St>(shared: &LayerState<St>, plan: &Plan, decided: Decided) -> RateLimitInfo {
+pub(super) fn info<St>(shared: &LayerState<St>, plan: &Plan, decided: Decisions) -> RateLimitInfo {
     let entry = |a: &PlannedRule, d| RuleDecision {
         rule: a.rule,
         policy: *plan.policy(shared, a),
         decision: d,
         pk: plan.partition_key(shared, a),
     };
-    let actives = plan.actives();
-    match decided {
-        Decided::One(d) => RateLimitInfo::one(shared.meta.clone(), entry(&actives[0], d)),
-        Decided::Many(decisions) => {
-            let entries = actives.iter().zip(decisions).map(|(a, d)| entry(a, d));
+    match &plan.rules {
+        PlannedRules::One(a) => RateLimitInfo::one(shared.meta.clone(), entry(a, decided[0])),
+        PlannedRules::Many(actives) => {
+            let entries = actives
+                .iter()
+                .zip(decided.iter())
+                .map(|(a, d)| entry(a, *d));
             RateLimitInfo::many(shared.meta.clone(), entries.collect())
         }
     }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::planned::PlannedRule;
-use super::{Answer, LayerState, Plan, Reach};
+use super::{LayerState, Plan, Reach, Ruling};
 use crate::decision::Decision;
 use crate::info::{RateLimitInfo, RuleDecision};
 use crate::lockout::Penalty;
@@ -25,7 +25,7 @@ pub(super) async fn locked<St: Store>(
     penalty: &Penalty,
     plan: &Plan,
     reach: Reach,
-) -> Option<Option<Answer>> {
+) -> Option<Option<Ruling>> {
     if shared.settings.mode == Mode::DryRun {
         return Some(None);
     }
@@ -56,8 +56,8 @@ pub(super) async fn locked<St: Store>(
         }
     };
     let answer = match reach.call(now, later).await? {
-        Ok(entries) => info(shared, entries).map(|info| Answer::Locked(Box::new(info))),
-        Err(error) => Some(Answer::Failed(error)),
+        Ok(entries) => info(shared, entries).map(|info| Ruling::Locked(Box::new(info))),
+        Err(error) => Some(Ruling::Failed(error)),
     };
     Some(answer)
 }

@@ -4,7 +4,7 @@
 //!
 //! - [`plan`] builds every rule's key, cost and policy (a [`Plan`]);
 //! - [`decide_now`] / [`decide`] asks the store for its decisions (an
-//!   [`Answer`]);
+//!   [`Ruling`]);
 //! - [`settle_now`] / [`settle`] applies the layer's mode to the answer (a
 //!   [`Verdict`], or a wait in delay mode), recording a lock-out's strikes.
 //!
@@ -29,7 +29,7 @@ use crate::limiter::Reservation;
 use crate::mode::Mode;
 use crate::rule::RuleCfg;
 use crate::settings::Settings;
-use crate::store::{Store, StoreError};
+use crate::store::{Decisions, Store, StoreError};
 
 mod charge;
 mod choose;
@@ -80,26 +80,17 @@ pub(crate) struct LayerState<St> {
 }
 
 /// The store's answer for a plan, for [`settle`].
-pub(super) enum Answer {
+pub(super) enum Ruling {
     /// Every rule admitted the request, and nothing of it is carried
     /// forward: no [`RateLimitInfo`] is built.
     Admitted,
     /// The rules' decisions, and how long a delayed request waits for the
     /// slots it reserved.
-    Decided(Decided, Duration),
+    Decided(Decisions, Duration),
     /// A key is locked out: these are its lock's denials.
     Locked(Box<RateLimitInfo>),
     /// The store failed (or timed out).
     Failed(StoreError),
-}
-
-/// The store's decisions as it gave them: smaller than the
-/// [`RateLimitInfo`] `settle` makes of them, off the admitted path.
-pub(super) enum Decided {
-    /// The one rule's.
-    One(Decision),
-    /// Every rule's, in the plan's order.
-    Many(Vec<Decision>),
 }
 
 /// How a stage reaches the store.
@@ -174,7 +165,7 @@ pub(crate) fn now<St: Store>(
         None => decide_now(shared, &plan),
     };
     match answer {
-        Some(Answer::Admitted) => {
+        Some(Ruling::Admitted) => {
             // The common case, settled without a future.
             count(shared, "allowed", None);
             plan.recycle();
@@ -190,7 +181,7 @@ pub(crate) fn now<St: Store>(
 /// The lock-out's check of the plan in process, then the store's decisions
 /// if no key is locked.
 #[inline(never)]
-fn locked_now<St: Store>(shared: &LayerState<St>, plan: &Plan) -> Option<Answer> {
+fn locked_now<St: Store>(shared: &LayerState<St>, plan: &Plan) -> Option<Ruling> {
     let penalty = shared.settings.lockout.as_ref()?;
     match poll_now(std::pin::pin!(lockout::locked(
         shared,
@@ -210,7 +201,7 @@ fn settled_now<St: Store>(
     shared: &LayerState<St>,
     plan: Plan,
     req: &RequestHead<'_>,
-    answer: Answer,
+    answer: Ruling,
 ) -> ControlFlow<Verdict<St>, Plan> {
     // In which protocol a rejection is answered: read only when one may follow.
     let reply = || shared.settings.protocol.reply(req.headers());
@@ -270,7 +261,7 @@ pub(crate) async fn later<St: Store>(
             None => decide(shared, plan, reserve).await,
         };
         let slot_wait = match &answer {
-            Answer::Decided(_, wait) => *wait,
+            Ruling::Decided(_, wait) => *wait,
             _ => Duration::ZERO,
         };
         let retry = match settle(shared, plan, answer, waited, attempts, reply).await {

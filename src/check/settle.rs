@@ -8,7 +8,7 @@ use bytes::Bytes;
 use http::Response;
 
 use super::{
-    count, decide, lockout, poll_now, Answer, HeldCharge, HeldPermits, LayerState, Plan, Reach,
+    count, decide, lockout, poll_now, HeldCharge, HeldPermits, LayerState, Plan, Reach, Ruling,
 };
 use crate::grpc::{respond, Reply};
 use crate::info::{NotLimited, RateLimitInfo};
@@ -75,7 +75,7 @@ pub(super) struct Retry {
 pub(super) async fn settle<St: Store>(
     shared: &LayerState<St>,
     plan: &Plan,
-    answer: Answer,
+    answer: Ruling,
     waited: Duration,
     attempts: u32,
     reply: &impl Fn() -> Reply,
@@ -97,7 +97,7 @@ pub(super) async fn settle<St: Store>(
 pub(super) fn settle_now<St: Store>(
     shared: &LayerState<St>,
     plan: &Plan,
-    answer: Answer,
+    answer: Ruling,
     reply: &impl Fn() -> Reply,
 ) -> Verdict<St> {
     match judge(shared, plan, answer, Duration::ZERO, 0, reply) {
@@ -118,23 +118,23 @@ pub(super) fn settle_now<St: Store>(
 fn judge<St: Store>(
     shared: &LayerState<St>,
     plan: &Plan,
-    answer: Answer,
+    answer: Ruling,
     waited: Duration,
     attempts: u32,
     reply: &impl Fn() -> Reply,
 ) -> Result<ControlFlow<Verdict<St>, Retry>, RateLimitInfo> {
     let mut info = match answer {
-        Answer::Admitted => {
+        Ruling::Admitted => {
             count(shared, "allowed", None);
             return Ok(ControlFlow::Break(Verdict::forward()));
         }
-        Answer::Decided(decided, _) => decide::info(shared, plan, decided),
-        Answer::Locked(info) => {
+        Ruling::Decided(decided, _) => decide::info(shared, plan, decided),
+        Ruling::Locked(info) => {
             let info = *info;
             count(shared, "locked", Some(info.binding().rule));
             return Ok(ControlFlow::Break(reject(shared, reply(), &info)));
         }
-        Answer::Failed(error) => {
+        Ruling::Failed(error) => {
             return Ok(ControlFlow::Break(store_failed(shared, reply(), error)))
         }
     };

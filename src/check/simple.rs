@@ -2,9 +2,8 @@
 //! and nothing to do on an admission but forward. Its key is built, its
 //! policy picked (the rule's own, or the request's from a function or a
 //! resolver's cache; a resolver still to be asked sends the plan on) and
-//! the store asked with `Store::admit_now`, which spares an admission's
-//! figures, with no [`Plan`] until an answer needs one; that answer is
-//! settled like any other.
+//! the store asked, with no [`Plan`] until an answer needs one; that answer
+//! is judged by `decide::one` like any other.
 
 use std::ops::ControlFlow;
 use std::time::Duration;
@@ -12,7 +11,7 @@ use std::time::Duration;
 use super::choose::{pick, tag, Pending};
 use super::decide::one;
 use super::plan::{missing_key, recycle_keys, take_key_buffer};
-use super::{count, settled_now, Answer, LayerState, Plan, Verdict};
+use super::{count, settled_now, LayerState, Plan, Ruling, Verdict};
 use bytes::Bytes;
 use http::Response;
 
@@ -21,7 +20,7 @@ use crate::grpc::Reply;
 use crate::info::NotLimited;
 use crate::key::{bound_key_part, KeyWriter, RequestHead, MAX_KEY_PART};
 use crate::response::common_limited;
-use crate::store::{Charge, Store, StoreError};
+use crate::store::{Answer, Charge, Decisions, Store, StoreError};
 
 /// [`now`](super::now) for a simple layer.
 #[inline]
@@ -54,37 +53,35 @@ pub(super) fn check<St: Store>(
     }
     let policy = picked.as_ref().unwrap_or(&rule.policy);
     let charge = Charge::new(&keys, policy, cost);
-    // An admission's figures are read only by the debug log and the
-    // near-limit count of the `metrics` feature.
-    let figures = cfg!(feature = "metrics")
-        || tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG);
-    let answer = if figures {
-        shared.store.check_now(charge)
-    } else {
-        match shared.store.admit_now(charge) {
-            Some(Ok(Some(d))) if !(d.allowed && d.permit.is_none()) => {
-                // The cached fields are the rule's own policy's.
-                let own = picked.as_ref().is_none_or(|p| *p == rule.policy);
-                if !d.allowed && shared.plain_denials && own {
-                    if let Some(response) = plain_denial(shared, req, &d) {
-                        recycle_keys(keys);
-                        count(shared, "limited", Some(0));
-                        return ControlFlow::Break(Verdict::Reject(response));
-                    }
-                }
-                Some(Ok(d))
-            }
-            Some(Ok(_)) => {
-                recycle_keys(keys);
-                count(shared, "allowed", None);
-                return ControlFlow::Break(Verdict::forward());
-            }
-            Some(Err(e)) => Some(Err(e)),
-            None => None,
-        }
+    let answer = match shared.store.decide(&[charge]) {
+        Answer::Now(result) => Some(result.and_then(Decisions::into_one)),
+        // Unpolled, it charged nothing: the plan goes on through `later`.
+        Answer::Later(_) => None,
     };
-    let plan = Plan::one(keys, cost, picked);
-    settled(shared, plan, req, answer)
+    let Some(answer) = answer else {
+        return ControlFlow::Continue(Plan::one(keys, cost, picked));
+    };
+    let d = match answer {
+        Ok(d) => d,
+        Err(error) => return settled(shared, Plan::one(keys, cost, picked), req, error),
+    };
+    // The cached fields are the rule's own policy's.
+    let own = picked.as_ref().is_none_or(|p| *p == rule.policy);
+    if !d.allowed && shared.plain_denials && own {
+        if let Some(response) = plain_denial(shared, req, &d) {
+            recycle_keys(keys);
+            count(shared, "limited", Some(0));
+            return ControlFlow::Break(Verdict::Reject(response));
+        }
+    }
+    match one(shared, 0, d, Duration::ZERO) {
+        Ruling::Admitted => {
+            recycle_keys(keys);
+            count(shared, "allowed", None);
+            ControlFlow::Break(Verdict::forward())
+        }
+        ruling => settled_now(shared, Plan::one(keys, cost, picked), req, ruling),
+    }
 }
 
 /// The common 429 of the rule's denial `d` over HTTP, rendered from the
@@ -102,19 +99,13 @@ fn plain_denial<St: Store>(
     common_limited(&shared.meta, 0, d)
 }
 
-/// What the fast lane's plan comes to after the store's answer (`None`:
-/// the store needs a future), off the admitted path.
+/// A store's failure, settled off the admitted path.
 #[inline(never)]
 fn settled<St: Store>(
     shared: &LayerState<St>,
     plan: Plan,
     req: &RequestHead<'_>,
-    answer: Option<Result<Decision, StoreError>>,
+    error: StoreError,
 ) -> ControlFlow<Verdict<St>, Plan> {
-    let answer = match answer {
-        None => return ControlFlow::Continue(plan),
-        Some(Ok(d)) => one(shared, 0, d, Duration::ZERO),
-        Some(Err(error)) => Answer::Failed(error),
-    };
-    settled_now(shared, plan, req, answer)
+    settled_now(shared, plan, req, Ruling::Failed(error))
 }

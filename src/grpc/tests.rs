@@ -12,8 +12,10 @@ use crate::clock::ManualClock;
 use crate::decision::PermitId;
 use crate::key::{Global, HeaderKey};
 use crate::mode::OnMissingKey;
+use crate::store::{Answer, Decisions};
 use crate::store::{Charge, Store, StoreError};
-use crate::{Decision, MemoryStore, Policy, ThrottleLayer};
+use crate::{MemoryStore, Policy, ThrottleLayer};
+use std::future::Future;
 
 /// A store on a clock that stands still: a minute boundary between two
 /// calls would open a new fixed window and admit the call asserted limited.
@@ -177,11 +179,12 @@ async fn missing_keys_are_unauthenticated_or_internal() {
 struct Broken;
 
 impl Store for Broken {
-    async fn check(&self, _: Charge<'_>) -> Result<Decision, StoreError> {
-        Err(StoreError::Connection("refused".into()))
-    }
-    async fn check_all(&self, _: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
-        Err(StoreError::Connection("refused".into()))
+    fn decide<'a>(
+        &'a self,
+        charges: &'a [Charge<'a>],
+    ) -> Answer<impl Future<Output = Result<Decisions, StoreError>> + Send + 'a> {
+        let _ = charges;
+        Answer::<std::future::Pending<_>>::Now(Err(StoreError::Connection("refused".into())))
     }
     async fn refund(
         &self,

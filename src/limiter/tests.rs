@@ -160,11 +160,13 @@ fn a_store_that_cannot_keep_a_penalty_is_refused_before_traffic() {
     // strikes.
     struct NoLogs(MemoryStore<ManualClock>);
     impl Store for NoLogs {
-        async fn check_all(
-            &self,
-            rules: &[Charge<'_>],
-        ) -> Result<Vec<crate::Decision>, StoreError> {
-            self.0.check_all(rules).await
+        fn decide<'a>(
+            &'a self,
+            charges: &'a [Charge<'a>],
+        ) -> crate::store::Answer<
+            impl std::future::Future<Output = Result<crate::store::Decisions, StoreError>> + Send + 'a,
+        > {
+            self.0.decide(charges)
         }
         async fn refund(
             &self,

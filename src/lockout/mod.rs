@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use crate::decision::Decision;
 use crate::policy::{Policy, PolicyError};
-use crate::store::{Charge, RuleSpec, Store, StoreError};
+use crate::store::{Answer, Charge, Decisions, RuleSpec, Store, StoreError};
 
 /// Locks a key out for `lock` after `strikes` denials within `within`.
 /// See the [module docs](self).
@@ -115,17 +115,20 @@ impl Penalty {
         Ok(left(&peek))
     }
 
-    /// [`Penalty::check_locked`] without a future, for stores that decide
-    /// in process ([`Store::check_now`]); `None` sends the caller to
-    /// [`Penalty::check_locked`].
-    pub fn check_locked_now<S: Store>(
+    /// [`Penalty::check_locked`] when the store answers at once
+    /// ([`Answer::Now`]); `None` sends the caller to `check_locked` (the
+    /// peek's future is dropped unpolled: it read nothing).
+    pub(crate) fn check_locked_now<S: Store>(
         &self,
         store: &S,
         key: &[u8],
     ) -> Option<Result<Option<Duration>, StoreError>> {
         let lock_key = self.derived(b"lock:", key);
-        let peek = store.check_now(Charge::new(&lock_key, &self.lock, 0).of_penalty())?;
-        Some(peek.map(|d| left(&d)))
+        let left = match store.decide(&[Charge::new(&lock_key, &self.lock, 0).of_penalty()]) {
+            Answer::Now(peek) => Some(peek.and_then(Decisions::into_one).map(|d| left(&d))),
+            Answer::Later(_) => None,
+        };
+        left
     }
 
     /// Counts a denial of `key`. `Some(lock)` when it was the strike that

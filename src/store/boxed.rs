@@ -29,31 +29,29 @@
 //!
 //! # Cost
 //!
-//! The asynchronous methods allocate one boxed future per call (about the
-//! price of one small allocation, negligible next to a network round trip).
-//! The synchronous fast paths [`Store::check_now`] and
-//! [`Store::check_all_now`] are forwarded through the vtable without boxing,
-//! so an in-process store (the memory store) decides through a `BoxStore`
-//! at the price of one indirect call.
+//! An answer the store gives at once ([`Answer::Now`], every answer of the
+//! memory store) comes through the vtable without boxing: an in-process
+//! store decides through a `BoxStore` at the price of one indirect call. A
+//! future ([`Answer::Later`], refunds, resets) is boxed: one small
+//! allocation, negligible next to a network round trip.
 
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use super::{Charge, Namespaces, RuleSpec, Store, StoreError};
-use crate::decision::{Decision, PermitId, Receipt};
+use super::{Answer, Charge, Decisions, Namespaces, RuleSpec, Store, StoreError};
+use crate::decision::{PermitId, Receipt};
 use crate::policy::Policy;
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// [`Store`] with boxed futures: dyn-compatible. Implemented for every store.
 trait DynStore: Send + Sync + 'static {
-    fn check<'a>(&'a self, rule: Charge<'a>) -> BoxFuture<'a, Result<Decision, StoreError>>;
-    fn check_all<'a>(
+    fn decide<'a>(
         &'a self,
-        rules: &'a [Charge<'a>],
-    ) -> BoxFuture<'a, Result<Vec<Decision>, StoreError>>;
+        charges: &'a [Charge<'a>],
+    ) -> Answer<BoxFuture<'a, Result<Decisions, StoreError>>>;
     fn refund<'a>(
         &'a self,
         key: &'a [u8],
@@ -73,22 +71,18 @@ trait DynStore: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<(), StoreError>>;
     fn validate(&self, rules: &[RuleSpec<'_>]) -> Result<(), StoreError>;
     fn reserves_slots(&self) -> bool;
-    fn check_all_now(&self, rules: &[Charge<'_>]) -> Option<Result<Vec<Decision>, StoreError>>;
-    fn check_now(&self, rule: Charge<'_>) -> Option<Result<Decision, StoreError>>;
-    fn admit_now(&self, rule: Charge<'_>) -> Option<Result<Option<Decision>, StoreError>>;
     fn namespaces(&self) -> Option<&Namespaces>;
 }
 
 impl<S: Store> DynStore for S {
-    fn check<'a>(&'a self, rule: Charge<'a>) -> BoxFuture<'a, Result<Decision, StoreError>> {
-        Box::pin(Store::check(self, rule))
-    }
-
-    fn check_all<'a>(
+    fn decide<'a>(
         &'a self,
-        rules: &'a [Charge<'a>],
-    ) -> BoxFuture<'a, Result<Vec<Decision>, StoreError>> {
-        Box::pin(Store::check_all(self, rules))
+        charges: &'a [Charge<'a>],
+    ) -> Answer<BoxFuture<'a, Result<Decisions, StoreError>>> {
+        match Store::decide(self, charges) {
+            Answer::Now(result) => Answer::Now(result),
+            Answer::Later(future) => Answer::Later(Box::pin(future)),
+        }
     }
 
     fn refund<'a>(
@@ -117,24 +111,12 @@ impl<S: Store> DynStore for S {
         Box::pin(Store::release(self, key, policy, permit))
     }
 
-    fn check_all_now(&self, rules: &[Charge<'_>]) -> Option<Result<Vec<Decision>, StoreError>> {
-        Store::check_all_now(self, rules)
-    }
-
-    fn check_now(&self, rule: Charge<'_>) -> Option<Result<Decision, StoreError>> {
-        Store::check_now(self, rule)
-    }
-
     fn validate(&self, rules: &[RuleSpec<'_>]) -> Result<(), StoreError> {
         Store::validate(self, rules)
     }
 
     fn reserves_slots(&self) -> bool {
         Store::reserves_slots(self)
-    }
-
-    fn admit_now(&self, rule: Charge<'_>) -> Option<Result<Option<Decision>, StoreError>> {
-        Store::admit_now(self, rule)
     }
 
     fn namespaces(&self) -> Option<&Namespaces> {
@@ -172,18 +154,18 @@ impl fmt::Debug for BoxStore {
 }
 
 impl Store for BoxStore {
+    #[inline]
+    fn decide<'a>(
+        &'a self,
+        charges: &'a [Charge<'a>],
+    ) -> Answer<impl Future<Output = Result<Decisions, StoreError>> + Send + 'a> {
+        self.inner.decide(charges)
+    }
+
     // `async fn`, not the boxed future itself: the future's type then names
     // the borrows of `self` and of the arguments apart (a bare boxed future
     // would need one lifetime shorter than both, which `impl Future` cannot
     // name).
-    async fn check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
-        self.inner.check(rule).await
-    }
-
-    async fn check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
-        self.inner.check_all(rules).await
-    }
-
     async fn refund(
         &self,
         key: &[u8],
@@ -204,21 +186,6 @@ impl Store for BoxStore {
         permit: PermitId,
     ) -> Result<(), StoreError> {
         self.inner.release(key, policy, permit).await
-    }
-
-    #[inline]
-    fn check_all_now(&self, rules: &[Charge<'_>]) -> Option<Result<Vec<Decision>, StoreError>> {
-        self.inner.check_all_now(rules)
-    }
-
-    #[inline]
-    fn check_now(&self, rule: Charge<'_>) -> Option<Result<Decision, StoreError>> {
-        self.inner.check_now(rule)
-    }
-
-    #[inline]
-    fn admit_now(&self, rule: Charge<'_>) -> Option<Result<Option<Decision>, StoreError>> {
-        self.inner.admit_now(rule)
     }
 
     fn validate(&self, rules: &[RuleSpec<'_>]) -> Result<(), StoreError> {
@@ -244,7 +211,7 @@ mod tests {
     use crate::clock::ManualClock;
     use crate::policy::Policy;
     use crate::store::MemoryStore;
-    use crate::store::{Charge, Store};
+    use crate::store::{AtOnce, Charge, Store};
 
     fn block_on<F: Future>(f: F) -> F::Output {
         tokio::runtime::Builder::new_current_thread()
@@ -269,10 +236,8 @@ mod tests {
                 if let (Some(ra), Some(rb)) = (a.receipt(), b.receipt()) {
                     receipts = Some((ra, rb));
                 }
-                assert_eq!(
-                    plain.check_now(rule).is_some(),
-                    Store::check_now(&boxed, rule).is_some()
-                );
+                let (ra, rb) = (plain.check_now(rule), boxed.check_now(rule));
+                assert_eq!(ra.unwrap().unwrap(), rb.unwrap().unwrap(), "at once {i}");
             }
             clock.advance(Duration::from_secs(1));
             let (ra, rb) = receipts.expect("admitted checks");
@@ -295,25 +260,21 @@ mod tests {
     }
 
     #[test]
-    fn the_fast_path_and_namespaces_are_forwarded() {
+    fn answers_at_once_and_namespaces_are_forwarded() {
         let boxed = BoxStore::new(MemoryStore::new());
         let p = Policy::concurrency(1).unwrap();
         let d = boxed
             .check_now(Charge::new(b"c", &p, 1))
-            .expect("memory decides at once")
+            .expect("at once")
             .unwrap();
         assert!(d.allowed);
-        let again = Store::check_all_now(&boxed, &[Charge::new(b"c", &p, 1)])
-            .unwrap()
-            .unwrap();
-        assert!(!again[0].allowed, "the permit is held");
+        let again = boxed
+            .check_all_now(&[Charge::new(b"c", &p, 1)])
+            .expect("at once");
+        assert!(!again.unwrap()[0].allowed, "the permit is held");
         block_on(Store::release(&boxed, b"c", &p, d.permit.unwrap())).unwrap();
-        assert!(
-            Store::check_now(&boxed, Charge::new(b"c", &p, 1))
-                .unwrap()
-                .unwrap()
-                .allowed
-        );
+        let d = boxed.check_now(Charge::new(b"c", &p, 1)).expect("at once");
+        assert!(d.unwrap().allowed);
         assert!(Store::namespaces(&boxed).is_some());
     }
 }

@@ -28,7 +28,9 @@ use governor::middleware::StateInformationMiddleware;
 use governor::state::keyed::DefaultKeyedStateStore;
 use governor::{Quota, RateLimiter};
 
-use super::{Charge, Namespaces, RuleSpec, Store, StoreError};
+use std::future::Future;
+
+use super::{Answer, Charge, Decisions, Namespaces, RuleSpec, Store, StoreError};
 use crate::algorithm::gcra;
 use crate::decision::{Decision, PermitId};
 use crate::policy::{Algorithm, GcraParams, Policy};
@@ -215,15 +217,14 @@ where
         Ok(())
     }
 
-    async fn check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
-        self.check_sync(rule)
-    }
-
-    async fn check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
-        match rules {
-            [rule] => Ok(vec![self.check_sync(*rule)?]),
+    fn decide<'a>(
+        &'a self,
+        charges: &'a [Charge<'a>],
+    ) -> Answer<impl Future<Output = Result<Decisions, StoreError>> + Send + 'a> {
+        Answer::<std::future::Pending<_>>::Now(match charges {
+            [charge] => self.check_sync(*charge).map(Decisions::one),
             _ => Err(StoreError::Unsupported("all-or-nothing rules on governor")),
-        }
+        })
     }
 
     async fn refund(

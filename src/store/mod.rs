@@ -4,6 +4,7 @@
 //! double-counted request. [`MemoryStore`] is the default; the Redis stores
 //! share one set of limits between app instances.
 
+mod answer;
 pub mod boxed;
 pub(crate) mod budget;
 #[cfg(feature = "conformance")]
@@ -27,6 +28,9 @@ use std::future::Future;
 pub use self::governor::GovernorStore;
 #[cfg(feature = "redis")]
 pub use self::redis::{CellStore, LazyRedisStore, RedisClusterStore, RedisStore};
+#[cfg(test)]
+pub(crate) use answer::AtOnce;
+pub use answer::{Answer, AnswerFuture, Decisions};
 pub use boxed::BoxStore;
 pub use error::{BoxError, Outage, StoreError};
 pub use fallback::{FallbackStore, DEFAULT_PROBE_INTERVAL};
@@ -103,10 +107,11 @@ impl<'a> RuleSpec<'a> {
 /// test suite holds each one to the same reference models (a store of your
 /// own runs them through `store::conformance`, feature `conformance`).
 ///
-/// A store author writes three methods: [`check_all`](Store::check_all),
+/// A store author writes three methods: [`decide`](Store::decide),
 /// [`refund`](Store::refund) and [`reset`](Store::reset). The others have
-/// defaults: `check` and `release` in terms of those three, and the rest
-/// (configuration checks, in-process fast paths, namespaces) as opt-ins.
+/// defaults: [`check`](Store::check) and [`check_all`](Store::check_all)
+/// await `decide` (a wrapper forwards `decide` alone), `release` is a
+/// refund, and the rest (configuration checks, namespaces) are opt-ins.
 pub trait Store: Send + Sync + 'static {
     /// Decides several charges at once, all or nothing: the costs are
     /// consumed only if every one is allowed. When one denies, nothing
@@ -114,23 +119,34 @@ pub trait Store: Send + Sync + 'static {
     /// have passed report a peek (`allowed: true`, `remaining` and
     /// `reset_after` of the unchanged state). Keys must be distinct. One
     /// decision per charge, in order.
+    ///
+    /// The answer is [`Answer::Now`] when the store decided in process
+    /// (the memory store always does) and [`Answer::Later`] when it must
+    /// wait (a network round trip): a future that does nothing until polled,
+    /// so that a caller may drop it unpolled and charge nothing.
+    fn decide<'a>(
+        &'a self,
+        charges: &'a [Charge<'a>],
+    ) -> Answer<impl Future<Output = Result<Decisions, StoreError>> + Send + 'a>;
+
+    /// [`Store::decide`] awaited: every charge's decision. Not meant to be
+    /// overridden.
     fn check_all(
         &self,
-        rules: &[Charge<'_>],
-    ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send;
+        charges: &[Charge<'_>],
+    ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
+        async move { self.decide(charges).await.map(Decisions::into_vec) }
+    }
 
-    /// Decides one charge; consumes its cost only if allowed. The default
-    /// is [`Store::check_all`] of that one charge; a store overrides it
-    /// when one charge has a cheaper path.
-    fn check(&self, rule: Charge<'_>) -> impl Future<Output = Result<Decision, StoreError>> + Send {
+    /// [`Store::decide`] of one charge, awaited; consumes its cost only if
+    /// allowed. Not meant to be overridden.
+    fn check(
+        &self,
+        charge: Charge<'_>,
+    ) -> impl Future<Output = Result<Decision, StoreError>> + Send {
         async move {
-            let mut decisions = self.check_all(std::slice::from_ref(&rule)).await?;
-            match (decisions.pop(), decisions.is_empty()) {
-                (Some(decision), true) => Ok(decision),
-                _ => Err(StoreError::Protocol(
-                    "check_all answered one charge with other than one decision".into(),
-                )),
-            }
+            let charges = [charge];
+            self.decide(&charges).await?.into_one()
         }
     }
 
@@ -193,32 +209,6 @@ pub trait Store: Send + Sync + 'static {
         true
     }
 
-    /// Decides at once, without I/O, when this store can (the memory store
-    /// can): the same answer [`Store::check_all`] would give. `None` (the
-    /// default) sends the caller to the asynchronous path. Lets the layer
-    /// skip allocating a future for in-process stores.
-    fn check_all_now(&self, rules: &[Charge<'_>]) -> Option<Result<Vec<Decision>, StoreError>> {
-        let _ = rules;
-        None
-    }
-
-    /// [`Store::check_all_now`] for one rule.
-    fn check_now(&self, rule: Charge<'_>) -> Option<Result<Decision, StoreError>> {
-        let _ = rule;
-        None
-    }
-
-    /// [`Store::check_now`] for a caller that reads nothing of an admission
-    /// but whether it holds a permit: a store may answer `Ok(None)` for an
-    /// admitted request with no permit, sparing the figures of its
-    /// decision. Every other answer (a denial, a permit) is the complete
-    /// decision. The default forwards to `check_now`. The layer's admitted
-    /// fast path; not a stable interface.
-    #[doc(hidden)]
-    fn admit_now(&self, rule: Charge<'_>) -> Option<Result<Option<Decision>, StoreError>> {
-        self.check_now(rule).map(|answer| answer.map(Some))
-    }
-
     /// The registry that refuses two layers sharing this store's counters
     /// by accident (see [`Namespaces`]); clones of a store must return the
     /// same one. `None` (the default): no check.
@@ -237,15 +227,11 @@ impl<S: Store> Store for std::sync::Arc<S> {
         (**self).namespaces()
     }
 
-    fn check(&self, rule: Charge<'_>) -> impl Future<Output = Result<Decision, StoreError>> + Send {
-        (**self).check(rule)
-    }
-
-    fn check_all(
-        &self,
-        rules: &[Charge<'_>],
-    ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
-        (**self).check_all(rules)
+    fn decide<'a>(
+        &'a self,
+        charges: &'a [Charge<'a>],
+    ) -> Answer<impl Future<Output = Result<Decisions, StoreError>> + Send + 'a> {
+        (**self).decide(charges)
     }
 
     fn refund(
@@ -280,17 +266,5 @@ impl<S: Store> Store for std::sync::Arc<S> {
 
     fn reserves_slots(&self) -> bool {
         (**self).reserves_slots()
-    }
-
-    fn check_all_now(&self, rules: &[Charge<'_>]) -> Option<Result<Vec<Decision>, StoreError>> {
-        (**self).check_all_now(rules)
-    }
-
-    fn check_now(&self, rule: Charge<'_>) -> Option<Result<Decision, StoreError>> {
-        (**self).check_now(rule)
-    }
-
-    fn admit_now(&self, rule: Charge<'_>) -> Option<Result<Option<Decision>, StoreError>> {
-        (**self).admit_now(rule)
     }
 }

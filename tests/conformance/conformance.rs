@@ -40,17 +40,27 @@ async fn memory_store() {
     run(&manual_subject("MemoryStore", store, &clock, Caps::FULL)).await;
 }
 
-/// A store that writes only what `Store` requires (`check_all`, `refund`,
-/// `reset`), over the memory store's: the trait's defaults for `check` and
-/// `release` (and no in-process fast path) must pass the whole suite.
+/// A store that writes only what `Store` requires (`decide`, `refund`,
+/// `reset`), over the memory store's, answering every check later (as a
+/// remote store does): the trait's defaults for `check`, `check_all` and
+/// `release` must pass the whole suite.
 struct ThreeMethodStore(MemoryStore<ManualClock>);
 
 impl tower_throttle::Store for ThreeMethodStore {
-    async fn check_all(
-        &self,
-        rules: &[tower_throttle::store::Charge<'_>],
-    ) -> Result<Vec<tower_throttle::Decision>, tower_throttle::StoreError> {
-        self.0.check_all(rules).await
+    // Always later, as a remote store's answers come.
+    fn decide<'a>(
+        &'a self,
+        charges: &'a [tower_throttle::store::Charge<'a>],
+    ) -> tower_throttle::store::Answer<
+        impl std::future::Future<
+                Output = Result<
+                    tower_throttle::store::Decisions,
+                    tower_throttle::store::StoreError,
+                >,
+            > + Send
+            + 'a,
+    > {
+        tower_throttle::store::Answer::Later(async move { self.0.decide(charges).await })
     }
 
     async fn refund(

@@ -13,8 +13,8 @@ use tower::{Layer, Service, ServiceExt};
 use tower_throttle::clock::ManualClock;
 use tower_throttle::config::{LayerConfig, RuleTable};
 use tower_throttle::decision::Receipt;
-use tower_throttle::store::{Charge, RuleSpec};
-use tower_throttle::{Decision, MemoryStore, Policy, Store, StoreError};
+use tower_throttle::store::RuleSpec;
+use tower_throttle::{MemoryStore, Policy, Store, StoreError};
 
 /// A file in a directory of this test's own.
 fn file(name: &str, text: &str) -> PathBuf {
@@ -247,8 +247,19 @@ async fn a_lockout_from_a_file_survives_a_reload() {
 struct NoSlidingLogsOver(MemoryStore<ManualClock>, u64);
 
 impl Store for NoSlidingLogsOver {
-    async fn check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
-        self.0.check_all(rules).await
+    fn decide<'a>(
+        &'a self,
+        charges: &'a [tower_throttle::store::Charge<'a>],
+    ) -> tower_throttle::store::Answer<
+        impl std::future::Future<
+                Output = Result<
+                    tower_throttle::store::Decisions,
+                    tower_throttle::store::StoreError,
+                >,
+            > + Send
+            + 'a,
+    > {
+        self.0.decide(charges)
     }
 
     async fn refund(

@@ -16,8 +16,7 @@ use tower_throttle::clock::ManualClock;
 use tower_throttle::decision::PermitId;
 use tower_throttle::key::{BearerToken, Global};
 use tower_throttle::response::{RATELIMIT, X_RATELIMIT_RESET};
-use tower_throttle::store::Charge;
-use tower_throttle::{Decision, MemoryStore, Policy, Store, StoreError, ThrottleLayer};
+use tower_throttle::{MemoryStore, Policy, Store, StoreError, ThrottleLayer};
 
 const PREFIX: &str = "secretpfx";
 const STORE_ERROR: &str = "WRONGTYPE secretpfx:default:198.51.100.7 internal detail";
@@ -50,11 +49,22 @@ fn request(peer: Option<&str>, token: Option<&str>) -> Request<()> {
 struct Failing;
 
 impl Store for Failing {
-    async fn check(&self, _: Charge<'_>) -> Result<Decision, StoreError> {
-        Err(StoreError::Protocol(STORE_ERROR.into()))
-    }
-    async fn check_all(&self, _: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
-        Err(StoreError::Protocol(STORE_ERROR.into()))
+    fn decide<'a>(
+        &'a self,
+        charges: &'a [tower_throttle::store::Charge<'a>],
+    ) -> tower_throttle::store::Answer<
+        impl std::future::Future<
+                Output = Result<
+                    tower_throttle::store::Decisions,
+                    tower_throttle::store::StoreError,
+                >,
+            > + Send
+            + 'a,
+    > {
+        let _ = charges;
+        tower_throttle::store::Answer::Later(async move {
+            Err(StoreError::Protocol(STORE_ERROR.into()))
+        })
     }
     async fn refund(
         &self,

@@ -10,7 +10,7 @@ use tower_throttle::clock::ManualClock;
 use tower_throttle::decision::{DecidedBy, Receipt};
 use tower_throttle::store::lease::LeasingStore;
 use tower_throttle::store::{Charge, FallbackStore, MemoryStore, Outage, Store, StoreError};
-use tower_throttle::{Decision, Policy};
+use tower_throttle::Policy;
 
 use crate::counting_store::CountingStore;
 
@@ -183,13 +183,22 @@ impl Flaky {
 }
 
 impl Store for Flaky {
-    async fn check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
-        self.gate()?;
-        self.inner.check_all(rules).await
-    }
-    async fn check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
-        self.gate()?;
-        self.inner.check(rule).await
+    fn decide<'a>(
+        &'a self,
+        charges: &'a [tower_throttle::store::Charge<'a>],
+    ) -> tower_throttle::store::Answer<
+        impl std::future::Future<
+                Output = Result<
+                    tower_throttle::store::Decisions,
+                    tower_throttle::store::StoreError,
+                >,
+            > + Send
+            + 'a,
+    > {
+        tower_throttle::store::Answer::Later(async move {
+            self.gate()?;
+            self.inner.decide(charges).await
+        })
     }
     async fn refund(&self, key: &[u8], policy: &Policy, r: &Receipt) -> Result<(), StoreError> {
         self.gate()?;

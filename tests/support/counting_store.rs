@@ -10,8 +10,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
 
 use tower_throttle::decision::PermitId;
-use tower_throttle::store::Charge;
-use tower_throttle::{Decision, Policy, Store, StoreError};
+use tower_throttle::{Policy, Store, StoreError};
 
 pub struct CountingStore<S> {
     pub inner: S,
@@ -54,14 +53,33 @@ impl<S> CountingStore<S> {
 }
 
 impl<S: Store> Store for CountingStore<S> {
-    async fn check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
-        self.count(rule.key);
-        self.inner.check(rule).await
-    }
-
-    async fn check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
-        self.count(rules.first().map_or(&b""[..], |r| r.key));
-        self.inner.check_all(rules).await
+    // A check counts when it is made: at once, or when its future is
+    // first polled (one dropped unpolled made none).
+    fn decide<'a>(
+        &'a self,
+        charges: &'a [tower_throttle::store::Charge<'a>],
+    ) -> tower_throttle::store::Answer<
+        impl std::future::Future<
+                Output = Result<
+                    tower_throttle::store::Decisions,
+                    tower_throttle::store::StoreError,
+                >,
+            > + Send
+            + 'a,
+    > {
+        let first = charges.first().map_or(&b""[..], |r| r.key);
+        match self.inner.decide(charges) {
+            tower_throttle::store::Answer::Now(answer) => {
+                self.count(first);
+                tower_throttle::store::Answer::Now(answer)
+            }
+            tower_throttle::store::Answer::Later(_) => {
+                tower_throttle::store::Answer::Later(async move {
+                    self.count(first);
+                    self.inner.decide(charges).await
+                })
+            }
+        }
     }
 
     async fn refund(

@@ -47,10 +47,12 @@
 //! check. Until one happens, a lease in hand still serves the units it
 //! holds (charged on Redis before the outage).
 
+use std::future::Future;
+
 use tower_throttle::decision::{DecidedBy, PermitId, Receipt};
 use tower_throttle::store::lease::LeasingStore;
-use tower_throttle::store::{BoxStore, Charge, RuleSpec, Store, StoreError};
-use tower_throttle::{Decision, Policy};
+use tower_throttle::store::{Answer, BoxStore, Charge, Decisions, RuleSpec, Store, StoreError};
+use tower_throttle::Policy;
 
 use super::{counter_seconds, DynClock};
 
@@ -100,31 +102,63 @@ fn is_counter(policy: &Policy) -> bool {
     counter_seconds(policy).is_some()
 }
 
-impl Store for Leased {
-    async fn check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
-        let d = if is_counter(rule.policy) {
-            self.counters.check(rule).await
-        } else {
-            self.others.check(rule).await
-        };
-        match d {
-            Ok(d) => Ok(d),
-            Err(e) => Err(self.failed(e).await),
+/// Which store checks a batch of charges.
+enum Route {
+    /// The counter leases: one counter.
+    Counter,
+    /// The store under the leases: counters are checked one by one by the
+    /// service, so a batch holding one goes to the store as it is.
+    Unleased,
+    /// Everything else.
+    Others,
+}
+
+impl Leased {
+    fn route(charges: &[Charge<'_>]) -> Route {
+        match (charges, charges.iter().any(|c| is_counter(c.policy))) {
+            (_, false) => Route::Others,
+            ([_], true) => Route::Counter,
+            (_, true) => Route::Unleased,
         }
     }
 
-    /// Counters are checked one by one by the service; a batch holding one
-    /// goes to the store as it is.
-    async fn check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
-        let d = if rules.iter().any(|r| is_counter(r.policy)) {
-            self.counters.inner().inner.check_all(rules).await
-        } else {
-            self.others.check_all(rules).await
-        };
-        match d {
-            Ok(d) => Ok(d),
-            Err(e) => Err(self.failed(e).await),
+    /// The routed store's answer when it is given at once.
+    fn decide_now(&self, charges: &[Charge<'_>]) -> Option<Result<Decisions, StoreError>> {
+        match Self::route(charges) {
+            Route::Counter => self.counters.decide(charges).ready(),
+            Route::Unleased => self.counters.inner().inner.decide(charges).ready(),
+            Route::Others => self.others.decide(charges).ready(),
         }
+    }
+
+    async fn decide_later(&self, charges: &[Charge<'_>]) -> Result<Decisions, StoreError> {
+        match Self::route(charges) {
+            Route::Counter => self.counters.decide(charges).await,
+            Route::Unleased => self.counters.inner().inner.decide(charges).await,
+            Route::Others => self.others.decide(charges).await,
+        }
+    }
+}
+
+impl Store for Leased {
+    fn decide<'a>(
+        &'a self,
+        charges: &'a [Charge<'a>],
+    ) -> Answer<impl Future<Output = Result<Decisions, StoreError>> + Send + 'a> {
+        let ready = match self.decide_now(charges) {
+            Some(Ok(decisions)) => return Answer::Now(Ok(decisions)),
+            ready => ready,
+        };
+        Answer::Later(async move {
+            let result = match ready {
+                Some(result) => result,
+                None => self.decide_later(charges).await,
+            };
+            match result {
+                Ok(d) => Ok(d),
+                Err(e) => Err(self.failed(e).await),
+            }
+        })
     }
 
     async fn refund(
@@ -176,12 +210,11 @@ struct Lapsing {
 }
 
 impl Store for Lapsing {
-    async fn check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
-        self.inner.check(rule).await
-    }
-
-    async fn check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
-        self.inner.check_all(rules).await
+    fn decide<'a>(
+        &'a self,
+        charges: &'a [Charge<'a>],
+    ) -> Answer<impl Future<Output = Result<Decisions, StoreError>> + Send + 'a> {
+        self.inner.decide(charges)
     }
 
     async fn refund(

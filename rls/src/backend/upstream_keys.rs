@@ -28,6 +28,7 @@
 //! while they are the counter's last (a Lua script on the same key): no
 //! count is handed out twice, and upstream pods still read one counter.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,7 +38,7 @@ use redis::cluster_async::ClusterConnection;
 use tower_throttle::decision::{DecidedBy, PermitId, Receipt};
 use tower_throttle::policy::Algorithm;
 use tower_throttle::store::redis::{LazyRedisStore, SentinelConnection};
-use tower_throttle::store::{BoxStore, Charge, Store, StoreError};
+use tower_throttle::store::{Answer, BoxStore, Charge, Decisions, Store, StoreError};
 use tower_throttle::{Decision, Policy};
 
 use super::redis_errors;
@@ -218,8 +219,9 @@ async fn query<C: ConnectionLike>(
     }
 }
 
-impl Store for UpstreamCounters {
-    async fn check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
+impl UpstreamCounters {
+    /// One charge: a counter's pipeline, or the store under them.
+    async fn check_one(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
         match counter_seconds(rule.policy) {
             Some(seconds) => self.check_counter(rule, seconds).await,
             None => self.inner.check(rule).await,
@@ -229,24 +231,43 @@ impl Store for UpstreamCounters {
     /// Counters never refuse, so a check of several is all or nothing as it
     /// is: each its own pipeline, sent together. Counters mixed with other
     /// policies could not be, and are refused.
-    async fn check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
+    async fn check_rules(&self, rules: &[Charge<'_>]) -> Result<Decisions, StoreError> {
         let counters = rules
             .iter()
             .filter(|r| counter_seconds(r.policy).is_some())
             .count();
         if counters == 0 {
-            return self.inner.check_all(rules).await;
+            return self.inner.decide(rules).await;
         }
         if counters < rules.len() {
             return Err(StoreError::InvalidRequest(
                 "upstream counters and other policies in one all-or-nothing check",
             ));
         }
-        let checks = rules.iter().map(|r| self.check(*r));
+        if let [rule] = rules {
+            return self.check_one(*rule).await.map(Decisions::one);
+        }
+        let checks = rules.iter().map(|r| self.check_one(*r));
         crate::backend::join::all(checks)
             .await
             .into_iter()
-            .collect()
+            .collect::<Result<Vec<_>, _>>()
+            .map(Decisions::from)
+    }
+}
+
+impl Store for UpstreamCounters {
+    fn decide<'a>(
+        &'a self,
+        charges: &'a [Charge<'a>],
+    ) -> Answer<impl Future<Output = Result<Decisions, StoreError>> + Send + 'a> {
+        // The store under the counters may answer at once.
+        if charges.iter().all(|c| counter_seconds(c.policy).is_none()) {
+            if let Some(answer) = self.inner.decide(charges).ready() {
+                return Answer::Now(answer);
+            }
+        }
+        Answer::Later(self.check_rules(charges))
     }
 
     async fn refund(

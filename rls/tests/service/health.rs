@@ -86,13 +86,20 @@ struct Gated {
 }
 
 impl tower_throttle::Store for Gated {
-    async fn check_all(
-        &self,
-        rules: &[tower_throttle::store::Charge<'_>],
-    ) -> Result<Vec<tower_throttle::Decision>, tower_throttle::StoreError> {
-        self.entered.notify_one();
-        let _pass = self.open.acquire().await;
-        self.inner.check_all(rules).await
+    fn decide<'a>(
+        &'a self,
+        charges: &'a [tower_throttle::store::Charge<'a>],
+    ) -> tower_throttle::store::Answer<
+        impl std::future::Future<
+                Output = Result<tower_throttle::store::Decisions, tower_throttle::StoreError>,
+            > + Send
+            + 'a,
+    > {
+        tower_throttle::store::Answer::Later(async move {
+            self.entered.notify_one();
+            let _pass = self.open.acquire().await;
+            self.inner.decide(charges).await
+        })
     }
 
     async fn refund(

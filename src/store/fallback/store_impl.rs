@@ -1,11 +1,14 @@
 //! The [`Store`] impl of [`FallbackStore`]: each call routed, the fallback's
 //! answers adopted, lock-out state kept in both stores.
 
+use std::future::{Future, IntoFuture};
+
 use super::route::{within_share, Route};
 use super::FallbackStore;
 use crate::decision::{DecidedBy, Decision, PermitId, Receipt};
 use crate::policy::Policy;
-use crate::store::{Charge, Namespaces, RuleSpec, Store, StoreError};
+use crate::store::probe::ProbeGuard;
+use crate::store::{Answer, Charge, Decisions, Namespaces, RuleSpec, Store, StoreError};
 
 /// Counts a check the fallback decided (feature `metrics`).
 fn count_fallback() {
@@ -14,32 +17,83 @@ fn count_fallback() {
 }
 
 impl<P: Store, F: Store> FallbackStore<P, F> {
-    async fn fallback_check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
-        count_fallback();
-        let d = self.fallback.check(rule).await?;
-        Ok(self.shared.adopt(rule.policy, d))
-    }
-
-    async fn fallback_check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
-        count_fallback();
-        let ds = self.fallback.check_all(rules).await?;
-        Ok(self.adopt_all(rules, ds))
-    }
-
-    /// Lock-out state lives in both stores, so that a lock announced by
-    /// either holds whichever decides later: an admitted charge of it on
-    /// the primary is made on the fallback too, and a peek of it reads both
-    /// and answers the stricter.
-    async fn with_penalty_mirror(&self, rule: Charge<'_>, d: Decision) -> Decision {
-        if !rule.penalty || (rule.cost > 0 && !d.allowed) {
-            return d;
+    /// The check in process, when the route's store answers so (`None`:
+    /// through [`decide_later`](Self::decide_later), nothing charged yet).
+    fn decide_now(
+        &self,
+        route: &Route<'_>,
+        charges: &[Charge<'_>],
+    ) -> Option<Result<Decisions, StoreError>> {
+        match route {
+            // While the primary is down an in-process fallback decides
+            // without a future, as it would alone.
+            Route::Fallback => match self.fallback.decide(charges) {
+                Answer::Now(result) => {
+                    count_fallback();
+                    Some(result.map(|ds| self.adopt_all(charges, ds)))
+                }
+                Answer::Later(_) => None,
+            },
+            // A probe needs the asynchronous path (and its claim).
+            Route::Primary(Some(_)) => None,
+            Route::Primary(None) => match self.primary.decide(charges) {
+                Answer::Later(_) => None,
+                Answer::Now(Err(e)) if e.is_unavailable() => {
+                    self.shared.primary_failed(&e);
+                    None
+                }
+                Answer::Now(Ok(mut ds)) => {
+                    if let ([charge], [d]) = (charges, &mut ds[..]) {
+                        if mirrored(charge, d) {
+                            // Mirrored when the fallback answers in process
+                            // (the primary has charged already: no second
+                            // try later).
+                            if let Answer::Now(m) = self.fallback.decide(charges) {
+                                *d = self.stricter(*charge, *d, m.and_then(Decisions::into_one));
+                            }
+                        }
+                    }
+                    Some(Ok(ds))
+                }
+                Answer::Now(Err(e)) => Some(Err(e)),
+            },
         }
-        // In-process fallbacks answer without a future.
-        let mirrored = match self.fallback.check_now(rule) {
-            Some(answer) => answer,
-            None => self.fallback.check(rule).await,
+    }
+
+    /// The check through the stores' futures, on a probe's claim or on the
+    /// route taken now.
+    async fn decide_later(
+        &self,
+        probe: Option<ProbeGuard<'_>>,
+        charges: &[Charge<'_>],
+    ) -> Result<Decisions, StoreError> {
+        let route = probe.map_or_else(|| self.shared.route(), |p| Route::Primary(Some(p)));
+        let Route::Primary(_claim) = route else {
+            return self.fallback_decide(charges).await;
         };
-        self.stricter(rule, d, mirrored)
+        match within_share(self.primary.decide(charges).into_future()).await {
+            Ok(mut ds) => {
+                self.shared.primary_answered();
+                if let ([charge], [d]) = (charges, &mut ds[..]) {
+                    if mirrored(charge, d) {
+                        let m = self.fallback.check(*charge).await;
+                        *d = self.stricter(*charge, *d, m);
+                    }
+                }
+                Ok(ds)
+            }
+            Err(e) if e.is_unavailable() => {
+                self.shared.primary_failed(&e);
+                self.fallback_decide(charges).await
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn fallback_decide(&self, charges: &[Charge<'_>]) -> Result<Decisions, StoreError> {
+        count_fallback();
+        let ds = self.fallback.decide(charges).await?;
+        Ok(self.adopt_all(charges, ds))
     }
 
     /// The peek of `rule` that reports less room: `primary`'s, or the
@@ -67,47 +121,36 @@ impl<P: Store, F: Store> FallbackStore<P, F> {
         }
     }
 
-    fn adopt_all(&self, rules: &[Charge<'_>], ds: Vec<Decision>) -> Vec<Decision> {
-        ds.into_iter()
-            .zip(rules)
-            .map(|(d, r)| self.shared.adopt(r.policy, d))
-            .collect()
+    fn adopt_all(&self, charges: &[Charge<'_>], mut ds: Decisions) -> Decisions {
+        for (d, c) in ds.iter_mut().zip(charges) {
+            *d = self.shared.adopt(c.policy, *d);
+        }
+        ds
     }
 }
 
-impl<P: Store, F: Store> Store for FallbackStore<P, F> {
-    async fn check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
-        let Route::Primary(_claim) = self.shared.route() else {
-            return self.fallback_check(rule).await;
-        };
-        match within_share(self.primary.check(rule)).await {
-            Ok(d) => {
-                self.shared.primary_answered();
-                Ok(self.with_penalty_mirror(rule, d).await)
-            }
-            Err(e) if e.is_unavailable() => {
-                self.shared.primary_failed(&e);
-                self.fallback_check(rule).await
-            }
-            Err(e) => Err(e),
-        }
-    }
+/// Lock-out state lives in both stores, so that a lock announced by either
+/// holds whichever decides later: an admitted charge of it on the primary
+/// is made on the fallback too, and a peek of it reads both and answers
+/// the stricter.
+fn mirrored(charge: &Charge<'_>, d: &Decision) -> bool {
+    charge.penalty && (charge.cost == 0 || d.allowed)
+}
 
-    async fn check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
-        let Route::Primary(_claim) = self.shared.route() else {
-            return self.fallback_check_all(rules).await;
-        };
-        match within_share(self.primary.check_all(rules)).await {
-            Ok(d) => {
-                self.shared.primary_answered();
-                Ok(d)
-            }
-            Err(e) if e.is_unavailable() => {
-                self.shared.primary_failed(&e);
-                self.fallback_check_all(rules).await
-            }
-            Err(e) => Err(e),
+impl<P: Store, F: Store> Store for FallbackStore<P, F> {
+    fn decide<'a>(
+        &'a self,
+        charges: &'a [Charge<'a>],
+    ) -> Answer<impl Future<Output = Result<Decisions, StoreError>> + Send + 'a> {
+        let route = self.shared.route();
+        if let Some(now) = self.decide_now(&route, charges) {
+            return Answer::Now(now);
         }
+        let probe = match route {
+            Route::Primary(probe) => probe,
+            Route::Fallback => None,
+        };
+        Answer::Later(self.decide_later(probe, charges))
     }
 
     async fn refund(
@@ -150,53 +193,6 @@ impl<P: Store, F: Store> Store for FallbackStore<P, F> {
         match self.shared.take_permit(permit) {
             Some(theirs) => self.fallback.release(key, policy, theirs).await,
             None => self.primary.release(key, policy, permit).await,
-        }
-    }
-
-    fn check_now(&self, rule: Charge<'_>) -> Option<Result<Decision, StoreError>> {
-        match self.shared.route() {
-            // While the primary is down an in-process fallback decides
-            // without a future, as it would alone.
-            Route::Fallback => {
-                let d = self.fallback.check_now(rule)?;
-                count_fallback();
-                Some(d.map(|d| self.shared.adopt(rule.policy, d)))
-            }
-            // A probe needs the asynchronous path (and its claim).
-            Route::Primary(Some(_)) => None,
-            Route::Primary(None) => match self.primary.check_now(rule)? {
-                Err(e) if e.is_unavailable() => {
-                    self.shared.primary_failed(&e);
-                    None
-                }
-                Ok(d) if rule.penalty && (rule.cost == 0 || d.allowed) => {
-                    // Mirrored when the fallback answers in process (the
-                    // primary has charged already: no second try later).
-                    Some(Ok(match self.fallback.check_now(rule) {
-                        Some(mirrored) => self.stricter(rule, d, mirrored),
-                        None => d,
-                    }))
-                }
-                other => Some(other),
-            },
-        }
-    }
-
-    fn check_all_now(&self, rules: &[Charge<'_>]) -> Option<Result<Vec<Decision>, StoreError>> {
-        match self.shared.route() {
-            Route::Fallback => {
-                let ds = self.fallback.check_all_now(rules)?;
-                count_fallback();
-                Some(ds.map(|ds| self.adopt_all(rules, ds)))
-            }
-            Route::Primary(Some(_)) => None,
-            Route::Primary(None) => match self.primary.check_all_now(rules)? {
-                Err(e) if e.is_unavailable() => {
-                    self.shared.primary_failed(&e);
-                    None
-                }
-                other => Some(other),
-            },
         }
     }
 

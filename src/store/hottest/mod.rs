@@ -27,7 +27,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Charge, Namespaces, RuleSpec, Store, StoreError};
+use super::{Answer, Charge, Decisions, Namespaces, RuleSpec, Store, StoreError};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::{Decision, PermitId, Receipt};
 use crate::policy::Policy;
@@ -156,16 +156,28 @@ impl<S: Store, C: Clock> Hottest<S, C> {
 }
 
 impl<S: Store, C: Clock> Store for Hottest<S, C> {
-    async fn check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
-        let decisions = self.inner.check_all(rules).await?;
-        self.note_all(rules, &decisions);
-        Ok(decisions)
-    }
-
-    async fn check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
-        let d = self.inner.check(rule).await?;
-        self.note(&rule, !d.allowed);
-        Ok(d)
+    // The answers pass through as they are, tested in place: rebuilding
+    // them would copy a whole decision on every check.
+    fn decide<'a>(
+        &'a self,
+        charges: &'a [Charge<'a>],
+    ) -> Answer<impl Future<Output = Result<Decisions, StoreError>> + Send + 'a> {
+        match self.inner.decide(charges) {
+            Answer::Now(answer) => {
+                if let Ok(decisions) = &answer {
+                    self.note_all(charges, decisions);
+                }
+                Answer::Now(answer)
+            }
+            // Asked again where it is awaited (the first answer, dropped
+            // unpolled, charged nothing): a future held and awaited in an
+            // async block would be laid out twice in it.
+            Answer::Later(_) => Answer::Later(async move {
+                let decisions = self.inner.decide(charges).await?;
+                self.note_all(charges, &decisions);
+                Ok(decisions)
+            }),
+        }
     }
 
     fn refund(
@@ -205,33 +217,6 @@ impl<S: Store, C: Clock> Store for Hottest<S, C> {
     fn namespaces(&self) -> Option<&Namespaces> {
         // Layers on the wrapper and on the store itself share one registry.
         self.inner.namespaces()
-    }
-
-    // The answers pass through as they are, tested in place: rebuilding
-    // them would copy a whole decision on every check.
-    fn check_all_now(&self, rules: &[Charge<'_>]) -> Option<Result<Vec<Decision>, StoreError>> {
-        let answer = self.inner.check_all_now(rules);
-        if let Some(Ok(decisions)) = &answer {
-            self.note_all(rules, decisions);
-        }
-        answer
-    }
-
-    fn check_now(&self, rule: Charge<'_>) -> Option<Result<Decision, StoreError>> {
-        let answer = self.inner.check_now(rule);
-        if let Some(Ok(d)) = &answer {
-            self.note(&rule, !d.allowed);
-        }
-        answer
-    }
-
-    fn admit_now(&self, rule: Charge<'_>) -> Option<Result<Option<Decision>, StoreError>> {
-        let answer = self.inner.admit_now(rule);
-        if let Some(Ok(d)) = &answer {
-            // `None` is an admission whose figures were spared.
-            self.note(&rule, d.as_ref().is_some_and(|d| !d.allowed));
-        }
-        answer
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::Hottest;
 use crate::clock::ManualClock;
-use crate::store::{Charge, MemoryStore, Store};
+use crate::store::{AtOnce, Charge, MemoryStore, Store};
 use crate::Policy;
 
 fn tracked(capacity: usize) -> Hottest<MemoryStore<ManualClock>, ManualClock> {
@@ -37,7 +37,7 @@ fn every_path_counts_once_and_peeks_and_penalties_not_at_all() {
     });
     store.check_now(a).unwrap().unwrap();
     // The fourth check of `a` is denied, whichever path asks.
-    store.admit_now(a).unwrap().unwrap();
+    store.check_now(a).unwrap().unwrap();
     store.check_all_now(&[a]).unwrap().unwrap();
     store.check_now(Charge::new(b"a", &p, 0)).unwrap().unwrap();
     store

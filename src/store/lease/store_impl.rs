@@ -1,19 +1,23 @@
 //! The [`Store`] impl of [`LeasingStore`]: a check served from the key's
 //! lease, or a block taken, or the inner store asked as it is.
 
+use std::future::Future;
+
 use super::grant::PutBack;
 use super::plan::Plan;
 use super::LeasingStore;
 use crate::decision::{DecidedBy, Decision, PermitId, Receipt};
 use crate::policy::Policy;
-use crate::store::{Charge, Namespaces, RuleSpec, Store, StoreError};
+use crate::store::{Answer, Charge, Decisions, Namespaces, RuleSpec, Store, StoreError};
 
 /// How many blocks in flight one check waits for before it asks the
 /// inner store itself.
 const MAX_BLOCK_WAITS: u32 = 4;
 
-impl<S: Store> Store for LeasingStore<S> {
-    async fn check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
+impl<S: Store> LeasingStore<S> {
+    /// A check of one rule through the futures: from the lease, or a block
+    /// taken, or the inner store asked as it is.
+    async fn check_one(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
         // Waits for a block in flight a few times at most: each landing
         // leaves units, or a denial the next block's size learns from.
         for waits_left in (0..MAX_BLOCK_WAITS).rev() {
@@ -45,10 +49,8 @@ impl<S: Store> Store for LeasingStore<S> {
         self.ordinary(rule).await
     }
 
-    async fn check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
-        if let [rule] = rules {
-            return Ok(vec![self.check(*rule).await?]);
-        }
+    /// A check of several rules, through the futures.
+    async fn check_many(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
         if let Some(out) = self.check_all_round(rules, true).await? {
             return Ok(out);
         }
@@ -58,6 +60,117 @@ impl<S: Store> Store for LeasingStore<S> {
                 "a block was asked for in a check that allows none".into(),
             )),
         }
+    }
+
+    /// A check of one rule in process, when the lease in hand serves it or
+    /// (for a key too cold to lease) the inner store answers at once; `None`
+    /// (nothing charged) sends it to [`check_one`](Self::check_one).
+    fn decide_now(&self, rule: Charge<'_>) -> Option<Result<Decision, StoreError>> {
+        if !self.shared.leaseable(&rule) {
+            return inner_now(&self.shared.inner, rule);
+        }
+        let now = self.shared.clock.now_ns();
+        // Leases displaced here (a sweep of idle keys, whose windows have
+        // passed) would give nothing back: their units lapse.
+        let mut displaced = Vec::new();
+        {
+            let mut table = self.shared.lock();
+            let tuning = &self.shared.tuning;
+            // The key's state, made for a key not seen yet as the plan of
+            // the asynchronous path would make it (it is found there).
+            if let Some(state) = table.entry(rule.key, rule.policy, tuning, now, &mut displaced) {
+                if let Some(lease) = state.lease.as_mut() {
+                    // Served in process: the point of a lease. A lease that
+                    // cannot serve takes the asynchronous path, which gives
+                    // back what an ended lease held and takes up the next.
+                    let at = lease.take(now, rule.cost)?;
+                    let mut d = lease.served(now, rule.cost, at, true);
+                    state.latest_remaining(&mut d, now);
+                    state.note_check(now);
+                    let prefetch = if self
+                        .shared
+                        .closed
+                        .load(std::sync::atomic::Ordering::Relaxed)
+                    {
+                        None
+                    } else {
+                        state.prefetch_due(&self.shared.tuning, now, rule.cost)
+                    };
+                    drop(table);
+                    if let Some(k) = prefetch {
+                        self.prefetch(&rule, k);
+                    }
+                    return Some(Ok(d));
+                }
+                // A prefetched block to take up, a block in flight or a
+                // block to ask for: the asynchronous path, whose plan
+                // counts this check.
+                if state.next.is_some()
+                    || state.acquiring
+                    || state
+                        .block_size_after_check(tuning, rule.cost, now)
+                        .is_some()
+                {
+                    return None;
+                }
+            }
+        }
+        // A key not leased (too cold for a block): as the inner store
+        // answers (at once or not), with the check counted once, when
+        // answered here.
+        let answer = inner_now(&self.shared.inner, rule)?;
+        let mut table = self.shared.lock();
+        if let Some(state) = table.entry(
+            rule.key,
+            rule.policy,
+            &self.shared.tuning,
+            now,
+            &mut displaced,
+        ) {
+            state.note_check(now);
+            if let Ok(d) = &answer {
+                state.saw_remaining(d.remaining);
+            }
+        }
+        if matches!(&answer, Ok(d) if d.decided_by == DecidedBy::Fallback) {
+            table.drop_all();
+        }
+        Some(answer)
+    }
+}
+
+/// The inner store's decision of `rule` when it answers at once.
+fn inner_now<S: Store>(inner: &S, rule: Charge<'_>) -> Option<Result<Decision, StoreError>> {
+    match inner.decide(&[rule]) {
+        Answer::Now(answer) => Some(answer.and_then(Decisions::into_one)),
+        Answer::Later(_) => None,
+    }
+}
+
+impl<S: Store> Store for LeasingStore<S> {
+    fn decide<'a>(
+        &'a self,
+        charges: &'a [Charge<'a>],
+    ) -> Answer<impl Future<Output = Result<Decisions, StoreError>> + Send + 'a> {
+        let now = match charges {
+            [charge] => self.decide_now(*charge).map(|d| d.map(Decisions::one)),
+            // Leaseable rules take the asynchronous path, which tracks their
+            // rate.
+            _ if charges.iter().any(|c| self.shared.leaseable(c)) => None,
+            _ => match self.shared.inner.decide(charges) {
+                Answer::Now(answer) => Some(answer),
+                Answer::Later(_) => None,
+            },
+        };
+        if let Some(answer) = now {
+            return Answer::Now(answer);
+        }
+        Answer::Later(async move {
+            match charges {
+                [charge] => self.check_one(*charge).await.map(Decisions::one),
+                _ => self.check_many(charges).await.map(Decisions::from),
+            }
+        })
     }
 
     async fn refund(
@@ -104,79 +217,6 @@ impl<S: Store> Store for LeasingStore<S> {
         permit: PermitId,
     ) -> Result<(), StoreError> {
         self.shared.inner.release(key, policy, permit).await
-    }
-
-    fn check_now(&self, rule: Charge<'_>) -> Option<Result<Decision, StoreError>> {
-        if !self.shared.leaseable(&rule) {
-            return self.shared.inner.check_now(rule);
-        }
-        let now = self.shared.clock.now_ns();
-        {
-            let mut table = self.shared.lock();
-            if let Some(state) = table.get_mut(rule.key).filter(|s| s.policy == *rule.policy) {
-                if let Some(lease) = state.lease.as_mut() {
-                    // Served in process: the point of a lease. A lease that
-                    // cannot serve takes the asynchronous path, which gives
-                    // back what an ended lease held and takes up the next.
-                    let at = lease.take(now, rule.cost)?;
-                    let mut d = lease.served(now, rule.cost, at, true);
-                    state.latest_remaining(&mut d, now);
-                    state.note_check(now);
-                    let prefetch = if self
-                        .shared
-                        .closed
-                        .load(std::sync::atomic::Ordering::Relaxed)
-                    {
-                        None
-                    } else {
-                        state.prefetch_due(&self.shared.tuning, now, rule.cost)
-                    };
-                    drop(table);
-                    if let Some(k) = prefetch {
-                        self.prefetch(&rule, k);
-                    }
-                    return Some(Ok(d));
-                }
-                // A prefetched block to take up, or a block to ask for:
-                // the asynchronous path.
-                if state.next.is_some()
-                    || state.block_size(&self.shared.tuning, rule.cost).is_some()
-                {
-                    return None;
-                }
-            }
-        }
-        // A cold key: as the inner store answers (in process or not), with
-        // the check counted once, when answered here.
-        let answer = self.shared.inner.check_now(rule)?;
-        // Leases displaced here (a sweep of idle keys, whose windows have
-        // passed) would give nothing back: their units lapse.
-        let mut displaced = Vec::new();
-        let mut table = self.shared.lock();
-        if let Some(state) = table.entry(
-            rule.key,
-            rule.policy,
-            &self.shared.tuning,
-            now,
-            &mut displaced,
-        ) {
-            state.note_check(now);
-            if let Ok(d) = &answer {
-                state.saw_remaining(d.remaining);
-            }
-        }
-        if matches!(&answer, Ok(d) if d.decided_by == DecidedBy::Fallback) {
-            table.drop_all();
-        }
-        Some(answer)
-    }
-
-    fn check_all_now(&self, rules: &[Charge<'_>]) -> Option<Result<Vec<Decision>, StoreError>> {
-        // Leaseable rules take the asynchronous path, which tracks their rate.
-        if rules.iter().any(|r| self.shared.leaseable(r)) {
-            return None;
-        }
-        self.shared.inner.check_all_now(rules)
     }
 
     fn validate(&self, rules: &[RuleSpec<'_>]) -> Result<(), StoreError> {

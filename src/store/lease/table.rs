@@ -89,12 +89,7 @@ impl KeyState {
     pub(super) fn note_check(&mut self, now: u64) {
         if now >= self.period_end {
             let period = now / self.period_ns;
-            self.previous = if period == self.period + 1 {
-                self.current
-            } else {
-                0
-            };
-            self.current = 0;
+            (self.previous, self.current) = self.counts_at(now);
             self.period = period;
             self.period_end = period.saturating_add(1).saturating_mul(self.period_ns);
         }
@@ -102,10 +97,17 @@ impl KeyState {
         self.last_seen = self.last_seen.max(now);
     }
 
-    /// Local checks per period: the last full period's, or this one's once
-    /// it has more (a key that just turned hot).
-    pub(super) fn rate(&self) -> u64 {
-        self.previous.max(self.current)
+    /// The last period's and this one's checks as seen at `now`, before a
+    /// check then is counted.
+    fn counts_at(&self, now: u64) -> (u64, u64) {
+        if now < self.period_end {
+            return (self.previous, self.current);
+        }
+        let next = self.period.saturating_add(1);
+        match now / self.period_ns == next {
+            true => (self.current, 0),
+            false => (0, 0),
+        }
     }
 
     /// Records the shared `remaining` the inner store reported.
@@ -116,7 +118,31 @@ impl KeyState {
     /// The size of a block to lease for a check of `cost`, or `None` when
     /// the key is cold or a block would be no larger than the check.
     pub(super) fn block_size(&self, tuning: &Tuning, cost: u64) -> Option<u64> {
-        let rate = self.rate();
+        self.block_size_with(tuning, cost, self.previous, self.current)
+    }
+
+    /// [`block_size`](Self::block_size) once a check at `now` is counted,
+    /// counting nothing: what the plan of that check will find.
+    pub(super) fn block_size_after_check(
+        &self,
+        tuning: &Tuning,
+        cost: u64,
+        now: u64,
+    ) -> Option<u64> {
+        let (previous, current) = self.counts_at(now);
+        self.block_size_with(tuning, cost, previous, current + 1)
+    }
+
+    fn block_size_with(
+        &self,
+        tuning: &Tuning,
+        cost: u64,
+        previous: u64,
+        current: u64,
+    ) -> Option<u64> {
+        // Local checks per period: the last full period's, or this one's
+        // once it has more (a key that just turned hot).
+        let rate = previous.max(current);
         if rate < tuning.hot_threshold {
             return None;
         }
@@ -125,7 +151,7 @@ impl KeyState {
         }
         // Sized by the last full period's rate once there is one; in the
         // period a key turns hot, by the adaptive size alone.
-        let by_rate = if self.previous > 0 {
+        let by_rate = if previous > 0 {
             (rate / tuning.blocks_per_period).max(1)
         } else {
             u64::MAX

@@ -107,12 +107,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock, RwLockWriteGuard};
 use std::time::Duration;
 
-use super::{Charge, Store, StoreError};
+use std::future::Future;
+
+use super::{Answer, Charge, Decisions, Store, StoreError};
 use crate::clock::{Clock, SystemClock};
-use crate::decision::{Decision, PermitId, Receipt};
+use crate::decision::{PermitId, Receipt};
 use crate::policy::Policy;
 
-mod admit;
 mod builder;
 mod hot;
 mod hottest;
@@ -347,12 +348,15 @@ impl<C: Clock> Store for MemoryStore<C> {
         Some(&self.inner.namespaces)
     }
 
-    async fn check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
-        self.check_sync(rule)
-    }
-
-    async fn check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
-        self.check_all_sync(rules)
+    #[inline]
+    fn decide<'a>(
+        &'a self,
+        charges: &'a [Charge<'a>],
+    ) -> Answer<impl Future<Output = Result<Decisions, StoreError>> + Send + 'a> {
+        Answer::<std::future::Pending<_>>::Now(match charges {
+            [charge] => self.check_sync(*charge).map(Decisions::one),
+            _ => self.check_all_sync(charges).map(Decisions::from),
+        })
     }
 
     async fn refund(
@@ -378,17 +382,5 @@ impl<C: Clock> Store for MemoryStore<C> {
     ) -> Result<(), StoreError> {
         self.release_sync(key, policy, permit);
         Ok(())
-    }
-
-    fn check_all_now(&self, rules: &[Charge<'_>]) -> Option<Result<Vec<Decision>, StoreError>> {
-        Some(self.check_all_sync(rules))
-    }
-
-    fn check_now(&self, rule: Charge<'_>) -> Option<Result<Decision, StoreError>> {
-        Some(self.check_sync(rule))
-    }
-
-    fn admit_now(&self, rule: Charge<'_>) -> Option<Result<Option<Decision>, StoreError>> {
-        self.admit_sync(rule)
     }
 }

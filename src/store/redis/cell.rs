@@ -1,5 +1,6 @@
 //! [`CellStore`]: GCRA through redis-cell's native `CL.THROTTLE`.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use super::validate::cell_args;
 use super::{keys, reply, CellStoreBuilder};
 use crate::decision::{Decision, PermitId};
 use crate::policy::{Algorithm, GcraParams, Policy};
-use crate::store::{Charge, RuleSpec, Store, StoreError};
+use crate::store::{Answer, Charge, Decisions, RuleSpec, Store, StoreError};
 
 const NOT_LOADED: StoreError = StoreError::Unsupported(
     "CL.THROTTLE: the redis-cell module is not loaded on this Redis server \
@@ -179,23 +180,9 @@ impl CellStore {
     }
 }
 
-impl Store for CellStore {
-    /// Refuses policies other than GCRA, and more than one rule per check.
-    fn validate(&self, rules: &[RuleSpec<'_>]) -> Result<(), StoreError> {
-        super::validate::cell(rules)
-    }
-
-    fn namespaces(&self) -> Option<&crate::store::Namespaces> {
-        Some(&self.namespaces)
-    }
-
-    /// `CL.THROTTLE` takes `Policy::cell`'s own arguments: no widened
-    /// tolerance, so delay mode checks again instead of reserving.
-    fn reserves_slots(&self) -> bool {
-        false
-    }
-
-    async fn check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
+impl CellStore {
+    /// One `CL.THROTTLE` call for `rule`.
+    async fn throttle(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
         let params = Self::gcra(rule.policy)?;
         let (burst, count, period) = cell_args(&params)?;
         // A cost above the limit is denied for ever whatever its size, with
@@ -224,15 +211,37 @@ impl Store for CellStore {
         )?;
         surfaced(decision(&v)).map(|d| with_quota_after(&params, d))
     }
+}
 
-    async fn check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
-        match rules {
-            [] => Ok(Vec::new()),
-            [rule] => Ok(vec![self.check(*rule).await?]),
-            _ => Err(StoreError::Unsupported(
-                "multi-rule checks on CellStore (CL.THROTTLE is one key at a time)",
-            )),
-        }
+impl Store for CellStore {
+    /// Refuses policies other than GCRA, and more than one rule per check.
+    fn validate(&self, rules: &[RuleSpec<'_>]) -> Result<(), StoreError> {
+        super::validate::cell(rules)
+    }
+
+    fn namespaces(&self) -> Option<&crate::store::Namespaces> {
+        Some(&self.namespaces)
+    }
+
+    /// `CL.THROTTLE` takes `Policy::cell`'s own arguments: no widened
+    /// tolerance, so delay mode checks again instead of reserving.
+    fn reserves_slots(&self) -> bool {
+        false
+    }
+
+    fn decide<'a>(
+        &'a self,
+        charges: &'a [Charge<'a>],
+    ) -> Answer<impl Future<Output = Result<Decisions, StoreError>> + Send + 'a> {
+        Answer::Later(async move {
+            match charges {
+                [charge] => self.throttle(*charge).await.map(Decisions::one),
+                [] => Ok(Decisions::from(Vec::new())),
+                _ => Err(StoreError::Unsupported(
+                    "multi-rule checks on CellStore (CL.THROTTLE is one key at a time)",
+                )),
+            }
+        })
     }
 
     async fn refund(

@@ -14,9 +14,9 @@ use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
 
 use super::{validate, HashTag, RedisStore, SentinelConnection};
-use crate::decision::{Decision, PermitId};
+use crate::decision::PermitId;
 use crate::policy::Policy;
-use crate::store::{Charge, Namespaces, RuleSpec, Store, StoreError};
+use crate::store::{Answer, Charge, Decisions, Namespaces, RuleSpec, Store, StoreError};
 
 /// The wait before the second connect attempt; it doubles after each
 /// failure, up to [`MAX_RETRY`].
@@ -266,17 +266,13 @@ where
         validate::rules(rules, &self.shared.tag, false)
     }
 
-    async fn check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
+    fn decide<'a>(
+        &'a self,
+        charges: &'a [Charge<'a>],
+    ) -> Answer<impl Future<Output = Result<Decisions, StoreError>> + Send + 'a> {
         match self.connected() {
-            Some(store) => store.check(rule).await,
-            None => Err(self.not_connected()),
-        }
-    }
-
-    async fn check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
-        match self.connected() {
-            Some(store) => store.check_all(rules).await,
-            None => Err(self.not_connected()),
+            Some(store) => store.decide(charges),
+            None => Answer::Now(Err(self.not_connected())),
         }
     }
 

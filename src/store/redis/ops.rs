@@ -1,6 +1,7 @@
 //! The store's operations: checks (alone or through the batcher), refunds,
 //! resets and releases, and the permit ids it hands out.
 
+use std::future::Future;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -20,7 +21,7 @@ use super::registry::ScriptId;
 use super::{abandoned, batcher, eval, keys, validate, RedisStore};
 use crate::decision::{Decision, PermitId, Receipt};
 use crate::policy::{Algorithm, Policy};
-use crate::store::{Charge, RuleSpec, Store, StoreError};
+use crate::store::{Answer, Charge, Decisions, RuleSpec, Store, StoreError};
 
 /// Permit ids: a random per-store base plus a counter, so instances sharing
 /// a key never hand out the same id.
@@ -170,22 +171,18 @@ where
         validate::rules(rules, &self.cfg.tag, self.cfg.cluster)
     }
 
-    async fn check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
-        if let Some(denied) = self.cached_denial(&rule) {
-            return Ok(denied);
-        }
-        let mut d = surfaced(self.check_rules(std::slice::from_ref(&rule)).await)?;
-        d.pop()
-            .ok_or_else(|| StoreError::Protocol("no decision in the reply".into()))
-    }
-
-    async fn check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
-        if let [rule] = rules {
-            if let Some(denied) = self.cached_denial(rule) {
-                return Ok(vec![denied]);
+    /// A denial the deny cache holds is answered at once; every other
+    /// check is one script call.
+    fn decide<'a>(
+        &'a self,
+        charges: &'a [Charge<'a>],
+    ) -> Answer<impl Future<Output = Result<Decisions, StoreError>> + Send + 'a> {
+        if let [charge] = charges {
+            if let Some(denied) = self.cached_denial(charge) {
+                return Answer::Now(Ok(Decisions::one(denied)));
             }
         }
-        surfaced(self.check_rules(rules).await)
+        Answer::Later(async move { surfaced(self.check_rules(charges).await).map(Decisions::from) })
     }
 
     async fn refund(

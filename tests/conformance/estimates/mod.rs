@@ -12,6 +12,7 @@
 //!   (at least 1 each) add up to at most the limit.
 
 use std::convert::Infallible;
+use std::future::IntoFuture;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,8 +28,7 @@ use tower_throttle::decision::{PermitId, Receipt};
 use tower_throttle::key::{Global, RequestHead};
 use tower_throttle::meter::{ActualCost, ReportedCost};
 use tower_throttle::store::lease::LeasingStore;
-use tower_throttle::store::Charge;
-use tower_throttle::{Decision, MemoryStore, Policy, Store, StoreError, ThrottleLayer};
+use tower_throttle::{MemoryStore, Policy, Store, StoreError, ThrottleLayer};
 
 mod by_hand;
 mod properties;
@@ -112,12 +112,28 @@ impl<S> Quiet<S> {
 }
 
 impl<S: Store> Store for Quiet<S> {
-    async fn check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
-        self.track(self.inner.check(rule)).await
-    }
-
-    async fn check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
-        self.track(self.inner.check_all(rules)).await
+    fn decide<'a>(
+        &'a self,
+        charges: &'a [tower_throttle::store::Charge<'a>],
+    ) -> tower_throttle::store::Answer<
+        impl std::future::Future<
+                Output = Result<
+                    tower_throttle::store::Decisions,
+                    tower_throttle::store::StoreError,
+                >,
+            > + Send
+            + 'a,
+    > {
+        match self.inner.decide(charges) {
+            tower_throttle::store::Answer::Now(answer) => {
+                tower_throttle::store::Answer::Now(answer)
+            }
+            tower_throttle::store::Answer::Later(_) => {
+                tower_throttle::store::Answer::Later(async move {
+                    self.track(self.inner.decide(charges).into_future()).await
+                })
+            }
+        }
     }
 
     async fn refund(

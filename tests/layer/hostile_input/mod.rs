@@ -21,9 +21,7 @@ use tower_throttle::decision::PermitId;
 use tower_throttle::decision::Receipt;
 use tower_throttle::key::HeaderKey;
 use tower_throttle::store::Charge;
-use tower_throttle::{
-    Decision, MemoryStore, Policy, PolicyError, Store, StoreError, ThrottleLayer,
-};
+use tower_throttle::{MemoryStore, Policy, PolicyError, Store, StoreError, ThrottleLayer};
 
 mod authorization;
 mod client_addresses;
@@ -169,15 +167,24 @@ impl Default for Recorder {
 }
 
 impl Store for Recorder {
-    async fn check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
-        self.keys.lock().unwrap().push(rule.key.to_vec());
-        self.inner.check(rule).await
-    }
-    async fn check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
-        for r in rules {
-            self.keys.lock().unwrap().push(r.key.to_vec());
-        }
-        self.inner.check_all(rules).await
+    fn decide<'a>(
+        &'a self,
+        charges: &'a [tower_throttle::store::Charge<'a>],
+    ) -> tower_throttle::store::Answer<
+        impl std::future::Future<
+                Output = Result<
+                    tower_throttle::store::Decisions,
+                    tower_throttle::store::StoreError,
+                >,
+            > + Send
+            + 'a,
+    > {
+        tower_throttle::store::Answer::Later(async move {
+            for r in charges {
+                self.keys.lock().unwrap().push(r.key.to_vec());
+            }
+            self.inner.decide(charges).await
+        })
     }
     async fn refund(
         &self,

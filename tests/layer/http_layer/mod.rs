@@ -17,10 +17,7 @@ use hyper_util::rt::TokioExecutor;
 use tower_throttle::clock::ManualClock;
 use tower_throttle::key::FromExtension;
 use tower_throttle::mode::OnMissingKey;
-use tower_throttle::store::Charge;
-use tower_throttle::{
-    Decision, MemoryStore, Policy, RateLimitInfo, Store, StoreError, ThrottleLayer,
-};
+use tower_throttle::{MemoryStore, Policy, RateLimitInfo, Store, StoreError, ThrottleLayer};
 
 mod keys_and_rules;
 mod modes;
@@ -159,11 +156,20 @@ impl Broken {
 }
 
 impl Store for Broken {
-    async fn check(&self, _: Charge<'_>) -> Result<Decision, StoreError> {
-        self.fail().await
-    }
-    async fn check_all(&self, _: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
-        self.fail().await
+    fn decide<'a>(
+        &'a self,
+        charges: &'a [tower_throttle::store::Charge<'a>],
+    ) -> tower_throttle::store::Answer<
+        impl std::future::Future<
+                Output = Result<
+                    tower_throttle::store::Decisions,
+                    tower_throttle::store::StoreError,
+                >,
+            > + Send
+            + 'a,
+    > {
+        let _ = charges;
+        tower_throttle::store::Answer::Later(async move { self.fail().await })
     }
     async fn refund(
         &self,

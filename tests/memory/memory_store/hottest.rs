@@ -11,6 +11,15 @@ use tower_throttle::{MemoryStore, Policy};
 
 use super::all_policies;
 
+/// A memory store's future, which is ready when first polled.
+fn at_once<F: std::future::Future>(future: F) -> F::Output {
+    let waker = std::task::Waker::noop();
+    match std::pin::pin!(future).poll(&mut std::task::Context::from_waker(waker)) {
+        std::task::Poll::Ready(output) => output,
+        std::task::Poll::Pending => panic!("the memory store waited"),
+    }
+}
+
 fn tracked(clock: &ManualClock, capacity: usize, sample: u32) -> MemoryStore<ManualClock> {
     MemoryStore::builder()
         .clock(clock.clone())
@@ -38,13 +47,13 @@ fn every_policy_and_path_counts_checks_and_denials_exactly() {
         let clock = ManualClock::new();
         let store = tracked(&clock, 16, 1);
         // 20 checks of a (limit 15: 5 or more denied), 3 of b, through
-        // check_sync, the admission-only path and the async trait path.
+        // check_sync, one `decide` and the async trait path.
         for i in 0..20 {
             let charge = Charge::new(b"a", &policy, 1);
             match i % 3 {
                 0 => drop(store.check_sync(charge).unwrap()),
-                1 => drop(store.admit_now(charge).unwrap().unwrap()),
-                _ => drop(store.check_all_now(&[charge]).unwrap().unwrap()),
+                1 => drop(store.decide(&[charge]).ready().unwrap().unwrap()),
+                _ => drop(at_once(store.check(charge)).unwrap()),
             }
         }
         for _ in 0..3 {
@@ -83,8 +92,8 @@ fn a_hot_gcra_key_is_counted_on_the_lock_free_lane_too() {
     // One thread checking one key again and again promotes it to a cell
     // that thread decides without a lock.
     for _ in 0..5_000 {
-        let admitted = store.admit_now(Charge::new(b"hot", &policy, 1)).unwrap();
-        assert!(admitted.unwrap().is_none_or(|d| d.allowed));
+        let admitted = store.decide(&[Charge::new(b"hot", &policy, 1)]).ready();
+        assert!(admitted.unwrap().unwrap()[0].allowed);
     }
     let hottest = store.hottest_keys(1).unwrap();
     assert_eq!(counts(&hottest.by_checks), [("hot".into(), 5_000)]);

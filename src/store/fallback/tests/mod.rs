@@ -11,7 +11,7 @@ use super::*;
 use crate::clock::ManualClock;
 use crate::decision::{DecidedBy, Decision, PermitId};
 use crate::policy::Policy;
-use crate::store::{budget, Charge, StoreError};
+use crate::store::{budget, Answer, AtOnce, Charge, Decisions, StoreError};
 
 const DOWN: u8 = 1;
 const HANG: u8 = 2;
@@ -54,13 +54,14 @@ impl Flaky {
 }
 
 impl Store for Flaky {
-    async fn check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
-        self.gate().await?;
-        self.inner.check(rule).await
-    }
-    async fn check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
-        self.gate().await?;
-        self.inner.check_all(rules).await
+    fn decide<'a>(
+        &'a self,
+        charges: &'a [Charge<'a>],
+    ) -> Answer<impl Future<Output = Result<Decisions, StoreError>> + Send + 'a> {
+        Answer::Later(async move {
+            self.gate().await?;
+            self.inner.decide(charges).await
+        })
     }
     async fn refund(
         &self,

@@ -3,6 +3,7 @@
 //! what no algorithm leases here, windows in `windows.rs`, GCRA in
 //! `gcra.rs`, a block in flight in `in_flight.rs`.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +12,7 @@ use super::{LeaseConfigError, LeasingStore};
 use crate::clock::{Clock, ManualClock};
 use crate::decision::{Decision, Receipt};
 use crate::policy::Policy;
-use crate::store::{Charge, MemoryStore, Store, StoreError};
+use crate::store::{Answer, AtOnce, Charge, Decisions, MemoryStore, Store, StoreError};
 
 pub(super) const S: u64 = 1_000_000_000;
 
@@ -26,26 +27,29 @@ pub(super) struct Counting {
 }
 
 impl Store for Counting {
-    async fn check(&self, rule: Charge<'_>) -> Result<Decision, StoreError> {
-        self.checks.fetch_add(1, Ordering::SeqCst);
-        while self.stall.load(Ordering::SeqCst) {
-            self.resume.notified().await;
+    // A stalled store answers later, and counts a check when it is
+    // polled: an answer dropped unpolled was no check.
+    fn decide<'a>(
+        &'a self,
+        charges: &'a [Charge<'a>],
+    ) -> Answer<impl Future<Output = Result<Decisions, StoreError>> + Send + 'a> {
+        if !self.stall.load(Ordering::SeqCst) || charges.len() != 1 {
+            self.checks.fetch_add(1, Ordering::SeqCst);
+            return Answer::Now(self.inner.decide(charges).ready().expect("in process"));
         }
-        self.inner.check(rule).await
-    }
-    async fn check_all(&self, rules: &[Charge<'_>]) -> Result<Vec<Decision>, StoreError> {
-        self.checks.fetch_add(1, Ordering::SeqCst);
-        self.inner.check_all(rules).await
+        Answer::Later(async move {
+            self.checks.fetch_add(1, Ordering::SeqCst);
+            while self.stall.load(Ordering::SeqCst) {
+                self.resume.notified().await;
+            }
+            self.inner.decide(charges).await
+        })
     }
     async fn refund(&self, key: &[u8], policy: &Policy, r: &Receipt) -> Result<(), StoreError> {
         self.inner.refund(key, policy, r).await
     }
     async fn reset(&self, key: &[u8], policy: &Policy) -> Result<(), StoreError> {
         self.inner.reset(key, policy).await
-    }
-    fn check_now(&self, rule: Charge<'_>) -> Option<Result<Decision, StoreError>> {
-        self.checks.fetch_add(1, Ordering::SeqCst);
-        self.inner.check_now(rule)
     }
 }
 
@@ -192,13 +196,15 @@ async fn reset_drops_the_lease_and_the_shared_state() {
 }
 
 #[tokio::test]
-async fn check_now_serves_from_the_lease_in_process() {
+async fn a_lease_in_hand_answers_at_once_and_a_block_later() {
     let r = rig(1, 4, 4);
     let p = fixed(100);
     let cold = r.store.check_now(Charge::new(b"hot", &p, 1));
-    assert!(cold.is_some(), "cold: the memory store answers in process");
-    let hot = r.store.check_now(Charge::new(b"hot", &p, 1));
-    assert!(hot.is_none(), "hot: a block, on the asynchronous path");
+    assert!(
+        cold.is_none(),
+        "a new key: its first block, through a future"
+    );
+    assert_eq!(r.calls(), 0, "an answer dropped unpolled charged nothing");
     r.check("hot", &p).await;
     let calls = r.calls();
     let d = r
@@ -207,7 +213,8 @@ async fn check_now_serves_from_the_lease_in_process() {
         .unwrap()
         .unwrap();
     assert!(d.allowed && d.charged == 1);
-    assert_eq!(r.calls(), calls);
+    assert_eq!(r.calls(), calls, "served from the lease");
+    assert_eq!(r.store.local_units(b"hot"), 2);
 }
 
 #[test]
