@@ -3,8 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{assert_valid_name, retry_within, Attempt, Limiter};
+use super::{assert_valid_name, locked_out, retry_within, Attempt, Limiter};
 use crate::decision::Decision;
+use crate::lockout::Penalty;
 use crate::policy::Policy;
 use crate::store::{all_allowed, Charge, RuleSpec, Store, StoreError};
 
@@ -186,35 +187,26 @@ impl<S: Store> Limiter<S, AllRules> {
         cost: u64,
     ) -> Result<RuleDecisions, StoreError> {
         let key = key.as_ref();
-        let caller = self.prefix.apply(key);
-        if let Some(left) = self.locked(&caller).await? {
-            return Ok(self.locked_out(left, None));
-        }
-        let checked = self.check_rules(key, cost).await?;
-        if checked.allowed() || cost == 0 {
-            return Ok(checked);
-        }
-        Ok(match self.strike(&caller).await? {
-            Some(left) => self.locked_out(left, Some(&checked)),
-            None => checked,
-        })
+        let check = self.check_rules(key, cost);
+        let locked = |penalty: &_, left, struck: Option<&_>| self.locked_out(penalty, left, struck);
+        self.guarded(key, cost, check, |d| !d.allowed(), locked)
+            .await
     }
 
     /// Every rule's answer to a lock with `left` to run (what decided the
     /// strike that locked, if any, stays named as the decider).
-    fn locked_out(&self, left: Duration, struck: Option<&RuleDecisions>) -> RuleDecisions {
-        let penalty = self.penalty.as_deref().expect("only a penalty locks");
+    fn locked_out(
+        &self,
+        penalty: &Penalty,
+        left: Duration,
+        struck: Option<&RuleDecisions>,
+    ) -> RuleDecisions {
         let decisions = self
             .rules
             .rules
             .iter()
             .enumerate()
-            .map(|(i, r)| Decision {
-                decided_by: struck
-                    .map(|s| s.decisions[i].decided_by)
-                    .unwrap_or_default(),
-                ..penalty.locked(&r.policy, left)
-            })
+            .map(|(i, r)| locked_out(penalty, &r.policy, left, struck.map(|s| &s.decisions[i])))
             .collect();
         RuleDecisions {
             rules: self.rules.rules.clone(),
@@ -271,25 +263,16 @@ impl<S: Store> Limiter<S, AllRules> {
         max_wait: Duration,
     ) -> Result<RuleDecisions, StoreError> {
         let key = key.as_ref();
-        let caller = self.prefix.apply(key);
-        if let Some(left) = self.locked(&caller).await? {
-            return Ok(self.locked_out(left, None));
-        }
-        let (denied, was_denied) = retry_within(max_wait, |_| async {
+        let waited = retry_within(max_wait, |_| async {
             let d = self.check_rules(key, cost).await?;
             Ok(match d.retry_after() {
                 _ if d.allowed() => Attempt::Done(d),
                 retry => Attempt::Denied(d, retry),
             })
-        })
-        .await?;
-        if !was_denied || cost == 0 {
-            return Ok(denied);
-        }
-        Ok(match self.strike(&caller).await? {
-            Some(left) => self.locked_out(left, Some(&denied)),
-            None => denied,
-        })
+        });
+        let locked = |penalty: &_, left, struck: Option<&_>| self.locked_out(penalty, left, struck);
+        self.guarded(key, cost, waited, |d| !d.allowed(), locked)
+            .await
     }
 
     /// Gives an admitted check's units back to `key` under every rule, each

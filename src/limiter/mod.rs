@@ -21,7 +21,9 @@ use std::sync::Arc;
 use std::task::{Context, Waker};
 use std::time::Duration;
 
+use crate::decision::Decision;
 use crate::lockout::Penalty;
+use crate::policy::Policy;
 use crate::store::{MemoryStore, Store, StoreError};
 
 mod all_rules;
@@ -164,12 +166,49 @@ impl<S: Store, R> Limiter<S, R> {
         }
     }
 
-    /// Counts a denial of `full_key`: `Some(lock)` when it locked the key.
-    async fn strike(&self, full_key: &[u8]) -> Result<Option<Duration>, StoreError> {
-        match &self.penalty {
-            Some(penalty) => penalty.record_denial(&*self.store, full_key).await,
-            None => Ok(None),
+    /// The lock-out around one check (or wait) of the caller's `key`, the
+    /// one sequence every check of a limiter takes: refused without a store
+    /// call while the key is locked; a denial the check ends with counts a
+    /// strike (a peek, `cost` 0, never does), and the strike that locks
+    /// answers with the whole lock. `locked_out` renders a lock's denial
+    /// from the time left and the denial that locked, if any.
+    async fn guarded<T>(
+        &self,
+        key: &[u8],
+        cost: u64,
+        check: impl Future<Output = Result<T, StoreError>>,
+        denied: impl Fn(&T) -> bool,
+        locked_out: impl Fn(&Penalty, Duration, Option<&T>) -> T,
+    ) -> Result<T, StoreError> {
+        let Some(penalty) = self.penalty.as_deref() else {
+            return check.await;
+        };
+        let caller = self.prefix.apply(key);
+        if let Some(left) = penalty.check_locked(&*self.store, &caller).await? {
+            return Ok(locked_out(penalty, left, None));
         }
+        let answer = check.await?;
+        if !denied(&answer) || cost == 0 {
+            return Ok(answer);
+        }
+        Ok(match penalty.record_denial(&*self.store, &caller).await? {
+            Some(left) => locked_out(penalty, left, Some(&answer)),
+            None => answer,
+        })
+    }
+}
+
+/// A lock's denial of a rule of `policy`, `left` to run; the denial that
+/// locked, if any, stays named as the decider.
+fn locked_out(
+    penalty: &Penalty,
+    policy: &Policy,
+    left: Duration,
+    struck: Option<&Decision>,
+) -> Decision {
+    Decision {
+        decided_by: struck.map(|d| d.decided_by).unwrap_or_default(),
+        ..penalty.locked(policy, left)
     }
 }
 
@@ -182,11 +221,11 @@ enum Attempt<T> {
 
 /// Runs `attempt` (given the budget left) until it admits, or until its
 /// denial's wait no longer fits in `max_wait` or [`MAX_DELAY_ATTEMPTS`] ran
-/// out. Returns the last answer and whether it was a denial.
+/// out. Returns the last answer.
 async fn retry_within<T, Fut>(
     max_wait: Duration,
     mut attempt: impl FnMut(Duration) -> Fut,
-) -> Result<(T, bool), StoreError>
+) -> Result<T, StoreError>
 where
     Fut: Future<Output = Result<Attempt<T>, StoreError>>,
 {
@@ -195,7 +234,7 @@ where
     loop {
         let left = max_wait.saturating_sub(waited);
         let (answer, retry) = match attempt(left).await? {
-            Attempt::Done(answer) => return Ok((answer, false)),
+            Attempt::Done(answer) => return Ok(answer),
             Attempt::Denied(answer, retry) => (answer, retry),
         };
         match retry {
@@ -205,7 +244,7 @@ where
                 tokio::time::sleep(retry).await;
                 waited += retry;
             }
-            _ => return Ok((answer, true)),
+            _ => return Ok(answer),
         }
     }
 }

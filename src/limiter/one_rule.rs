@@ -4,7 +4,9 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{assert_valid_name, retry_within, AllRules, Attempt, KeyPrefix, Limiter, Permit};
+use super::{
+    assert_valid_name, locked_out, retry_within, AllRules, Attempt, KeyPrefix, Limiter, Permit,
+};
 use crate::decision::{Decision, PermitId, Receipt};
 use crate::policy::Policy;
 use crate::policy::{effective_policy, rebase};
@@ -136,24 +138,10 @@ impl<S: Store> Limiter<S, OneRule> {
         cost: u64,
     ) -> Result<Decision, StoreError> {
         let charge = Charge::new(rule_key, policy, cost);
-        let Some(penalty) = &self.penalty else {
-            return self.store.check(charge).await;
-        };
-        let caller = self.prefix.apply(key);
-        if let Some(left) = penalty.check_locked(&*self.store, &caller).await? {
-            return Ok(penalty.locked(policy, left));
-        }
-        let d = self.store.check(charge).await?;
-        if d.allowed || cost == 0 {
-            return Ok(d);
-        }
-        Ok(match penalty.record_denial(&*self.store, &caller).await? {
-            Some(left) => Decision {
-                decided_by: d.decided_by,
-                ..penalty.locked(policy, left)
-            },
-            None => d,
-        })
+        let check = self.store.check(charge);
+        let locked =
+            |penalty: &_, left, struck: Option<&_>| locked_out(penalty, policy, left, struck);
+        self.guarded(key, cost, check, |d| !d.allowed, locked).await
     }
 
     /// Charges `cost` units of `policy` to `key`: a policy chosen per call
@@ -244,13 +232,8 @@ impl<S: Store> Limiter<S, OneRule> {
     ) -> Result<Decision, StoreError> {
         let caller = key.as_ref();
         let real = self.rules.policy;
-        let caller_key = self.prefix.apply(caller);
-        if let Some(left) = self.locked(&caller_key).await? {
-            let penalty = self.penalty.as_deref().expect("only a penalty locks");
-            return Ok(penalty.locked(&real, left));
-        }
         let key = &*self.rule_key(caller);
-        let (decision, denied) = retry_within(max_wait, |left| async move {
+        let waited = retry_within(max_wait, |left| async move {
             // A store that cannot reserve is asked the real policy, and the
             // wait checks again after each denial's `retry_after`.
             let reserve = self.store.reserves_slots().then_some(left);
@@ -267,23 +250,11 @@ impl<S: Store> Limiter<S, OneRule> {
                 reserved.keep();
             }
             Ok(Attempt::Done(decision))
-        })
-        .await?;
-        if !denied || cost == 0 {
-            return Ok(decision);
-        }
-        let denied = decision;
-        Ok(match self.strike(&caller_key).await? {
-            Some(left) => Decision {
-                decided_by: denied.decided_by,
-                ..self
-                    .penalty
-                    .as_deref()
-                    .expect("only a penalty locks")
-                    .locked(&real, left)
-            },
-            None => denied,
-        })
+        });
+        let locked =
+            |penalty: &_, left, struck: Option<&_>| locked_out(penalty, &real, left, struck);
+        self.guarded(caller, cost, waited, |d| !d.allowed, locked)
+            .await
     }
 
     /// What a one-unit check would see, without changing anything (a
