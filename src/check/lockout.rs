@@ -11,15 +11,15 @@ use super::planned::PlannedRule;
 use super::{LayerState, Plan, Reach, Ruling};
 use crate::decision::Decision;
 use crate::info::{RateLimitInfo, RuleDecision};
-use crate::lockout::Penalty;
+use crate::lockout::{lock_left, Penalty};
 use crate::mode::Mode;
 use crate::store::{budget, Store, StoreError};
 
 /// The lock-out's check of the plan's keys, before the store decides:
 /// `Some(None)` when no key is locked, `Some(Some(answer))` when one is (or
 /// the check failed), `None` when `reach` is [`Reach::Now`] and the store
-/// cannot answer in process. The asynchronous form runs within the layer's
-/// timeout. A dry run checks nothing.
+/// answers later (a peek: nothing was read). Through the store's futures it
+/// runs within the layer's timeout. A dry run checks nothing.
 pub(super) async fn locked<St: Store>(
     shared: &LayerState<St>,
     penalty: &Penalty,
@@ -29,37 +29,29 @@ pub(super) async fn locked<St: Store>(
     if shared.settings.mode == Mode::DryRun {
         return Some(None);
     }
-    let now = || {
+    let lookups = async {
         let mut entries = Vec::new();
         for a in plan.actives() {
-            match penalty.check_locked_now(&*shared.store, plan.key(a))? {
-                Ok(None) => {}
-                Ok(Some(left)) => entries.push(entry(penalty, shared, plan, a, left)),
-                Err(error) => return Some(Err(error)),
+            let lock_key = penalty.lock_key(plan.key(a));
+            let charges = [penalty.lock_peek(&lock_key)];
+            let Some(peek) = reach.answer(shared.store.decide(&charges)).await else {
+                return Ok(None);
+            };
+            if let Some(left) = lock_left(&peek?.into_one()?) {
+                entries.push(entry(penalty, shared, plan, a, left));
             }
         }
-        Some(Ok(entries))
+        Ok(Some(entries))
     };
-    let later = || async {
-        let call = async {
-            let mut entries = Vec::new();
-            for a in plan.actives() {
-                if let Some(left) = penalty.check_locked(&*shared.store, plan.key(a)).await? {
-                    entries.push(entry(penalty, shared, plan, a, left));
-                }
-            }
-            Ok(entries)
-        };
-        match shared.settings.timeout {
-            Some(limit) => budget::within(limit, call).await,
-            None => call.await,
-        }
+    let looked_up = match shared.settings.timeout.filter(|_| reach == Reach::Later) {
+        Some(limit) => budget::within(limit, lookups).await,
+        None => lookups.await,
     };
-    let answer = match reach.call(now, later).await? {
-        Ok(entries) => info(shared, entries).map(|info| Ruling::Locked(Box::new(info))),
+    Some(match looked_up {
+        Ok(None) => return None,
+        Ok(Some(entries)) => info(shared, entries).map(|info| Ruling::Locked(Box::new(info))),
         Err(error) => Some(Ruling::Failed(error)),
-    };
-    Some(answer)
+    })
 }
 
 /// Records the strikes of a rejection: every denied key collects one, and

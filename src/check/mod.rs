@@ -29,7 +29,7 @@ use crate::limiter::Reservation;
 use crate::mode::Mode;
 use crate::rule::RuleCfg;
 use crate::settings::Settings;
-use crate::store::{Decisions, Store, StoreError};
+use crate::store::{Answer, Decisions, Store, StoreError};
 
 mod charge;
 mod choose;
@@ -104,16 +104,17 @@ pub(super) enum Reach {
 }
 
 impl Reach {
-    /// One store call: `now` in process (`None` when the store cannot
-    /// answer so), or the future `later` makes.
-    async fn call<T, F: Future<Output = T>>(
-        self,
-        now: impl FnOnce() -> Option<T>,
-        later: impl FnOnce() -> F,
-    ) -> Option<T> {
-        match self {
-            Reach::Now => now(),
-            Reach::Later => Some(later().await),
+    /// A store's answer as this reach takes it: [`Reach::Now`] reads an
+    /// answer given at once and leaves a future unpolled (`None`: nothing
+    /// was charged); [`Reach::Later`] awaits it.
+    async fn answer<F>(self, answer: Answer<F>) -> Option<Result<Decisions, StoreError>>
+    where
+        F: Future<Output = Result<Decisions, StoreError>>,
+    {
+        match (answer, self) {
+            (Answer::Now(result), _) => Some(result),
+            (Answer::Later(_), Reach::Now) => None,
+            (Answer::Later(future), Reach::Later) => Some(future.await),
         }
     }
 

@@ -34,7 +34,7 @@ use std::time::Duration;
 
 use crate::decision::Decision;
 use crate::policy::{Policy, PolicyError};
-use crate::store::{Answer, Charge, Decisions, RuleSpec, Store, StoreError};
+use crate::store::{Charge, RuleSpec, Store, StoreError};
 
 /// Locks a key out for `lock` after `strikes` denials within `within`.
 /// See the [module docs](self).
@@ -108,27 +108,20 @@ impl Penalty {
         store: &S,
         key: &[u8],
     ) -> Result<Option<Duration>, StoreError> {
-        let lock_key = self.derived(b"lock:", key);
-        let peek = store
-            .check(Charge::new(&lock_key, &self.lock, 0).of_penalty())
-            .await?;
-        Ok(left(&peek))
+        let lock_key = self.lock_key(key);
+        let peek = store.decide(&[self.lock_peek(&lock_key)]).await?;
+        Ok(lock_left(&peek.into_one()?))
     }
 
-    /// [`Penalty::check_locked`] when the store answers at once
-    /// ([`Answer::Now`]); `None` sends the caller to `check_locked` (the
-    /// peek's future is dropped unpolled: it read nothing).
-    pub(crate) fn check_locked_now<S: Store>(
-        &self,
-        store: &S,
-        key: &[u8],
-    ) -> Option<Result<Option<Duration>, StoreError>> {
-        let lock_key = self.derived(b"lock:", key);
-        let left = match store.decide(&[Charge::new(&lock_key, &self.lock, 0).of_penalty()]) {
-            Answer::Now(peek) => Some(peek.and_then(Decisions::into_one).map(|d| left(&d))),
-            Answer::Later(_) => None,
-        };
-        left
+    /// The store key of `key`'s lock.
+    pub(crate) fn lock_key(&self, key: &[u8]) -> Vec<u8> {
+        self.derived(b"lock:", key)
+    }
+
+    /// The peek of a lock's key that [`Penalty::check_locked`] makes: read
+    /// its answer with [`lock_left`].
+    pub(crate) fn lock_peek<'a>(&'a self, lock_key: &'a [u8]) -> Charge<'a> {
+        Charge::new(lock_key, &self.lock, 0).of_penalty()
     }
 
     /// Counts a denial of `key`. `Some(lock)` when it was the strike that
@@ -149,7 +142,7 @@ impl Penalty {
         if strike.allowed && strike.remaining > 0 {
             return Ok(None);
         }
-        let lock_key = self.derived(b"lock:", key);
+        let lock_key = self.lock_key(key);
         let lock = store
             .check(Charge::new(&lock_key, &self.lock, 1).of_penalty())
             .await?;
@@ -165,7 +158,7 @@ impl Penalty {
 
     /// Lifts `key`'s lock and forgets its strikes.
     pub async fn unlock<S: Store>(&self, store: &S, key: &[u8]) -> Result<(), StoreError> {
-        let lock_key = self.derived(b"lock:", key);
+        let lock_key = self.lock_key(key);
         let strikes_key = self.derived(b"strikes:", key);
         store.reset(&lock_key, &self.lock).await?;
         store.reset(&strikes_key, &self.strikes).await
@@ -192,7 +185,7 @@ impl Penalty {
 /// The time left on a lock from a peek of its key: GCRA of one unit and no
 /// burst has nothing remaining exactly while locked, and returns to a fresh
 /// state (`reset_after`) when the lock ends.
-fn left(peek: &Decision) -> Option<Duration> {
+pub(crate) fn lock_left(peek: &Decision) -> Option<Duration> {
     (peek.remaining == 0 && !peek.reset_after.is_zero()).then_some(peek.reset_after)
 }
 
