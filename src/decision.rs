@@ -157,6 +157,25 @@ pub enum DecidedBy {
 }
 
 impl Decision {
+    /// An admission of a check without figures (see
+    /// [`Charge::without_figures`](crate::store::Charge::without_figures)):
+    /// allowed under `limit`, its figures 0, nothing charged until
+    /// [`Decision::stamp`]ed.
+    pub(crate) fn admitted_without_figures(limit: u64) -> Self {
+        Decision {
+            allowed: true,
+            limit,
+            remaining: 0,
+            retry_after: None,
+            reset_after: Duration::ZERO,
+            quota_after: Duration::ZERO,
+            permit: None,
+            decided_by: DecidedBy::Primary,
+            charged: 0,
+            charged_at_ns: 0,
+        }
+    }
+
     /// Records on this decision, of a charge of `cost` units made at
     /// `now_ns` on the deciding store's clock, what it took ([`Decision::charged`],
     /// [`Decision::charged_at_ns`]) when it admitted at least one unit

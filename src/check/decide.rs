@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use super::planned::{PlannedRule, PlannedRules};
 use super::{near_limit, LayerState, Plan, Ruling};
-use crate::decision::Decision;
 use crate::info::{RateLimitInfo, RuleDecision};
 use crate::policy::{effective_policy, rebase, Policy};
 use crate::store::{budget, Decisions, Store, StoreError};
@@ -44,8 +43,7 @@ pub(super) fn decide_now<St: Store>(shared: &LayerState<St>, plan: &Plan) -> Opt
                 .store
                 .decide(&[charge])
                 .ready()?
-                .and_then(Decisions::into_one)
-                .map(|d| one(shared, a.rule, d, Duration::ZERO))
+                .and_then(|ds| one(shared, a.rule, ds, Duration::ZERO))
         }
         PlannedRules::Many(actives) => {
             let charges: Vec<_> = actives
@@ -75,9 +73,12 @@ async fn decide_later<St: Store>(
         .collect();
     match &plan.rules {
         PlannedRules::One(a) => {
-            let mut d = shared.store.check(plan.charge(a, &policies[0])).await?;
-            let wait = rebase(plan.policy(shared, a), &policies[0], &mut d);
-            Ok(one(shared, a.rule, d, wait))
+            let mut ds = shared.store.decide(&[plan.charge(a, &policies[0])]).await?;
+            let Some(d) = ds.first_mut() else {
+                return Err(one_of_none());
+            };
+            let wait = rebase(plan.policy(shared, a), &policies[0], d);
+            one(shared, a.rule, ds, wait)
         }
         PlannedRules::Many(actives) => {
             let charges: Vec<_> = actives
@@ -95,16 +96,43 @@ async fn decide_later<St: Store>(
     }
 }
 
-/// The answer of `rule`'s decision; `wait` is the one of its reserved slot.
+/// The answer of `rule`'s decision, read where the store left it (a
+/// decision is 112 bytes: an admission copies none); `wait` is the one of
+/// its reserved slot. An error when the store answered other than one.
 #[inline]
-pub(super) fn one<St>(shared: &LayerState<St>, rule: usize, d: Decision, wait: Duration) -> Ruling {
-    near_limit(shared, rule, &d);
-    if d.allowed && d.permit.is_none() && wait.is_zero() && nothing_carried(shared) {
-        // The common case: no `RateLimitInfo` (and no shared-meta
-        // reference count) at all.
-        return Ruling::Admitted;
+pub(super) fn one<St>(
+    shared: &LayerState<St>,
+    rule: usize,
+    decisions: Decisions,
+    wait: Duration,
+) -> Result<Ruling, StoreError> {
+    if admits_bare(shared, rule, &decisions, wait)? {
+        return Ok(Ruling::Admitted);
     }
-    Ruling::Decided(Decisions::one(d), wait)
+    Ok(Ruling::Decided(decisions, wait))
+}
+
+/// Whether `rule`'s only decision admits the request with nothing carried
+/// forward, the common case: no `RateLimitInfo` (and no shared-meta
+/// reference count) at all. Read in place, so that an admission moves
+/// nothing. An error when the store answered other than one decision.
+#[inline]
+pub(super) fn admits_bare<St>(
+    shared: &LayerState<St>,
+    rule: usize,
+    decisions: &Decisions,
+    wait: Duration,
+) -> Result<bool, StoreError> {
+    let [d] = &decisions[..] else {
+        return Err(one_of_none());
+    };
+    near_limit(shared, rule, d);
+    Ok(d.allowed && d.permit.is_none() && wait.is_zero() && nothing_carried(shared))
+}
+
+#[cold]
+pub(super) fn one_of_none() -> StoreError {
+    StoreError::Protocol("other than one decision for one rule".into())
 }
 
 /// The answer of every rule's decision, in the plan's order; an error when

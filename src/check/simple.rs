@@ -9,7 +9,7 @@ use std::ops::ControlFlow;
 use std::time::Duration;
 
 use super::choose::{pick, tag, Pending};
-use super::decide::one;
+use super::decide::{admits_bare, one_of_none};
 use super::plan::{missing_key, recycle_keys, take_key_buffer};
 use super::{count, settled_now, LayerState, Plan, Ruling, Verdict};
 use bytes::Bytes;
@@ -20,7 +20,7 @@ use crate::grpc::Reply;
 use crate::info::NotLimited;
 use crate::key::{bound_key_part, KeyWriter, RequestHead, MAX_KEY_PART};
 use crate::response::common_limited;
-use crate::store::{Answer, Charge, Decisions, Store, StoreError};
+use crate::store::{Answer, Charge, Store, StoreError};
 
 /// [`now`](super::now) for a simple layer.
 #[inline]
@@ -52,36 +52,52 @@ pub(super) fn check<St: Store>(
         tag(rule, policy, &mut keys, 0);
     }
     let policy = picked.as_ref().unwrap_or(&rule.policy);
-    let charge = Charge::new(&keys, policy, cost);
-    let answer = match shared.store.decide(&[charge]) {
-        Answer::Now(result) => Some(result.and_then(Decisions::into_one)),
-        // Unpolled, it charged nothing: the plan goes on through `later`.
-        Answer::Later(_) => None,
+    let mut charge = Charge::new(&keys, policy, cost);
+    // An admission's figures are read only by the debug log and the
+    // near-limit count of the `metrics` feature.
+    if !cfg!(feature = "metrics")
+        && !tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG)
+    {
+        charge = charge.without_figures();
+    }
+    let answered = {
+        let charges = [charge];
+        let answer = shared.store.decide(&charges);
+        // Read where the store left it: a bare admission moves nothing.
+        let bare = matches!(&answer, Answer::Now(Ok(decisions))
+            if admits_bare(shared, 0, decisions, Duration::ZERO).unwrap_or(false));
+        match answer {
+            _ if bare => None,
+            Answer::Now(result) => Some(Some(result)),
+            // Unpolled, it charged nothing: the plan goes on through `later`.
+            Answer::Later(_) => Some(None),
+        }
     };
-    let Some(answer) = answer else {
+    let Some(answered) = answered else {
+        recycle_keys(keys);
+        count(shared, "allowed", None);
+        return ControlFlow::Break(Verdict::forward());
+    };
+    let Some(result) = answered else {
         return ControlFlow::Continue(Plan::one(keys, cost, picked));
     };
-    let d = match answer {
-        Ok(d) => d,
+    let decisions = match result {
+        Ok(decisions) if decisions.len() == 1 => decisions,
+        Ok(_) => return settled(shared, Plan::one(keys, cost, picked), req, one_of_none()),
         Err(error) => return settled(shared, Plan::one(keys, cost, picked), req, error),
     };
     // The cached fields are the rule's own policy's.
     let own = picked.as_ref().is_none_or(|p| *p == rule.policy);
+    let d = &decisions[0];
     if !d.allowed && shared.plain_denials && own {
-        if let Some(response) = plain_denial(shared, req, &d) {
+        if let Some(response) = plain_denial(shared, req, d) {
             recycle_keys(keys);
             count(shared, "limited", Some(0));
             return ControlFlow::Break(Verdict::Reject(response));
         }
     }
-    match one(shared, 0, d, Duration::ZERO) {
-        Ruling::Admitted => {
-            recycle_keys(keys);
-            count(shared, "allowed", None);
-            ControlFlow::Break(Verdict::forward())
-        }
-        ruling => settled_now(shared, Plan::one(keys, cost, picked), req, ruling),
-    }
+    let ruling = Ruling::Decided(decisions, Duration::ZERO);
+    settled_now(shared, Plan::one(keys, cost, picked), req, ruling)
 }
 
 /// The common 429 of the rule's denial `d` over HTTP, rendered from the

@@ -31,6 +31,7 @@ pub enum Answer<F> {
 impl<F> Answer<F> {
     /// The decisions when they were given at once; `None` for a future,
     /// dropped here unpolled (so nothing was charged).
+    #[inline]
     pub fn ready(self) -> Option<Result<Decisions, StoreError>> {
         match self {
             Answer::Now(result) => Some(result),
@@ -104,14 +105,12 @@ impl Decisions {
 
     /// The decision of the only charge; an error (a store's defect) when
     /// there are other than one.
+    #[inline]
     pub fn into_one(self) -> Result<Decision, StoreError> {
         match self.0 {
             Held::One(d) => Ok(d),
             Held::Many(mut v) if v.len() == 1 => Ok(v.remove(0)),
-            Held::Many(v) => Err(StoreError::Protocol(format!(
-                "{} decisions answered a check of one charge",
-                v.len()
-            ))),
+            Held::Many(v) => Err(not_one(v.len())),
         }
     }
 
@@ -122,6 +121,11 @@ impl Decisions {
             Held::Many(v) => v,
         }
     }
+}
+
+#[cold]
+fn not_one(n: usize) -> StoreError {
+    StoreError::Protocol(format!("{n} decisions answered a check of one charge"))
 }
 
 impl From<Vec<Decision>> for Decisions {
@@ -139,6 +143,7 @@ impl From<Decision> for Decisions {
 impl Deref for Decisions {
     type Target = [Decision];
 
+    #[inline]
     fn deref(&self) -> &[Decision] {
         match &self.0 {
             Held::One(d) => std::slice::from_ref(d),

@@ -58,6 +58,10 @@ pub struct Charge<'a> {
     /// their own, see [`MemoryStoreBuilder::max_penalty_keys`]), and a
     /// [`FallbackStore`] keeps it in both of its stores.
     pub penalty: bool,
+    /// Whether the caller reads an admission's figures (`remaining`,
+    /// `reset_after`, `quota_after`); `true` unless
+    /// [`Charge::without_figures`] says otherwise.
+    pub figures: bool,
 }
 
 impl<'a> Charge<'a> {
@@ -68,6 +72,20 @@ impl<'a> Charge<'a> {
             policy,
             cost,
             penalty: false,
+            figures: true,
+        }
+    }
+
+    /// The same charge, for a caller that reads nothing of an admission but
+    /// that it was one, its permit and its receipt: a store may leave an
+    /// admission's `remaining`, `reset_after` and `quota_after` at 0 (the
+    /// memory store does for GCRA, sparing their arithmetic). Denials are
+    /// complete; every other answer is as without it.
+    #[must_use]
+    pub fn without_figures(self) -> Self {
+        Charge {
+            figures: false,
+            ..self
         }
     }
 

@@ -139,6 +139,15 @@ impl<S: Store> LeasingStore<S> {
     }
 }
 
+/// A charge whose inner answers are read in full: every answer of the
+/// inner store teaches a lease its shared `remaining`.
+fn read_figures<'a>(charge: &Charge<'a>) -> Charge<'a> {
+    Charge {
+        figures: true,
+        ..*charge
+    }
+}
+
 /// The inner store's decision of `rule` when it answers at once.
 fn inner_now<S: Store>(inner: &S, rule: Charge<'_>) -> Option<Result<Decision, StoreError>> {
     match inner.decide(&[rule]) {
@@ -153,7 +162,9 @@ impl<S: Store> Store for LeasingStore<S> {
         charges: &'a [Charge<'a>],
     ) -> Answer<impl Future<Output = Result<Decisions, StoreError>> + Send + 'a> {
         let now = match charges {
-            [charge] => self.decide_now(*charge).map(|d| d.map(Decisions::one)),
+            [charge] => self
+                .decide_now(read_figures(charge))
+                .map(|d| d.map(Decisions::one)),
             // Leaseable rules take the asynchronous path, which tracks their
             // rate.
             _ if charges.iter().any(|c| self.shared.leaseable(c)) => None,
@@ -167,7 +178,10 @@ impl<S: Store> Store for LeasingStore<S> {
         }
         Answer::Later(async move {
             match charges {
-                [charge] => self.check_one(*charge).await.map(Decisions::one),
+                [charge] => self
+                    .check_one(read_figures(charge))
+                    .await
+                    .map(Decisions::one),
                 _ => self.check_many(charges).await.map(Decisions::from),
             }
         })

@@ -101,6 +101,13 @@ impl HotCell {
         }
     }
 
+    /// [`decide`](Self::decide) with `admit`, for a caller that reads
+    /// nothing of an admission; `None` once retired.
+    #[inline(always)]
+    pub(super) fn admit(&self, p: &GcraParams, now: u64, cost: u64) -> Option<Brief> {
+        admit_on(&self.tat, p, now, cost, true)
+    }
+
     /// The current state (never `RETIRED` while the cell is in its map).
     pub(super) fn load(&self) -> u64 {
         self.tat.load(Ordering::Acquire)
@@ -131,6 +138,49 @@ impl HotCell {
                 Ok(_) => return true,
                 Err(actual) => current = actual,
             }
+        }
+    }
+}
+
+/// An admission-only check's answer (see `MemoryStore::admit_sync`).
+#[derive(Clone, Copy)]
+pub(super) enum Brief {
+    /// Allowed and admitted; the decision's figures were not computed.
+    Admitted,
+    /// Denied on this state word: the caller renders the decision where it
+    /// returns it (a decision made here would be copied through every
+    /// wrapper on the way).
+    Denied(u64),
+}
+
+/// Admits `cost` units on the state word `tat` when GCRA allows them, with
+/// no decision; a denial reports the state it was decided on. `hot`: the
+/// word is a hot cell's, where `RETIRED` is reserved (`None` once retired;
+/// admitted states kept below it, as [`HotCell::decide`] does); a plain map
+/// slot's word takes any value, as `Slot::decide` writes it.
+#[inline(always)]
+pub(super) fn admit_on(
+    tat: &AtomicU64,
+    p: &GcraParams,
+    now: u64,
+    cost: u64,
+    hot: bool,
+) -> Option<Brief> {
+    let mut current = tat.load(Ordering::Acquire);
+    loop {
+        if hot && current == RETIRED {
+            return None;
+        }
+        let Some(next) = gcra::admits(p, current, now, cost) else {
+            return Some(Brief::Denied(current));
+        };
+        if cost == 0 {
+            return Some(Brief::Admitted);
+        }
+        let next = if hot { next.min(RETIRED - 1) } else { next };
+        match tat.compare_exchange_weak(current, next, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => return Some(Brief::Admitted),
+            Err(actual) => current = actual,
         }
     }
 }

@@ -114,6 +114,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::decision::{PermitId, Receipt};
 use crate::policy::Policy;
 
+mod admit;
 mod builder;
 mod hot;
 mod hottest;
@@ -353,10 +354,12 @@ impl<C: Clock> Store for MemoryStore<C> {
         &'a self,
         charges: &'a [Charge<'a>],
     ) -> Answer<impl Future<Output = Result<Decisions, StoreError>> + Send + 'a> {
-        Answer::<std::future::Pending<_>>::Now(match charges {
-            [charge] => self.check_sync(*charge).map(Decisions::one),
-            _ => self.check_all_sync(charges).map(Decisions::from),
-        })
+        // Each arm builds the answer where it returns (see `admit`).
+        match charges {
+            [charge] if !charge.figures => self.admit_sync(*charge),
+            [charge] => Answer::Now(self.check_sync(*charge).map(Decisions::one)),
+            _ => Answer::Now(self.check_all_sync(charges).map(Decisions::from)),
+        }
     }
 
     async fn refund(
