@@ -28,6 +28,19 @@ pub enum Answer<F> {
     Later(F),
 }
 
+/// A later answer's future, boxed: a store that answers both at once and
+/// later returns this, so that an answer given at once moves no more than
+/// its decisions (an `Answer` is as large as its future, and a store's
+/// future of a network call is kilobytes).
+pub type LaterBox<'a> = Pin<Box<dyn Future<Output = Result<Decisions, StoreError>> + Send + 'a>>;
+
+impl<'a> Answer<LaterBox<'a>> {
+    /// An answer to come from `future`, boxed (see [`LaterBox`]).
+    pub fn later(future: impl Future<Output = Result<Decisions, StoreError>> + Send + 'a) -> Self {
+        Answer::Later(Box::pin(future))
+    }
+}
+
 impl<F> Answer<F> {
     /// The decisions when they were given at once; `None` for a future,
     /// dropped here unpolled (so nothing was charged).

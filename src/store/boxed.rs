@@ -41,7 +41,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use super::{Answer, Charge, Decisions, Namespaces, RuleSpec, Store, StoreError};
-use crate::decision::{PermitId, Receipt};
+use crate::decision::{Decision, PermitId, Receipt};
 use crate::policy::Policy;
 
 type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -52,6 +52,7 @@ trait DynStore: Send + Sync + 'static {
         &'a self,
         charges: &'a [Charge<'a>],
     ) -> Answer<BoxFuture<'a, Result<Decisions, StoreError>>>;
+    fn check<'a>(&'a self, charge: Charge<'a>) -> BoxFuture<'a, Result<Decision, StoreError>>;
     fn refund<'a>(
         &'a self,
         key: &'a [u8],
@@ -83,6 +84,10 @@ impl<S: Store> DynStore for S {
             Answer::Now(result) => Answer::Now(result),
             Answer::Later(future) => Answer::Later(Box::pin(future)),
         }
+    }
+
+    fn check<'a>(&'a self, charge: Charge<'a>) -> BoxFuture<'a, Result<Decision, StoreError>> {
+        Box::pin(Store::check(self, charge))
     }
 
     fn refund<'a>(
@@ -160,6 +165,11 @@ impl Store for BoxStore {
         charges: &'a [Charge<'a>],
     ) -> Answer<impl Future<Output = Result<Decisions, StoreError>> + Send + 'a> {
         self.inner.decide(charges)
+    }
+
+    // The store's own `check`, which may be cheaper than `decide`'s.
+    async fn check(&self, charge: Charge<'_>) -> Result<Decision, StoreError> {
+        self.inner.check(charge).await
     }
 
     // `async fn`, not the boxed future itself: the future's type then names

@@ -30,7 +30,7 @@ pub use self::governor::GovernorStore;
 pub use self::redis::{CellStore, LazyRedisStore, RedisClusterStore, RedisStore};
 #[cfg(test)]
 pub(crate) use answer::AtOnce;
-pub use answer::{Answer, AnswerFuture, Decisions};
+pub use answer::{Answer, AnswerFuture, Decisions, LaterBox};
 pub use boxed::BoxStore;
 pub use error::{BoxError, Outage, StoreError};
 pub use fallback::{FallbackStore, DEFAULT_PROBE_INTERVAL};
@@ -148,23 +148,36 @@ pub trait Store: Send + Sync + 'static {
     ) -> Answer<impl Future<Output = Result<Decisions, StoreError>> + Send + 'a>;
 
     /// [`Store::decide`] awaited: every charge's decision. Not meant to be
-    /// overridden.
+    /// overridden: a wrapper forwards `decide` alone.
     fn check_all(
         &self,
         charges: &[Charge<'_>],
     ) -> impl Future<Output = Result<Vec<Decision>, StoreError>> + Send {
-        async move { self.decide(charges).await.map(Decisions::into_vec) }
+        async move {
+            match self.decide(charges) {
+                Answer::Now(result) => result.map(Decisions::into_vec),
+                Answer::Later(later) => later.await.map(Decisions::into_vec),
+            }
+        }
     }
 
     /// [`Store::decide`] of one charge, awaited; consumes its cost only if
-    /// allowed. Not meant to be overridden.
+    /// allowed. A wrapper never overrides it; a store whose one charge has
+    /// a path with no [`Decisions`] to unwrap may (the memory store's spares
+    /// two copies of a 112-byte decision), answering as `decide` does.
     fn check(
         &self,
         charge: Charge<'_>,
     ) -> impl Future<Output = Result<Decision, StoreError>> + Send {
         async move {
             let charges = [charge];
-            self.decide(&charges).await?.into_one()
+            // Matched, not awaited whole: an answer given at once is read
+            // where it lies.
+            let answer = self.decide(&charges);
+            match answer {
+                Answer::Now(result) => result?.into_one(),
+                Answer::Later(later) => later.await?.into_one(),
+            }
         }
     }
 
@@ -250,6 +263,14 @@ impl<S: Store> Store for std::sync::Arc<S> {
         charges: &'a [Charge<'a>],
     ) -> Answer<impl Future<Output = Result<Decisions, StoreError>> + Send + 'a> {
         (**self).decide(charges)
+    }
+
+    // An `Arc` is the store itself, its own `check` included.
+    fn check(
+        &self,
+        charge: Charge<'_>,
+    ) -> impl Future<Output = Result<Decision, StoreError>> + Send {
+        (**self).check(charge)
     }
 
     fn refund(

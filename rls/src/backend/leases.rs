@@ -149,7 +149,7 @@ impl Store for Leased {
             Some(Ok(decisions)) => return Answer::Now(Ok(decisions)),
             ready => ready,
         };
-        Answer::Later(async move {
+        Answer::later(async move {
             let result = match ready {
                 Some(result) => result,
                 None => self.decide_later(charges).await,

@@ -267,7 +267,7 @@ impl Store for UpstreamCounters {
                 return Answer::Now(answer);
             }
         }
-        Answer::Later(self.check_rules(charges))
+        Answer::later(self.check_rules(charges))
     }
 
     async fn refund(

@@ -150,7 +150,7 @@ impl<P: Store, F: Store> Store for FallbackStore<P, F> {
             Route::Primary(probe) => probe,
             Route::Fallback => None,
         };
-        Answer::Later(self.decide_later(probe, charges))
+        Answer::later(self.decide_later(probe, charges))
     }
 
     async fn refund(

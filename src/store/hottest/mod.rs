@@ -172,7 +172,7 @@ impl<S: Store, C: Clock> Store for Hottest<S, C> {
             // Asked again where it is awaited (the first answer, dropped
             // unpolled, charged nothing): a future held and awaited in an
             // async block would be laid out twice in it.
-            Answer::Later(_) => Answer::Later(async move {
+            Answer::Later(_) => Answer::later(async move {
                 let decisions = self.inner.decide(charges).await?;
                 self.note_all(charges, &decisions);
                 Ok(decisions)

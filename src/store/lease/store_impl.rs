@@ -5,6 +5,7 @@ use std::future::Future;
 
 use super::grant::PutBack;
 use super::plan::Plan;
+use super::table::KeyState;
 use super::LeasingStore;
 use crate::decision::{DecidedBy, Decision, PermitId, Receipt};
 use crate::policy::Policy;
@@ -70,15 +71,28 @@ impl<S: Store> LeasingStore<S> {
             return inner_now(&self.shared.inner, rule);
         }
         let now = self.shared.clock.now_ns();
-        // Leases displaced here (a sweep of idle keys, whose windows have
-        // passed) would give nothing back: their units lapse.
-        let mut displaced = Vec::new();
         {
             let mut table = self.shared.lock();
             let tuning = &self.shared.tuning;
-            // The key's state, made for a key not seen yet as the plan of
-            // the asynchronous path would make it (it is found there).
-            if let Some(state) = table.entry(rule.key, rule.policy, tuning, now, &mut displaced) {
+            let state = match table.get_mut(rule.key) {
+                // Another policy's state: the plan replaces it, giving its
+                // units back.
+                Some(state) if state.policy != *rule.policy => return None,
+                Some(state) => Some(state),
+                // A key not seen yet: what its plan would find in a fresh
+                // state.
+                None => {
+                    let fresh = KeyState::new(rule.policy, tuning, now);
+                    if fresh
+                        .block_size_after_check(tuning, rule.cost, now)
+                        .is_some()
+                    {
+                        return None;
+                    }
+                    None
+                }
+            };
+            if let Some(state) = state {
                 if let Some(lease) = state.lease.as_mut() {
                     // Served in process: the point of a lease. A lease that
                     // cannot serve takes the asynchronous path, which gives
@@ -119,6 +133,9 @@ impl<S: Store> LeasingStore<S> {
         // answers (at once or not), with the check counted once, when
         // answered here.
         let answer = inner_now(&self.shared.inner, rule)?;
+        // Leases displaced here (a sweep of idle keys, whose windows have
+        // passed) would give nothing back: their units lapse.
+        let mut displaced = Vec::new();
         let mut table = self.shared.lock();
         if let Some(state) = table.entry(
             rule.key,
@@ -176,7 +193,7 @@ impl<S: Store> Store for LeasingStore<S> {
         if let Some(answer) = now {
             return Answer::Now(answer);
         }
-        Answer::Later(async move {
+        Answer::later(async move {
             match charges {
                 [charge] => self
                     .check_one(read_figures(charge))

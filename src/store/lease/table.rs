@@ -58,7 +58,7 @@ pub(super) struct KeyState {
 }
 
 impl KeyState {
-    fn new(policy: &Policy, tuning: &Tuning, now: u64) -> Self {
+    pub(super) fn new(policy: &Policy, tuning: &Tuning, now: u64) -> Self {
         let period_ns = match *policy.algorithm() {
             Algorithm::Gcra(p) => p.tolerance_ns,
             Algorithm::FixedWindow(p) | Algorithm::SlidingWindow(p) => p.window_ns,

@@ -111,7 +111,7 @@ use std::future::Future;
 
 use super::{Answer, Charge, Decisions, Store, StoreError};
 use crate::clock::{Clock, SystemClock};
-use crate::decision::{PermitId, Receipt};
+use crate::decision::{Decision, PermitId, Receipt};
 use crate::policy::Policy;
 
 mod admit;
@@ -360,6 +360,12 @@ impl<C: Clock> Store for MemoryStore<C> {
             [charge] => Answer::Now(self.check_sync(*charge).map(Decisions::one)),
             _ => Answer::Now(self.check_all_sync(charges).map(Decisions::from)),
         }
+    }
+
+    /// [`check_sync`](Self::check_sync): the decision as the algorithm
+    /// made it, with no [`Decisions`] around it.
+    async fn check(&self, charge: Charge<'_>) -> Result<Decision, StoreError> {
+        self.check_sync(charge)
     }
 
     async fn refund(

@@ -182,7 +182,7 @@ where
                 return Answer::Now(Ok(Decisions::one(denied)));
             }
         }
-        Answer::Later(async move { surfaced(self.check_rules(charges).await).map(Decisions::from) })
+        Answer::later(async move { surfaced(self.check_rules(charges).await).map(Decisions::from) })
     }
 
     async fn refund(
