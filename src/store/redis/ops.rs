@@ -185,6 +185,16 @@ where
         Answer::later(async move { surfaced(self.check_rules(charges).await).map(Decisions::from) })
     }
 
+    /// A cached denial as it is; every other check as `decide` makes it.
+    async fn check(&self, charge: Charge<'_>) -> Result<Decision, StoreError> {
+        if let Some(denied) = self.cached_denial(&charge) {
+            return Ok(denied);
+        }
+        surfaced(self.check_rules(std::slice::from_ref(&charge)).await)?
+            .pop()
+            .ok_or_else(|| StoreError::Protocol("no decision in the reply".into()))
+    }
+
     async fn refund(
         &self,
         key: &[u8],
