@@ -7,7 +7,7 @@ use super::model::Model;
 use super::subject::{key, model_now, Subject};
 use crate::decision::{Decision, Receipt};
 use crate::policy::Policy;
-use crate::store::{Charge, Store};
+use crate::store::{Charge, Decisions, Store};
 
 /// A tiny deterministic generator, so a failure replays.
 struct Rng(u64);
@@ -42,8 +42,9 @@ fn same(subject: &Subject<impl Store>, what: &str, got: &Decision, want: &Decisi
     }
 }
 
-/// 300 seeded steps: advance, check (or peek), sometimes refund, reset or
-/// release; every decision equal to the model's.
+/// 300 seeded steps: advance, check (or peek) through `check` and
+/// `decide` in turn, sometimes refund, reset or release; every decision
+/// equal to the model's.
 pub(super) async fn model_walk<S: Store>(subject: &Subject<S>, name: &str, policy: &Policy) {
     let key = key(subject, name, "walk");
     let mut model = Model::default();
@@ -94,11 +95,18 @@ pub(super) async fn model_walk<S: Store>(subject: &Subject<S>, name: &str, polic
                 } else {
                     1 + rng.below(2)
                 };
-                let got = subject
-                    .store
-                    .check(Charge::new(&key, policy, cost))
-                    .await
-                    .unwrap_or_else(|e| panic!("{}: {what}: {e}", subject.name));
+                let charge = Charge::new(&key, policy, cost);
+                // Every other step through `decide` itself: a store that
+                // overrides `check` answers alike both ways.
+                let got = match step % 2 {
+                    0 => subject.store.check(charge).await,
+                    _ => subject
+                        .store
+                        .decide(&[charge])
+                        .await
+                        .and_then(Decisions::into_one),
+                };
+                let got = got.unwrap_or_else(|e| panic!("{}: {what}: {e}", subject.name));
                 let permit = got.permit.map_or(0, |p| p.0);
                 let want = model.check(&key, policy, now, cost, permit);
                 same(subject, &format!("{what} cost {cost}"), &got, &want);
