@@ -54,18 +54,26 @@ pub(super) fn check<St: Store>(
     let policy = picked.as_ref().unwrap_or(&rule.policy);
     let mut charge = Charge::new(&keys, policy, cost);
     // An admission's figures are read only by the debug log and the
-    // near-limit count of the `metrics` feature.
-    if !cfg!(feature = "metrics")
-        && !tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG)
-    {
+    // near-limit count of the `metrics` feature; without them, a simple
+    // layer (which carries nothing) forwards any admission without a permit.
+    let spare = !cfg!(feature = "metrics")
+        && !tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG);
+    if spare {
         charge = charge.without_figures();
     }
     let answered = {
         let charges = [charge];
         let answer = shared.store.decide(&charges);
         // Read where the store left it: a bare admission moves nothing.
-        let bare = matches!(&answer, Answer::Now(Ok(decisions))
-            if admits_bare(shared, 0, decisions, Duration::ZERO).unwrap_or(false));
+        let bare = match &answer {
+            Answer::Now(Ok(decisions)) if spare => {
+                matches!(&decisions[..], [d] if d.allowed && d.permit.is_none())
+            }
+            Answer::Now(Ok(decisions)) => {
+                admits_bare(shared, 0, decisions, Duration::ZERO).unwrap_or(false)
+            }
+            _ => false,
+        };
         match answer {
             _ if bare => None,
             Answer::Now(result) => Some(Some(result)),
