@@ -3,7 +3,7 @@
 //! One type, [`Limiter`], grows by composition:
 //!
 //! * `Limiter::new(store, policy)` applies one policy by key: the classic
-//!   `is_action_allowed`. Its checks answer a [`Decision`](crate::Decision).
+//!   `is_action_allowed`. Its checks answer a [`Decision`].
 //! * [`.and(name, policy)`](Limiter::and) adds a rule that must admit every
 //!   check too, all or nothing in one store call ("5 a minute AND 100 a
 //!   day"). Its checks answer [`RuleDecisions`], one per rule.

@@ -197,23 +197,19 @@ impl<'a> IntoIterator for &'a Decisions {
 #[cfg(test)]
 pub(crate) trait AtOnce {
     /// The decision of `charge` when the store gives it at once.
-    fn check_now(&self, charge: super::Charge<'_>) -> Option<Result<Decision, StoreError>>;
+    fn at_once(&self, charge: super::Charge<'_>) -> Option<Result<Decision, StoreError>>;
     /// The decisions of `charges` when the store gives them at once.
-    fn check_all_now(&self, charges: &[super::Charge<'_>])
-        -> Option<Result<Decisions, StoreError>>;
+    fn all_at_once(&self, charges: &[super::Charge<'_>]) -> Option<Result<Decisions, StoreError>>;
 }
 
 #[cfg(test)]
 impl<S: super::Store> AtOnce for S {
-    fn check_now(&self, charge: super::Charge<'_>) -> Option<Result<Decision, StoreError>> {
+    fn at_once(&self, charge: super::Charge<'_>) -> Option<Result<Decision, StoreError>> {
         let ready = self.decide(&[charge]).ready();
         ready.map(|r| r.and_then(Decisions::into_one))
     }
 
-    fn check_all_now(
-        &self,
-        charges: &[super::Charge<'_>],
-    ) -> Option<Result<Decisions, StoreError>> {
+    fn all_at_once(&self, charges: &[super::Charge<'_>]) -> Option<Result<Decisions, StoreError>> {
         self.decide(charges).ready()
     }
 }

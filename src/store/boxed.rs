@@ -246,7 +246,7 @@ mod tests {
                 if let (Some(ra), Some(rb)) = (a.receipt(), b.receipt()) {
                     receipts = Some((ra, rb));
                 }
-                let (ra, rb) = (plain.check_now(rule), boxed.check_now(rule));
+                let (ra, rb) = (plain.at_once(rule), boxed.at_once(rule));
                 assert_eq!(ra.unwrap().unwrap(), rb.unwrap().unwrap(), "at once {i}");
             }
             clock.advance(Duration::from_secs(1));
@@ -274,16 +274,16 @@ mod tests {
         let boxed = BoxStore::new(MemoryStore::new());
         let p = Policy::concurrency(1).unwrap();
         let d = boxed
-            .check_now(Charge::new(b"c", &p, 1))
+            .at_once(Charge::new(b"c", &p, 1))
             .expect("at once")
             .unwrap();
         assert!(d.allowed);
         let again = boxed
-            .check_all_now(&[Charge::new(b"c", &p, 1)])
+            .all_at_once(&[Charge::new(b"c", &p, 1)])
             .expect("at once");
         assert!(!again.unwrap()[0].allowed, "the permit is held");
         block_on(Store::release(&boxed, b"c", &p, d.permit.unwrap())).unwrap();
-        let d = boxed.check_now(Charge::new(b"c", &p, 1)).expect("at once");
+        let d = boxed.at_once(Charge::new(b"c", &p, 1)).expect("at once");
         assert!(d.unwrap().allowed);
         assert!(Store::namespaces(&boxed).is_some());
     }

@@ -35,13 +35,13 @@ fn every_path_counts_once_and_peeks_and_penalties_not_at_all() {
             .await
             .unwrap();
     });
-    store.check_now(a).unwrap().unwrap();
+    store.at_once(a).unwrap().unwrap();
     // The fourth check of `a` is denied, whichever path asks.
-    store.check_now(a).unwrap().unwrap();
-    store.check_all_now(&[a]).unwrap().unwrap();
-    store.check_now(Charge::new(b"a", &p, 0)).unwrap().unwrap();
+    store.at_once(a).unwrap().unwrap();
+    store.all_at_once(&[a]).unwrap().unwrap();
+    store.at_once(Charge::new(b"a", &p, 0)).unwrap().unwrap();
     store
-        .check_now(Charge::new(b"s", &p, 1).of_penalty())
+        .at_once(Charge::new(b"s", &p, 1).of_penalty())
         .unwrap()
         .unwrap();
 
@@ -63,7 +63,7 @@ fn keys_that_inherited_their_counts_show_their_bounds() {
     for user in 0..5_000 {
         let key = format!("api:default:u-{user}");
         store
-            .check_now(Charge::new(key.as_bytes(), &p, 1))
+            .at_once(Charge::new(key.as_bytes(), &p, 1))
             .unwrap()
             .unwrap();
     }
@@ -90,13 +90,10 @@ fn a_hot_key_stays_exact_among_cold_ones_and_sampling_is_shown() {
     let store = tracked(8);
     let p = Policy::fixed_window(1_000, Duration::from_secs(60)).unwrap();
     for i in 0..200 {
-        store
-            .check_now(Charge::new(b"hot", &p, 1))
-            .unwrap()
-            .unwrap();
+        store.at_once(Charge::new(b"hot", &p, 1)).unwrap().unwrap();
         let cold = format!("cold-{i}");
         store
-            .check_now(Charge::new(cold.as_bytes(), &p, 1))
+            .at_once(Charge::new(cold.as_bytes(), &p, 1))
             .unwrap()
             .unwrap();
     }
@@ -108,10 +105,7 @@ fn a_hot_key_stays_exact_among_cold_ones_and_sampling_is_shown() {
 
     let sampled = tracked(8).sample_every(4);
     for _ in 0..400 {
-        sampled
-            .check_now(Charge::new(b"k", &p, 1))
-            .unwrap()
-            .unwrap();
+        sampled.at_once(Charge::new(b"k", &p, 1)).unwrap().unwrap();
     }
     let report = sampled.hottest_keys(1);
     assert_eq!((report.checks, report.sample_every), (400, 4));

@@ -185,7 +185,7 @@ impl<S: Store> LeasingShared<S> {
                     if let Some(at) = lease.take_first(rule.cost) {
                         let served = lease.served(taken_at, rule.cost, at, true);
                         // One lease per key (`acquiring`); a lease taken
-                        // meanwhile by check_now's path cannot exist, but
+                        // meanwhile by decide_now's path cannot exist, but
                         // its units would go back all the same.
                         state.end_lease(rule.key, &self.tuning, taken_at, give_back);
                         state.lease = Some(lease);

@@ -22,7 +22,7 @@ fn permits_are_released_on_the_store_that_granted_them() {
         let calls = primary.calls();
         store.release(b"c", &p, on_fallback).await.unwrap();
         assert_eq!(primary.calls(), calls, "not sent to the primary");
-        assert!(store.fallback().check_now(rule).unwrap().unwrap().allowed);
+        assert!(store.fallback().at_once(rule).unwrap().unwrap().allowed);
         store.release(b"c", &p, on_primary).await.unwrap();
         let d = store.check(rule).await.unwrap();
         assert_eq!((d.allowed, d.decided_by), (true, DecidedBy::Primary));
@@ -41,7 +41,7 @@ fn reset_reaches_both_stores_and_the_fallback_alone_in_an_outage() {
         primary.set(DOWN);
         store.check(rule).await.unwrap();
         store.reset(b"k", &p).await.unwrap();
-        assert!(store.fallback().check_now(rule).unwrap().unwrap().allowed);
+        assert!(store.fallback().at_once(rule).unwrap().unwrap().allowed);
         // The primary kept its count: it was out.
         primary.set(0);
         clock.advance(DEFAULT_PROBE_INTERVAL);
@@ -101,7 +101,7 @@ fn refunds_go_to_the_store_that_took_the_charge() {
         clock.advance(DEFAULT_PROBE_INTERVAL);
         store.refund(b"k", &p, &fallback_receipt).await.unwrap();
         assert_eq!(
-            store.fallback().check_now(peek).unwrap().unwrap().remaining,
+            store.fallback().at_once(peek).unwrap().unwrap().remaining,
             2
         );
         assert_eq!(

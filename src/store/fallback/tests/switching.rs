@@ -81,13 +81,13 @@ fn on_fallback_an_in_process_fallback_decides_without_a_future() {
     let (_clock, primary, store) = setup();
     let p = window(1);
     let rule = Charge::new(b"k", &p, 1);
-    assert!(store.check_now(rule).is_none(), "the primary is remote");
+    assert!(store.at_once(rule).is_none(), "the primary is remote");
     primary.set(DOWN);
     assert!(block_on(store.check(rule)).unwrap().allowed);
-    let d = store.check_now(rule).expect("decided at once").unwrap();
+    let d = store.at_once(rule).expect("decided at once").unwrap();
     assert_eq!((d.allowed, d.decided_by), (false, DecidedBy::Fallback));
     let ds = store
-        .check_all_now(&[rule])
+        .all_at_once(&[rule])
         .expect("decided at once")
         .unwrap();
     assert_eq!(ds[0].decided_by, DecidedBy::Fallback);

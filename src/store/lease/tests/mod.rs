@@ -199,7 +199,7 @@ async fn reset_drops_the_lease_and_the_shared_state() {
 async fn a_lease_in_hand_answers_at_once_and_a_block_later() {
     let r = rig(1, 4, 4);
     let p = fixed(100);
-    let cold = r.store.check_now(Charge::new(b"hot", &p, 1));
+    let cold = r.store.at_once(Charge::new(b"hot", &p, 1));
     assert!(
         cold.is_none(),
         "a new key: its first block, through a future"
@@ -209,7 +209,7 @@ async fn a_lease_in_hand_answers_at_once_and_a_block_later() {
     let calls = r.calls();
     let d = r
         .store
-        .check_now(Charge::new(b"hot", &p, 1))
+        .at_once(Charge::new(b"hot", &p, 1))
         .unwrap()
         .unwrap();
     assert!(d.allowed && d.charged == 1);
