@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{assert_valid_name, locked_out, retry_within, Attempt, Limiter};
+use super::{assert_valid_name, locked_out, Limiter};
 use crate::decision::Decision;
 use crate::lockout::Penalty;
 use crate::policy::Policy;
@@ -250,12 +250,15 @@ impl<S: Store> Limiter<S, AllRules> {
         self.wait_n(key, 1, max_wait).await
     }
 
-    /// Waits up to `max_wait` for `cost` units under every rule, checking
-    /// again after each denial's `retry_after` (the longest of the rules'),
-    /// then takes them. Returns the admitting decisions, or the denial when
-    /// the units cannot come within `max_wait`. A locked-out key is refused
-    /// at once; a wait that ends denied counts one strike. Needs a tokio
-    /// runtime with time enabled.
+    /// Waits up to `max_wait` for `cost` units under every rule, all or
+    /// nothing, then takes them, as [`Limiter::wait_n`] of one rule does: a
+    /// GCRA rule reserves its slot at once (when the store can) and the
+    /// wait sleeps until the latest slot, a waiter dropped before it giving
+    /// every unit back; otherwise the check runs again after the longest
+    /// `retry_after` of the rules. Returns the admitting decisions, or the
+    /// denial when the units cannot come within `max_wait`. A locked-out
+    /// key is refused at once; a wait that ends denied counts one strike.
+    /// Needs a tokio runtime with time enabled.
     pub async fn wait_n(
         &self,
         key: impl AsRef<[u8]>,
@@ -263,13 +266,16 @@ impl<S: Store> Limiter<S, AllRules> {
         max_wait: Duration,
     ) -> Result<RuleDecisions, StoreError> {
         let key = key.as_ref();
-        let waited = retry_within(max_wait, |_| async {
-            let d = self.check_rules(key, cost).await?;
-            Ok(match d.retry_after() {
-                _ if d.allowed() => Attempt::Done(d),
-                retry => Attempt::Denied(d, retry),
+        let keys = self.keys(key);
+        let keys: Vec<&[u8]> = keys.iter().map(Vec::as_slice).collect();
+        let policies: Vec<Policy> = self.rules.rules.iter().map(|r| r.policy).collect();
+        let waited = async {
+            let decisions = self.wait_all(&keys, &policies, cost, max_wait).await?;
+            Ok(RuleDecisions {
+                rules: self.rules.rules.clone(),
+                decisions,
             })
-        });
+        };
         let locked = |penalty: &_, left, struck: Option<&_>| self.locked_out(penalty, left, struck);
         self.guarded(key, cost, waited, |d| !d.allowed(), locked)
             .await

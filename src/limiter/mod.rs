@@ -24,7 +24,8 @@ use std::time::Duration;
 use crate::decision::Decision;
 use crate::lockout::Penalty;
 use crate::policy::Policy;
-use crate::store::{MemoryStore, Store, StoreError};
+use crate::policy::{effective_policy, rebase};
+use crate::store::{all_allowed, Charge, MemoryStore, Store, StoreError};
 
 mod all_rules;
 mod one_rule;
@@ -195,6 +196,74 @@ impl<S: Store, R> Limiter<S, R> {
             Some(left) => locked_out(penalty, left, Some(&answer)),
             None => answer,
         })
+    }
+}
+
+impl<S: Store, R> Limiter<S, R> {
+    /// Waits up to `max_wait` for `cost` units of every rule (`keys[i]` under
+    /// `policies[i]`), all or nothing, then takes them: what `wait_n` does
+    /// for one rule and for several. A GCRA rule reserves its slot at once
+    /// when the store can ([`Store::reserves_slots`]) and the wait sleeps
+    /// until the latest slot (a waiter dropped before it gives every unit
+    /// back); otherwise the check runs again after the longest
+    /// `retry_after`, within the budget. One decision per rule, the last
+    /// attempt's.
+    async fn wait_all(
+        &self,
+        keys: &[&[u8]],
+        policies: &[Policy],
+        cost: u64,
+        max_wait: Duration,
+    ) -> Result<Vec<Decision>, StoreError> {
+        retry_within(max_wait, |left| async move {
+            // A store that cannot reserve is asked the real policies.
+            let reserve = self.store.reserves_slots().then_some(left);
+            let used: Vec<Policy> = policies
+                .iter()
+                .map(|p| effective_policy(p, cost, reserve))
+                .collect();
+            let charges: Vec<Charge<'_>> = keys
+                .iter()
+                .zip(&used)
+                .map(|(k, p)| Charge::new(k, p, cost))
+                .collect();
+            let mut decisions = self.store.check_all(&charges).await?;
+            if decisions.len() != charges.len() {
+                return Err(StoreError::Protocol(format!(
+                    "{} decisions for {} rules",
+                    decisions.len(),
+                    charges.len()
+                )));
+            }
+            let mut slot = Duration::ZERO;
+            for ((real, used), d) in policies.iter().zip(&used).zip(&mut decisions) {
+                slot = slot.max(rebase(real, used, d));
+            }
+            if !all_allowed(&decisions) {
+                // The longest wait of the denials; one denied for ever
+                // ends the wait.
+                let retry = decisions
+                    .iter()
+                    .filter(|d| !d.allowed)
+                    .try_fold(Duration::ZERO, |longest, d| {
+                        Some(longest.max(d.retry_after?))
+                    });
+                return Ok(Attempt::Denied(decisions, retry));
+            }
+            if !slot.is_zero() {
+                let charged = keys
+                    .iter()
+                    .zip(policies)
+                    .zip(&decisions)
+                    .filter_map(|((k, p), d)| Some((k.to_vec(), *p, d.receipt()?)))
+                    .collect();
+                let reserved = Reservation::new(self.store.clone(), charged);
+                tokio::time::sleep(slot).await;
+                reserved.keep();
+            }
+            Ok(Attempt::Done(decisions))
+        })
+        .await
     }
 }
 

@@ -4,15 +4,10 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{
-    assert_valid_name, locked_out, retry_within, AllRules, Attempt, KeyPrefix, Limiter, Permit,
-};
+use super::{assert_valid_name, locked_out, AllRules, KeyPrefix, Limiter, Permit};
 use crate::decision::{Decision, PermitId, Receipt};
 use crate::policy::Policy;
-use crate::policy::{effective_policy, rebase};
 use crate::store::{Charge, RuleSpec, Store, StoreError};
-
-use super::permit::Reservation;
 
 /// The one rule of a [`Limiter`] built by [`Limiter::new`]: a policy, and
 /// optionally a name ([`Limiter::named`]).
@@ -232,25 +227,13 @@ impl<S: Store> Limiter<S, OneRule> {
     ) -> Result<Decision, StoreError> {
         let caller = key.as_ref();
         let real = self.rules.policy;
-        let key = &*self.rule_key(caller);
-        let waited = retry_within(max_wait, |left| async move {
-            // A store that cannot reserve is asked the real policy, and the
-            // wait checks again after each denial's `retry_after`.
-            let reserve = self.store.reserves_slots().then_some(left);
-            let used = effective_policy(&real, cost, reserve);
-            let mut decision = self.store.check(Charge::new(key, &used, cost)).await?;
-            let slot = rebase(&real, &used, &mut decision);
-            if !decision.allowed {
-                return Ok(Attempt::Denied(decision, decision.retry_after));
-            }
-            if let Some(receipt) = decision.receipt().filter(|_| !slot.is_zero()) {
-                let reserved =
-                    Reservation::new(self.store.clone(), vec![(key.to_vec(), real, receipt)]);
-                tokio::time::sleep(slot).await;
-                reserved.keep();
-            }
-            Ok(Attempt::Done(decision))
-        });
+        let key = self.rule_key(caller);
+        let waited = async {
+            let mut decisions = self.wait_all(&[&key], &[real], cost, max_wait).await?;
+            decisions
+                .pop()
+                .ok_or_else(|| StoreError::Protocol("no decision for the rule".into()))
+        };
         let locked =
             |penalty: &_, left, struck: Option<&_>| locked_out(penalty, &real, left, struck);
         self.guarded(caller, cost, waited, |d| !d.allowed, locked)

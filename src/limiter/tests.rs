@@ -194,3 +194,42 @@ fn a_store_that_cannot_keep_a_penalty_is_refused_before_traffic() {
     let l = Limiter::new(NoLogs(store), Policy::fixed_window(1, MIN).unwrap());
     assert!(l.try_lockout(penalty()).is_err());
 }
+
+#[test]
+fn a_wait_of_several_rules_reserves_its_gcra_slot_and_a_dropped_waiter_gives_it_back() {
+    let (_, store) = store();
+    let second = Policy::cell(0, 1, Duration::from_secs(1)).unwrap();
+    let l = Limiter::new(store, second)
+        .named("second")
+        .and("minute", Policy::fixed_window(100, MIN).unwrap());
+    let minute_left = |d: &RuleDecisions| d.get("minute").unwrap().remaining;
+    block_on(async {
+        assert!(l.wait("u", Duration::ZERO).await.unwrap().allowed());
+        // The second rule's next slot is a second ahead: reserved at once
+        // (the manual clock never moves), then slept for.
+        let start = tokio::time::Instant::now();
+        let reserved = l.wait("u", Duration::from_secs(2)).await.unwrap();
+        assert!(reserved.allowed());
+        assert_eq!(start.elapsed(), Duration::from_secs(1));
+        assert_eq!(minute_left(&reserved), 98);
+        // The next slot, two seconds ahead, does not fit half a second:
+        // denied at once, nothing charged on either rule.
+        let start = tokio::time::Instant::now();
+        let denied = l.wait("u", Duration::from_millis(500)).await.unwrap();
+        assert!(!denied.allowed());
+        assert_eq!(start.elapsed(), Duration::ZERO);
+        assert_eq!(minute_left(&l.peek("u").await.unwrap()), 98);
+        // A waiter dropped before its slot gives back both rules' units.
+        let dropped = tokio::time::timeout(Duration::from_millis(100), l.wait("u", 5 * MIN));
+        assert!(dropped.await.is_err(), "still sleeping for its slot");
+        tokio::task::yield_now().await;
+        assert_eq!(minute_left(&l.peek("u").await.unwrap()), 98);
+        let start = tokio::time::Instant::now();
+        assert!(l.wait("u", 5 * MIN).await.unwrap().allowed());
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_secs(2),
+            "the same slot again"
+        );
+    });
+}
