@@ -16,6 +16,7 @@ mod model_bench;
 #[path = "../support/redis.rs"]
 mod redis_support;
 
+mod answers;
 mod composed;
 mod redis_batches;
 mod redis_cancellation;
