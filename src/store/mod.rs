@@ -130,6 +130,55 @@ impl<'a> RuleSpec<'a> {
 /// defaults: [`check`](Store::check) and [`check_all`](Store::check_all)
 /// await `decide` (a wrapper forwards `decide` alone), `release` is a
 /// refund, and the rest (configuration checks, namespaces) are opt-ins.
+///
+/// A wrapper, here one counting the checks asked of another store:
+///
+/// ```
+/// use std::future::Future;
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use tower_throttle::decision::Receipt;
+/// use tower_throttle::store::{Answer, Charge, Decisions, Store, StoreError};
+/// use tower_throttle::{Limiter, MemoryStore, Policy};
+///
+/// struct Counted<S> {
+///     inner: S,
+///     asked: AtomicU64,
+/// }
+///
+/// impl<S: Store> Store for Counted<S> {
+///     fn decide<'a>(
+///         &'a self,
+///         charges: &'a [Charge<'a>],
+///     ) -> Answer<impl Future<Output = Result<Decisions, StoreError>> + Send + 'a> {
+///         self.asked.fetch_add(1, Ordering::Relaxed);
+///         self.inner.decide(charges) // at once or later, as the inner store answers
+///     }
+///
+///     fn refund(
+///         &self,
+///         key: &[u8],
+///         policy: &Policy,
+///         receipt: &Receipt,
+///     ) -> impl Future<Output = Result<(), StoreError>> + Send {
+///         self.inner.refund(key, policy, receipt)
+///     }
+///
+///     fn reset(&self, key: &[u8], policy: &Policy) -> impl Future<Output = Result<(), StoreError>> + Send {
+///         self.inner.reset(key, policy)
+///     }
+/// }
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let store = Counted { inner: MemoryStore::new(), asked: AtomicU64::new(0) };
+/// let policy = Policy::fixed_window(1, std::time::Duration::from_secs(60))?;
+/// // The memory store answers at once.
+/// let answer = store.decide(&[Charge::new(b"k", &policy, 1)]).ready();
+/// assert!(answer.expect("at once")?[0].allowed);
+/// let replies = Limiter::new(store, policy);
+/// assert!(!replies.check("k").await?.allowed);
+/// assert_eq!(replies.store().asked.load(Ordering::Relaxed), 2);
+/// # Ok::<(), Box<dyn std::error::Error>>(()) }).unwrap();
+/// ```
 pub trait Store: Send + Sync + 'static {
     /// Decides several charges at once, all or nothing: the costs are
     /// consumed only if every one is allowed. When one denies, nothing
