@@ -217,7 +217,7 @@ fn t_is_bounded_by_reset_and_retry() {
     }
 }
 
-/// The admission-only answer the memory store gives a simple layer agrees
+/// The answer without figures the memory store gives a simple layer agrees
 /// with the full decision: same verdict, same new state, overflow included.
 #[test]
 fn gcra_admits_agrees_with_check_and_admit() {

@@ -92,7 +92,7 @@ impl<C: Clock> MemoryStore<C> {
 }
 
 impl Slot {
-    /// [`check`](Slot::check) for a GCRA policy, admission-only; `None` if
+    /// [`check`](Slot::check) for a GCRA policy, without figures; `None` if
     /// the slot holds another algorithm's state.
     #[inline]
     fn admit(&self, p: &GcraParams, now: u64, cost: u64) -> Option<Brief> {

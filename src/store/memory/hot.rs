@@ -142,7 +142,7 @@ impl HotCell {
     }
 }
 
-/// An admission-only check's answer (see `MemoryStore::admit_sync`).
+/// The answer of a check without figures (see `MemoryStore::admit_sync`).
 #[derive(Clone, Copy)]
 pub(super) enum Brief {
     /// Allowed and admitted; the decision's figures were not computed.
