@@ -221,8 +221,8 @@ fn rows(
     // 1000/s with a burst of a million: never denies within a run, and the
     // key's tat runs ahead of now, so the key persists (as a busy user's does).
     let open_gcra = Policy::cell(999_999, 1_000, Duration::from_secs(1)).unwrap();
-    // The same at T = 333,333⅓ → 333,333 ns, not a whole number of µs: the
-    // nanosecond-precision scripts (gcra_ns.lua), side by side.
+    // The same at T = 333,333⅓ → 333,333 ns, not a whole number of µs
+    // (before `gcra.lua` ran in ns throughout, it took scripts of its own).
     let ns_gcra = Policy::cell(999_999, 3_000, Duration::from_secs(1)).unwrap();
     let hot_gcra = Policy::cell(0, 1, Duration::from_secs(3600)).unwrap();
     let check = |name: &str, store: &Arc<RedisStore>, policy: Policy| Row {

@@ -87,6 +87,10 @@ fn policies_outside_the_exact_range_are_refused_at_build() {
         // 11's bounds, where the scripts' doubles would no longer be exact.
         Policy::fixed_window(1, Duration::from_secs(40 * 365 * 86_400)).unwrap(),
         Policy::sliding_window((1 << 50) + 1, Duration::from_secs(3600)).unwrap(),
+        // A GCRA tolerance (interval × limit) of 1000·2^42 ns (50.9 days)
+        // or more: Redis keeps tats in ns modulo twice that.
+        Policy::cell(0, 1, Duration::from_nanos(1000 << 42)).unwrap(),
+        Policy::cell(1, 1, Duration::from_secs(30 * 86_400)).unwrap(),
     ] {
         let err = Limiter::try_new(redis(false, HashTag::PerKey), p).unwrap_err();
         assert!(matches!(err, StoreError::Unsupported(_)), "{err:?}");
@@ -97,6 +101,13 @@ fn policies_outside_the_exact_range_are_refused_at_build() {
             "{text}"
         );
         assert!(Limiter::try_new(MemoryStore::new(), p).is_ok());
+    }
+    // Just below: 5 a month, and one per 50 days.
+    for p in [
+        Policy::cell(4, 5, Duration::from_secs(30 * 86_400)).unwrap(),
+        Policy::cell(0, 1, Duration::from_nanos((1000 << 42) - 1)).unwrap(),
+    ] {
+        assert!(Limiter::try_new(redis(false, HashTag::PerKey), p).is_ok());
     }
 }
 

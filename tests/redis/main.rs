@@ -25,7 +25,7 @@ mod redis_fallback;
 mod redis_faults;
 mod redis_fixed_forms;
 mod redis_foreign;
-mod redis_gcra_ns_fast;
+mod redis_gcra_ns;
 mod redis_lease;
 mod redis_ns_windows;
 mod redis_soak;

@@ -112,9 +112,8 @@ where
 /// How a batch travels: the script it runs and its arguments.
 #[derive(Clone, Copy)]
 enum Shape<'a> {
-    /// Single-rule GCRA checks of one policy and cost (`gcra_batch.lua`,
-    /// `gcra_ns_batch.lua`): no per-check arguments, one number per check
-    /// in the reply.
+    /// Single-rule GCRA checks of one policy and cost (`gcra_batch.lua`):
+    /// no per-check arguments, one item per check in the reply.
     UniformGcra(&'a QueuedRule, ScriptId),
     /// Single-rule window or log checks of one policy and cost: the check
     /// script's `U` mode, no per-check arguments.

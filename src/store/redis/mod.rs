@@ -6,19 +6,23 @@
 //!   commits them only if all allow: [`Store::check_all`](crate::Store::check_all) is all-or-nothing.
 //!   Checks waiting at the same moment share one `EVALSHA` (see
 //!   [Batching](#batching)).
-//! * **Server time.** Scripts read the server's `TIME` in microseconds (Lua
-//!   numbers are doubles: nanoseconds since the epoch would not be exact), so
+//! * **Server time.** Scripts read the server's `TIME` in microseconds, so
 //!   app servers with skewed clocks agree. [`TimeSource::Client`] exists for
-//!   deterministic tests only. Durations that are not whole microseconds
-//!   (a rate of 3/s, a window of 1.5 µs or 1/3 s, a lease of 2.5 ms) run
+//!   deterministic tests only. GCRA runs in nanoseconds end to end: T and tau
+//!   travel in ns and a tat is stored in ns modulo 1000·2^43 ns (Lua numbers
+//!   are doubles, and ns since the epoch would not be exact), read as its
+//!   offset from now; so GCRA tolerances (interval × limit) up to 50 days
+//!   run, and longer ones are refused. Windows, logs and leases that are not
+//!   whole microseconds (a window of 1.5 µs or 1/3 s, a lease of 2.5 ms) run
 //!   exactly too: the scripts keep them as (µs, ns) pairs and divide by them
 //!   with exact long division, so decisions match the memory store at the
 //!   server clock's µs, for windows from 1 ns (their indices pass 2^53 and
 //!   are kept as exact digit pairs) to 2^50 µs (35 years), and sliding
 //!   windows compare their scaled counts in exact limbs whatever their size.
-//!   Durations above 2^50 µs, limits above 2^50 and GCRA products past
-//!   2^50 µs are refused with [`StoreError::Unsupported`] rather than
-//!   rounded.
+//!   GCRA tolerances of 1000·2^42 ns (50 days) or more, other durations
+//!   above 2^50 µs and limits above 2^50 are refused with
+//!   [`StoreError::Unsupported`] rather than rounded, when the layer or
+//!   limiter is built.
 //! * **Same decisions as the memory store.** For GCRA and the two window
 //!   counters the script returns the state it decided on and the decision is
 //!   rendered by the very functions of [`crate::algorithm`]; the sliding log

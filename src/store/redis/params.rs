@@ -1,6 +1,8 @@
-//! Policies as script arguments, in microseconds (in nanoseconds for the
-//! codes 'n', 'F', 'S', 'L' and 'C' of durations that are not whole µs), with
-//! the bounds that keep every Lua number an exact integer.
+//! Policies as script arguments, with the bounds that keep every Lua number
+//! an exact integer. GCRA's durations travel in nanoseconds (its tats are
+//! kept in ns modulo 2^53, see gcra.lua); a window, log or lease in
+//! microseconds when it is whole µs, else in nanoseconds (codes 'F', 'S',
+//! 'L' and 'C').
 //!
 //! Lua numbers are doubles: integers are exact below 2^53. Times are µs
 //! since the epoch (about 1.8·10^15 today, and the scripts refuse a `now`
@@ -16,9 +18,10 @@ pub(crate) const MAX_SPAN_US: u128 = 1 << 50;
 /// Bound on `now` accepted from a client clock (the scripts enforce it too).
 pub(crate) const MAX_NOW_US: u64 = 1 << 52;
 
-/// Bound on a nanosecond-precision GCRA's `limit + 2` (and on a refund's
-/// units): the script's ns limb of T·n, below 1000·n, stays exact.
-pub(crate) const MAX_NS_UNITS: u128 = 1 << 43;
+/// Bound on a GCRA policy's tolerance, in ns (about 50.9 days): the script
+/// reads a tat stored modulo twice this as its offset within this of now
+/// (and T·(limit + 1) stays below twice this).
+pub(crate) const MAX_GCRA_NS: u128 = 1000 << 42;
 
 /// Largest sliding-log limit on Redis: the log holds one sorted-set member per
 /// admitted unit, and one check of cost `max` writes `max` members while the
@@ -82,9 +85,13 @@ fn ns_window(code: Code, p: &WindowParams) -> Result<Params, StoreError> {
     })
 }
 
-/// Why a GCRA or concurrency policy outside the exact range is refused.
-const TOO_BIG: &str =
-    "policies whose limit × interval reaches 2^50 µs on Redis (Lua numbers are doubles)";
+/// Why a GCRA policy beyond the scripts' range is refused.
+const GCRA_TOO_LONG: &str = "GCRA policies whose tolerance (emission interval × limit) reaches \
+                             1000·2^42 ns (50 days) on Redis (Lua numbers are doubles); use a \
+                             fixed or sliding window for longer periods";
+/// Why a concurrency policy outside the exact range is refused.
+const TOO_BIG: &str = "concurrency limits or leases above 2^50 (permits, µs) on Redis \
+                       (Lua numbers are doubles)";
 /// The refusal of windows (fixed or sliding) beyond the scripts' span.
 const LONG_WINDOW: &str = "windows and logs above 2^50 µs (35 years) on Redis";
 /// The refusal of limits the scripts' counts cannot hold exactly.
@@ -101,31 +108,15 @@ impl Params {
     fn encode(policy: &Policy) -> Result<Params, StoreError> {
         let too_big = StoreError::Unsupported(TOO_BIG);
         let (code, p1, p2, limit) = match *policy.algorithm() {
-            Algorithm::Gcra(p)
-                if p.emission_interval_ns % 1000 == 0 && p.tolerance_ns % 1000 == 0 =>
-            {
-                let (t, tau) = (p.emission_interval_ns / 1000, p.tolerance_ns / 1000);
-                // A check costs at most limit + 1 units in the script.
-                if u128::from(t) * (u128::from(p.limit) + 2) > MAX_SPAN_US {
-                    return Err(too_big);
-                }
-                (Code::Gcra, t, tau, p.limit)
-            }
             Algorithm::Gcra(p) => {
-                // Nanosecond precision (gcra_ns.lua): T and tau travel in ns
-                // and the script splits them into exact (µs, ns) pairs;
-                // T·cost's ns limb needs (limit + 2)·1000 below 2^53.
-                let t_us = u128::from(p.emission_interval_ns.div_ceil(1000));
-                let units = u128::from(p.limit) + 2;
-                if t_us * units > MAX_SPAN_US || units >= MAX_NS_UNITS {
-                    return Err(too_big);
+                // In ns (gcra.lua): tats are read modulo 1000·2^43 ns as
+                // offsets within half of that of now, and a check's T·cost
+                // (cost at most limit + 1) stays exact.
+                let reach = u128::from(p.emission_interval_ns) * (u128::from(p.limit) + 1);
+                if u128::from(p.tolerance_ns) >= MAX_GCRA_NS || reach >= 2 * MAX_GCRA_NS {
+                    return Err(StoreError::Unsupported(GCRA_TOO_LONG));
                 }
-                return Ok(Params {
-                    code: Code::GcraNs,
-                    p1: p.emission_interval_ns,
-                    p2: p.tolerance_ns,
-                    limit: p.limit,
-                });
+                (Code::Gcra, p.emission_interval_ns, p.tolerance_ns, p.limit)
             }
             Algorithm::SlidingLog(p) if p.max > MAX_LOG_ENTRIES => {
                 return Err(StoreError::Unsupported(
@@ -201,12 +192,9 @@ impl Params {
     /// state can hold empties it all the same.
     pub(crate) fn script_amount(&self, amount: u64) -> u64 {
         let cap = match self.code {
-            // tat − T·amount: beyond 2^52 / T units tat is at `now` anyway.
-            Code::Gcra => (MAX_NOW_US / self.p1.max(1)).saturating_add(2),
-            // The same bound for a T in ns, and the exact ns limb's.
-            Code::GcraNs => (MAX_NOW_US / (self.p1 / 1000).max(1))
-                .saturating_add(2)
-                .min(MAX_NS_UNITS as u64 - 1),
+            // tat − T·amount, exact: a receipt holds at most the limit,
+            // and T·(limit + 1) stays below 2^53 ns.
+            Code::Gcra => self.limit.saturating_add(1),
             Code::FixedWindow
             | Code::FixedWindowNs
             | Code::SlidingWindow
@@ -228,13 +216,10 @@ mod tests {
     #[test]
     fn sub_microsecond_and_oversized_policies_are_typed_errors() {
         let ok = Policy::cell(15, 30, Duration::from_secs(60)).unwrap();
-        assert_eq!(Params::of(&ok).unwrap().p1, 2_000_000);
+        assert_eq!(Params::of(&ok).unwrap().p1, 2_000_000_000);
         let thirds = Policy::funnel(3, 3.0).unwrap(); // T = 333_333_333 ns
         let p = Params::of(&thirds).unwrap();
-        assert_eq!(
-            (p.code, p.p1, p.p2),
-            (Code::GcraNs, 333_333_333, 999_999_999)
-        );
+        assert_eq!((p.code, p.p1, p.p2), (Code::Gcra, 333_333_333, 999_999_999));
         let huge_log = Policy::sliding_log(MAX_LOG_ENTRIES + 1, Duration::from_secs(60)).unwrap();
         assert!(matches!(
             Params::of(&huge_log),
@@ -278,15 +263,16 @@ mod tests {
 
     #[test]
     fn no_gcra_policy_within_the_bounds_is_refused() {
-        // count 1–10^6 × period 1 s – 1 year (sampled), bursts up to count,
-        // funnels at any rate: every one runs on Redis.
+        // count 1–10^6 × period 1 s – 50 days (sampled), bursts up to
+        // count − 1 (a tolerance of at most the period), funnels at any
+        // rate: every one runs on Redis.
         let mut refused = Vec::new();
-        let periods = (1..=365 * 86_400u64)
+        let periods = (1..=50 * 86_400u64)
             .step_by(7_919)
-            .chain([60, 86_400, 365 * 86_400]);
+            .chain([60, 86_400, 50 * 86_400]);
         for period in periods {
             for count in (1..=1000u64).chain((1_000..=1_000_000).step_by(99_991)) {
-                for burst in [0, count / 2, count] {
+                for burst in [0, count / 2, count - 1] {
                     let p = Policy::cell(burst, count, Duration::from_secs(period)).unwrap();
                     if Params::of(&p).is_err() {
                         refused.push((burst, count, period));
@@ -300,5 +286,29 @@ mod tests {
             }
         }
         assert_eq!(refused, []);
+    }
+
+    #[test]
+    fn gcra_tolerances_from_1000_times_2_to_the_42_ns_are_refused_with_a_typed_error() {
+        // One unit at a time: tau = T.
+        let at = |tau_ns: u64| Policy::cell(0, 1, Duration::from_nanos(tau_ns)).unwrap();
+        let last = (1000u64 << 42) - 1;
+        let p = Params::of(&at(last)).unwrap();
+        assert_eq!((p.code, p.p1, p.p2), (Code::Gcra, last, last));
+        for refused in [last + 1, 1 << 53, u64::MAX / 2] {
+            let e = Params::of(&at(refused)).unwrap_err();
+            assert!(
+                matches!(e, StoreError::Unsupported(why) if why.contains("50 days")),
+                "{refused}"
+            );
+        }
+        // A month at 5 a month runs; a year does not.
+        let month = Duration::from_secs(30 * 86_400);
+        assert!(Params::of(&Policy::cell(4, 5, month).unwrap()).is_ok());
+        let year = Duration::from_secs(365 * 86_400);
+        assert!(Params::of(&Policy::cell(0, 1, year).unwrap()).is_err());
+        // The refund bound: a receipt never holds more than the limit.
+        let p = Params::of(&Policy::cell(4, 5, month).unwrap()).unwrap();
+        assert_eq!(p.script_amount(u64::MAX), p.limit + 1);
     }
 }

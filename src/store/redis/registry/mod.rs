@@ -18,7 +18,6 @@ use crate::policy::{Algorithm, Policy};
 mod lua {
     pub(super) const COMMON: &str = include_str!("../scripts/common.lua");
     pub(super) const GCRA: &str = include_str!("../scripts/gcra.lua");
-    pub(super) const GCRA_NS: &str = include_str!("../scripts/gcra_ns.lua");
     pub(super) const WINDOW: &str = include_str!("../scripts/window.lua");
     pub(super) const FIXED_WINDOW: &str = include_str!("../scripts/fixed_window.lua");
     pub(super) const SLIDING_WINDOW: &str = include_str!("../scripts/sliding_window.lua");
@@ -26,7 +25,6 @@ mod lua {
     pub(super) const CONCURRENCY: &str = include_str!("../scripts/concurrency.lua");
     pub(super) const CHECK: &str = include_str!("../scripts/check.lua");
     pub(super) const GCRA_BATCH: &str = include_str!("../scripts/gcra_batch.lua");
-    pub(super) const GCRA_NS_BATCH: &str = include_str!("../scripts/gcra_ns_batch.lua");
     pub(super) const FIXED_BATCH: &str = include_str!("../scripts/fixed_batch.lua");
     pub(super) const REFUND: &str = include_str!("../scripts/refund.lua");
     pub(super) const RELEASE: &str = include_str!("../scripts/release.lua");
@@ -34,11 +32,10 @@ mod lua {
 
 /// Every Lua source (tests scan them).
 #[cfg(test)]
-pub(crate) fn lua_sources() -> [&'static str; 14] {
+pub(crate) fn lua_sources() -> [&'static str; 12] {
     [
         lua::COMMON,
         lua::GCRA,
-        lua::GCRA_NS,
         lua::WINDOW,
         lua::FIXED_WINDOW,
         lua::SLIDING_WINDOW,
@@ -46,7 +43,6 @@ pub(crate) fn lua_sources() -> [&'static str; 14] {
         lua::CONCURRENCY,
         lua::CHECK,
         lua::GCRA_BATCH,
-        lua::GCRA_NS_BATCH,
         lua::FIXED_BATCH,
         lua::REFUND,
         lua::RELEASE,
@@ -99,7 +95,7 @@ impl ScriptAlgorithm {
     /// The Lua library files defining it (after `common.lua`).
     fn sources(self) -> &'static [&'static str] {
         match self {
-            ScriptAlgorithm::Gcra => &[lua::GCRA, lua::GCRA_NS],
+            ScriptAlgorithm::Gcra => &[lua::GCRA],
             ScriptAlgorithm::FixedWindow => &[lua::WINDOW, lua::FIXED_WINDOW],
             ScriptAlgorithm::SlidingWindow => &[lua::WINDOW, lua::SLIDING_WINDOW],
             ScriptAlgorithm::SlidingLog => &[lua::SLIDING_LOG],
@@ -124,10 +120,8 @@ impl ScriptAlgorithm {
 /// code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Code {
-    /// GCRA, T and tau in µs.
+    /// GCRA, T and tau in ns.
     Gcra,
-    /// GCRA, T and tau in ns (`gcra_ns.lua`).
-    GcraNs,
     /// Fixed window in µs.
     FixedWindow,
     /// Fixed window in ns.
@@ -165,9 +159,8 @@ pub(crate) enum UniformBatch {
 impl Code {
     /// Every code.
     #[cfg(test)]
-    pub(crate) const ALL: [Code; 10] = [
+    pub(crate) const ALL: [Code; 9] = [
         Code::Gcra,
-        Code::GcraNs,
         Code::FixedWindow,
         Code::FixedWindowNs,
         Code::SlidingWindow,
@@ -182,7 +175,6 @@ impl Code {
     pub(crate) fn wire(self) -> &'static str {
         match self {
             Code::Gcra => "g",
-            Code::GcraNs => "n",
             Code::FixedWindow => "f",
             Code::FixedWindowNs => "F",
             Code::SlidingWindow => "s",
@@ -197,7 +189,7 @@ impl Code {
     /// The algorithm it encodes.
     pub(crate) fn algorithm(self) -> ScriptAlgorithm {
         match self {
-            Code::Gcra | Code::GcraNs => ScriptAlgorithm::Gcra,
+            Code::Gcra => ScriptAlgorithm::Gcra,
             Code::FixedWindow | Code::FixedWindowNs => ScriptAlgorithm::FixedWindow,
             Code::SlidingWindow | Code::SlidingWindowNs => ScriptAlgorithm::SlidingWindow,
             Code::SlidingLog | Code::SlidingLogNs => ScriptAlgorithm::SlidingLog,
@@ -210,7 +202,6 @@ impl Code {
     pub(crate) fn uniform_batch(self) -> UniformBatch {
         match self {
             Code::Gcra => UniformBatch::Gcra(ScriptId::GcraBatch),
-            Code::GcraNs => UniformBatch::Gcra(ScriptId::GcraNsBatch),
             Code::FixedWindow => UniformBatch::Fixed(ScriptId::FixedBatch),
             Code::FixedWindowNs
             | Code::SlidingWindow
@@ -239,8 +230,6 @@ pub(crate) enum ScriptId {
     CheckConcurrency,
     /// Single-rule GCRA checks under one policy and cost (`gcra_batch.lua`).
     GcraBatch,
-    /// The same at nanosecond precision (`gcra_ns_batch.lua`).
-    GcraNsBatch,
     /// Single-rule fixed-window checks (windows in whole µs) under one
     /// policy and cost (`fixed_batch.lua`).
     FixedBatch,
@@ -252,7 +241,7 @@ pub(crate) enum ScriptId {
 
 impl ScriptId {
     /// Every script, in discriminant order: what `load_scripts` loads.
-    pub(crate) const ALL: [ScriptId; 11] = [
+    pub(crate) const ALL: [ScriptId; 10] = [
         ScriptId::Check,
         ScriptId::CheckGcra,
         ScriptId::CheckFixedWindow,
@@ -260,7 +249,6 @@ impl ScriptId {
         ScriptId::CheckSlidingLog,
         ScriptId::CheckConcurrency,
         ScriptId::GcraBatch,
-        ScriptId::GcraNsBatch,
         ScriptId::FixedBatch,
         ScriptId::Refund,
         ScriptId::Release,
@@ -289,7 +277,6 @@ impl ScriptId {
             ScriptId::CheckConcurrency => only(ScriptAlgorithm::Concurrency, lua::CHECK),
             // The batch scripts need GCRA's helpers, not the check loop.
             ScriptId::GcraBatch => vec![lua::GCRA, lua::GCRA_BATCH],
-            ScriptId::GcraNsBatch => vec![lua::GCRA, lua::GCRA_NS, lua::GCRA_NS_BATCH],
             ScriptId::FixedBatch => vec![lua::WINDOW, lua::FIXED_WINDOW, lua::FIXED_BATCH],
             ScriptId::Refund => every(lua::REFUND),
             ScriptId::Release => only(ScriptAlgorithm::Concurrency, lua::RELEASE),

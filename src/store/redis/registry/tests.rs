@@ -53,13 +53,7 @@ fn every_script_is_in_the_table_and_every_code_maps_to_one() {
         assert!(Code::ALL.iter().any(|c| c.algorithm() == a), "{a:?}");
     }
     let all: Vec<&str> = ScriptId::ALL.iter().flat_map(|id| id.sources()).collect();
-    for source in [
-        lua::GCRA_BATCH,
-        lua::GCRA_NS_BATCH,
-        lua::FIXED_BATCH,
-        lua::RELEASE,
-        lua::CHECK,
-    ] {
+    for source in [lua::GCRA_BATCH, lua::FIXED_BATCH, lua::RELEASE, lua::CHECK] {
         assert!(all.contains(&source));
     }
     assert!(ScriptId::Release.sources().contains(&lua::CONCURRENCY));

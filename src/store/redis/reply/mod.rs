@@ -107,31 +107,25 @@ pub(crate) fn check(
     Ok(Ok((out, first)))
 }
 
-/// One check of a uniform GCRA batch (`gcra_batch.lua`): the stored tat in
-/// µs when admitted, −tat − 1 when denied, or the check's own error. The
-/// outer error means the reply cannot be trusted at all.
+/// One check of a uniform GCRA batch (`gcra_batch.lua`): the tat's offset
+/// from now in ns when admitted, −offset − 1 when denied, or the check's own
+/// error. The outer error means the reply cannot be trusted at all.
 pub(crate) fn uniform_gcra(
     policy: &Policy,
     cost: u64,
     item: &Value,
     now_ns: u64,
 ) -> Result<Result<Checked, StoreError>, StoreError> {
-    let (script_allowed, tat) = match item {
-        Value::Int(n) if *n >= 0 => (true, ns(n.unsigned_abs())?),
-        // −tat − 1 as an i64: −n − 1 ≥ 0 never overflows.
-        Value::Int(n) => (false, ns((-(n + 1)).unsigned_abs())?),
-        // The ns encoding: the tat, or '-' and the tat when denied.
-        Value::BulkString(b) if b.first().is_some_and(u8::is_ascii_digit) => {
-            (true, gcra_tat(item)?)
-        }
-        Value::BulkString(b) if b.first() == Some(&b'-') => {
-            (false, gcra_tat(&Value::BulkString(b[1..].to_vec()))?)
-        }
+    let (script_allowed, offset) = match item {
+        Value::Int(n) if *n >= 0 => (true, n.unsigned_abs()),
+        // −offset − 1 as an i64: −n − 1 ≥ 0 never overflows.
+        Value::Int(n) => (false, (-(n + 1)).unsigned_abs()),
         Value::BulkString(b) => {
             return Ok(Err(failed(String::from_utf8_lossy(b).into_owned())));
         }
         other => return Err(bad(format!("expected a GCRA state, got {other:?}"))),
     };
+    let tat = gcra_tat(offset, now_ns)?;
     let Algorithm::Gcra(p) = policy.algorithm() else {
         return Err(bad("a GCRA reply for another algorithm"));
     };

@@ -84,7 +84,7 @@ pub(super) fn decision(
     let mut state = None;
     let d = match *rule.policy.algorithm() {
         Algorithm::Gcra(p) => {
-            let tat = gcra_tat(field(1)?)?;
+            let tat = gcra_tat(uint(field(1)?)?, now_ns)?;
             state = Some(RawState::Gcra(tat));
             gcra::check(&p, tat, now_ns, cost)
         }

@@ -52,23 +52,10 @@ pub(crate) fn array(v: &Value) -> Result<&[Value], StoreError> {
     }
 }
 
-/// Offset of a tat stored at nanosecond precision (`gcra_ns.lua`): stored
-/// values at or above it are `NS_OFFSET + tat_ns`, below it `tat_µs`.
-const NS_OFFSET: u64 = 2_400_000_000_000_000_000;
-
-/// A GCRA tat of a reply, in ns: a µs integer, or the ns encoding as a string.
-pub(super) fn gcra_tat(v: &Value) -> Result<u64, StoreError> {
-    match v {
-        Value::BulkString(b) => {
-            let x: u64 = std::str::from_utf8(b)
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .ok_or_else(|| bad("a GCRA state that is not a number"))?;
-            match x.checked_sub(NS_OFFSET) {
-                Some(tat) => Ok(tat),
-                None => ns(x),
-            }
-        }
-        v => ns(uint(v)?),
-    }
+/// A GCRA tat of a reply, in ns: `now_ns` plus the offset the script
+/// replies (`gcra.lua`: 0 when the tat is past).
+pub(super) fn gcra_tat(offset: u64, now_ns: u64) -> Result<u64, StoreError> {
+    now_ns
+        .checked_add(offset)
+        .ok_or_else(|| bad(format!("tat offset {offset} ns out of range")))
 }

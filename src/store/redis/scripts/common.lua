@@ -80,6 +80,9 @@ local function ttl_ms(us)
   return int(ms + PAD_MS)
 end
 
+-- The script's now, once now_us has read it (every script calls it first).
+local script_now = nil
+
 local function now_us()
   local now
   if ARGV[1] ~= '' then
@@ -91,6 +94,7 @@ local function now_us()
   if not now or now < 0 or now >= LIMIT then
     error({ err = 'ERR tower-throttle: time out of range' })
   end
+  script_now = now
   return now
 end
 

@@ -9,8 +9,8 @@
 -- An expiry that is not whole µs (a lease in ns) is the pair (a, r): score a,
 -- and the member ends in ':<r>', 0 < r < 1000, for 1000·a + r ns. Pairs
 -- compare lexicographically and `now` is whole µs, so a lease has lapsed when
--- a < now, or a = now and r = 0; every limb stays an exact double (the
--- method of gcra_ns.lua). Members without ':<r>' have r = 0, as before.
+-- a < now, or a = now and r = 0; every limb stays an exact double.
+-- Members without ':<r>' have r = 0, as before.
 --
 -- A member 'x:<permit id>' is a tombstone: the release of a permit whose
 -- check may still be on its way (its caller gave up while Redis stalled).

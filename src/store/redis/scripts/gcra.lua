@@ -1,9 +1,20 @@
--- GCRA (redis-cell's CL.THROTTLE): one string, the theoretical arrival time.
--- p1 = T (emission interval, µs), p2 = tau (tolerance, µs).
--- The reply carries the stored tat; Rust renders the decision from it with
--- crate::algorithm::gcra::check, the same code the memory store runs.
+-- GCRA (redis-cell's CL.THROTTLE): one integer per key, the theoretical
+-- arrival time (tat), in NANOSECONDS like T (p1, the emission interval) and
+-- tau (p2, the tolerance). The reply carries the tat as its offset from now;
+-- Rust renders the decision from it with crate::algorithm::gcra::check, the
+-- same code the memory store runs.
 --
--- Within one batch a key's tat is read once and kept in `gcra_tats`;
+-- Lua numbers are doubles, exact below 2^53, and ns since the epoch (about
+-- 1.8·10^18) are not. So a tat is stored modulo GCRA_WRAP = 1000·2^43 ns
+-- (102 days, below 2^53), and read as its offset from now, taken within
+-- half of that (51 days) either way: exact, and unambiguous because a live
+-- tat is never further from now. Rust refuses policies whose tau reaches
+-- 1000·2^42 ns, so a tat is at most tau ahead; and a key expires at most a
+-- second after its tat (below), so it is never stale by more than that and
+-- its TTL padding. A cost whose T·cost exceeds tau is denied before it is
+-- added: every sum stays below 2^53, exact.
+--
+-- Within one batch a key's offset is read once and kept in `gcra_d`;
 -- admissions update it there and the last value is written once, at the end
 -- of the batch.
 --
@@ -11,142 +22,166 @@
 -- is the cheapest Redis offers: an INCRBY of the change (in place, keeping
 -- the TTL; a SET … PX replaces the value and costs about three times as
 -- much), and a PEXPIRE only when the expiry must move. A key expires at its
--- tat rounded up to the next whole second (GCRA_EXPIRY_STEP): never before
--- its state is fresh again, at most a second after. Every writer keeps that
--- invariant, so from a stored tat alone the script knows whether the key's
--- expiry still covers a new one: a key admitted faster than once a second
--- gets one PEXPIRE a second, not one per admission.
+-- tat rounded up to the next whole second: never before its state is fresh
+-- again, at most a second after. Every writer keeps that invariant, so from
+-- a stored tat alone the script knows whether the key's expiry still covers
+-- a new one: a key admitted faster than once a second gets one PEXPIRE a
+-- second, not one per admission.
 
-local GCRA_EXPIRY_STEP = 1000000 -- µs
+local GCRA_WRAP_US = 8796093022208 -- 2^43
+local GCRA_WRAP = 8796093022208000 -- ns: tats are stored modulo it
+local GCRA_HALF = 4398046511104000 -- ns
+local GCRA_SECOND = 1000000000 -- ns
+-- The offset of a fresh key: long past, so its tat counts as now.
+local GCRA_FRESH = -GCRA_HALF
 
--- Where a key holding `tat` expires (µs, the script's clock): `tat` rounded
--- up to a multiple of the step. Lua's % is a - floor(a / b) * b, exact here:
--- tat stays below 2^52 + 2^50 (now < 2^52, plus at most tau), where doubles
--- hold integers exactly, and the step divides it exactly when it is a
--- multiple.
-local function gcra_expiry(tat)
-  return tat + (-tat) % GCRA_EXPIRY_STEP
+local pcall_redis, call_redis, type_of = redis.pcall, redis.call, type
+
+-- The script's now (whole µs, below 2^52) in ns modulo GCRA_WRAP (exact:
+-- a power of two divides a µs number exactly), and its ns into the current
+-- second; set by gcra_clock.
+local gcra_nowm, gcra_frac = nil, nil
+local function gcra_clock(now)
+  if gcra_nowm == nil then
+    gcra_nowm = (now % GCRA_WRAP_US) * 1000
+    gcra_frac = (now % 1000000) * 1000
+  end
 end
 
-local gcra_tats = {}
--- The tat each key held in Redis when the batch began (absent: nil), when
--- an INCRBY of the change can update it in place.
-local gcra_stored = {}
-local gcra_dirty = {}
+-- Per batch: each key's offset from now (read, then as admissions move
+-- it), the value Redis held when the batch read it (nil: absent) and its
+-- offset, and the keys to write back.
+local gcra_d, gcra_stored, gcra_stored_d, gcra_dirty = {}, {}, {}, {}
 
--- Stored tats are µs integers below 2^52 + 2^50, or (gcra_ns.lua) 2.4·10^18
--- plus a tat in ns, below 8.1·10^18. Anything else — "abc", "-5", "1e30", a
--- fraction — was written by another program: gcra_valid gives nil.
-local function gcra_valid(v)
+-- A stored value as this crate writes it: an integer below GCRA_WRAP;
+-- nil for anything else ("abc", "-5", "1e30", "1.5").
+local function gcra_number(v)
   local x = tonumber(v)
-  if x and x >= 0 and x % 1 == 0 and (x < 5.7e15 or (x >= 2.4e18 and x < 8.1e18)) then
+  if x and x >= 0 and x < GCRA_WRAP and x % 1 == 0 then
     return x
   end
   return nil
 end
 
--- Data this crate never writes at one of its keys: the key is deleted (so
--- the next check finds it fresh: nobody stays locked out) and the check
--- fails alone with an error naming the key, which Rust reports as
--- StoreError::ForeignData and logs.
-local function gcra_foreign(key, what)
-  redis.call('DEL', key)
-  return 'FOREIGN ' .. what .. ' at ' .. key
-end
-
-local function gcra_type_error(key, err)
-  if string.find(err, 'WRONGTYPE', 1, true) then
-    return gcra_foreign(key, 'a value of another type')
+-- Keeps the stored value `x` of `key` for the batch; returns its offset.
+local function gcra_keep(key, x)
+  local d = x - gcra_nowm
+  if d >= GCRA_HALF then
+    d = d - GCRA_WRAP
+  elseif d < -GCRA_HALF then
+    d = d + GCRA_WRAP
   end
-  return err
+  gcra_stored[key], gcra_stored_d[key], gcra_d[key] = x, d, d
+  return d
 end
 
--- The tat of a stored value `v` (nil: absent) for the µs path, or nil and
--- the error of foreign data.
+-- The offset of stored value `v` (nil or false: absent), or nil and the
+-- error of data this crate never writes, which is deleted.
 local function gcra_read(key, v)
   if not v then
-    gcra_stored[key] = nil
-    gcra_tats[key] = 0
-    return 0
+    gcra_stored[key], gcra_d[key] = nil, GCRA_FRESH
+    return GCRA_FRESH
   end
-  local tat = gcra_valid(v)
-  if not tat then
-    return nil, gcra_foreign(key, 'a value that is no tat')
+  local x = gcra_number(v)
+  if not x then
+    return nil, foreign(key, 'a value that is no tat')
   end
-  if tat >= 2.4e18 then
-    -- Written at ns precision by a policy whose interval is not whole µs:
-    -- read exactly, rounded up to the µs (never earlier), and written back
-    -- whole.
-    local n = #v
-    tat = tonumber(string.sub(v, 1, n - 3)) - 2400000000000000
-    if tonumber(string.sub(v, n - 2)) > 0 then
-      tat = tat + 1
-    end
-    gcra_stored[key] = nil
-  else
-    gcra_stored[key] = tat
-  end
-  gcra_tats[key] = tat
-  return tat
+  return gcra_keep(key, x)
 end
 
--- The tat of `key`, or nil and an error (another type, foreign data).
+-- The offset of `key`, or nil and an error (another type, foreign data).
 local function gcra_tat(key)
-  local tat = gcra_tats[key]
-  if tat == nil then
-    local v = redis.pcall('GET', key)
-    if type(v) == 'table' and v.err then
-      return nil, gcra_type_error(key, v.err)
-    end
-    return gcra_read(key, v)
+  local d = gcra_d[key]
+  if d then
+    return d
   end
-  return tat
+  local v = pcall_redis('GET', key)
+  if type_of(v) == 'table' and v.err then
+    return nil, call_error(key, v.err)
+  end
+  return gcra_read(key, v)
 end
 
-local pcall_redis, call_redis, type_of = redis.pcall, redis.call, type
+-- Reads the values of `keys` with one MGET. A false (absent, or a key of
+-- another type) is left for gcra_tat's GET, which reports WRONGTYPE; a
+-- foreign value is left for it too, to fail its own check.
+local function gcra_prefetch(keys)
+  gcra_clock(script_now)
+  local vals = call_redis('MGET', unpack(keys))
+  for i = 1, #keys do
+    local x = vals[i] and gcra_d[keys[i]] == nil and gcra_number(vals[i])
+    if x then
+      gcra_keep(keys[i], x)
+    end
+  end
+end
 
--- Stores `tat` for `key`, which held `stored` (nil: absent), keeping the
--- expiry invariant above. `by` is the change as a string, when known.
-local function gcra_write(key, stored, tat, now, by)
+-- The value stored for a tat `d` ns after now (0 <= d < GCRA_HALF): now + d
+-- modulo GCRA_WRAP, without a sum past 2^53 (which doubles would round).
+local function gcra_value(d)
+  local room = GCRA_WRAP - gcra_nowm
+  if d >= room then
+    return d - room
+  end
+  return gcra_nowm + d
+end
+
+local floor = math.floor
+
+-- The whole second a tat `d` ns after now rounds up to, counted from the
+-- second now is in. The sum is exact (below 2^53 in magnitude), and a
+-- correctly rounded quotient is never below the true one's floor, so one
+-- correction downwards makes the floor exact.
+local function gcra_second(d)
+  local n = gcra_frac + d + 999999999
+  local q = floor(n / GCRA_SECOND)
+  if q * GCRA_SECOND > n then
+    q = q - 1
+  end
+  return q
+end
+
+-- PEXPIRE argument for a key whose tat is `d` ns after now.
+local function gcra_ttl(d)
+  return ttl_ms(gcra_second(d) * 1000000 - gcra_frac / 1000)
+end
+
+-- Stores the tat `d` ns after now for `key`, keeping the expiry invariant
+-- above: an INCRBY of the change where the batch read a value (`by`: that
+-- change formatted, when known), else a SET.
+local function gcra_write(key, d, step, step_str)
+  local value, stored = gcra_value(d), gcra_stored[key]
   if stored then
+    local change = value - stored
     -- pcall: a value INCRBY cannot parse (never written by this crate) is
     -- replaced whole instead of failing the batch.
-    local r = pcall_redis('INCRBY', key, by or int(tat - stored))
+    local r = pcall_redis('INCRBY', key, change == step and step_str or int(change))
     if type_of(r) ~= 'table' then
-      local expiry = gcra_expiry(tat)
-      if expiry > gcra_expiry(stored) then
-        call_redis('PEXPIRE', key, ttl_ms(expiry - now))
+      -- The expiry moves once the tat passes the second the stored one
+      -- rounded up to.
+      if d > gcra_second(gcra_stored_d[key]) * GCRA_SECOND - gcra_frac then
+        call_redis('PEXPIRE', key, gcra_ttl(d))
       end
       return
     end
   end
-  call_redis('SET', key, int(tat), 'PX', ttl_ms(gcra_expiry(tat) - now))
+  call_redis('SET', key, int(value), 'PX', gcra_ttl(d))
 end
 
--- The batch's admissions add `gcra_step` µs to a tat that is still ahead
--- of now (a busy key): formatted once for all of them.
+-- The batch's admissions move a tat that is still ahead of now (a busy
+-- key) by `gcra_step` ns: formatted once for all of them.
 local gcra_step = nil
 
-flush[#flush + 1] = function(now)
+flush[#flush + 1] = function()
   local step, step_str = gcra_step, gcra_step and int(gcra_step)
-  for key, tat in pairs(gcra_dirty) do
-    local stored = gcra_stored[key]
-    gcra_write(key, stored, tat, now, stored and tat - stored == step and step_str)
+  for key, d in pairs(gcra_dirty) do
+    gcra_write(key, d, step, step_str)
   end
 end
 
--- Reads the tats of `keys` with one MGET. A nil (fresh key, or a key of
--- another type) is left for gcra_tat's GET, which reports WRONGTYPE; a
--- foreign value is left for it too (gcra_valid: nil), to fail its check.
-local function gcra_prefetch(keys)
-  local vals = redis.call('MGET', unpack(keys))
-  for i = 1, #keys do
-    local v = vals[i]
-    if v and gcra_valid(v) then
-      gcra_read(keys[i], v)
-    end
-  end
-end
+-- A check admits `cost` units when T·cost = `inc` fits in tau and the tat,
+-- counted as now when it is past (`base`, the offset the reply carries),
+-- plus inc is at most tau ahead of now.
 
 algo.g = {
   prefetch = gcra_prefetch,
@@ -154,61 +189,67 @@ algo.g = {
   -- A single-rule check, straight into the batch reply `out` after index
   -- `n`; returns the new length, or nil and an error.
   single = function(key, t, tau, cost, now, out, n)
-    local tat, err = gcra_tats[key], nil
-    if tat == nil then
-      tat, err = gcra_tat(key)
-      if not tat then
+    gcra_clock(now)
+    local d, err = gcra_d[key], nil
+    if d == nil then
+      d, err = gcra_tat(key)
+      if not d then
         return nil, err
       end
     end
-    local new_tat = math.max(tat, now) + t * cost
+    local inc = t * cost
+    local base = d > 0 and d or 0
+    local new_d = base + inc
     local allowed = 0
-    if new_tat <= now + tau then
+    if inc <= tau and new_d <= tau then
       allowed = 1
       if cost > 0 then
-        gcra_tats[key] = new_tat
-        gcra_dirty[key] = new_tat
-        gcra_step = t * cost
+        gcra_d[key], gcra_dirty[key], gcra_step = new_d, new_d, inc
       end
     end
     out[n + 1] = 1
     out[n + 2] = allowed
-    out[n + 3] = tat
+    out[n + 3] = base
     return n + 3
   end,
 
   check = function(key, t, tau, cost, _, now)
-    local tat, err = gcra_tat(key)
-    if not tat then
+    gcra_clock(now)
+    local d, err = gcra_tat(key)
+    if not d then
       error({ err = err })
     end
-    local new_tat = math.max(tat, now) + t * cost
-    local allowed = new_tat <= now + tau
+    local inc = t * cost
+    local base = d > 0 and d or 0
+    local new_d = base + inc
+    local allowed = inc <= tau and new_d <= tau
     local commit = nil
     if allowed and cost > 0 then
       commit = function()
-        gcra_tats[key] = new_tat
-        gcra_dirty[key] = new_tat
-        gcra_step = t * cost
+        gcra_d[key], gcra_dirty[key], gcra_step = new_d, new_d, inc
       end
     end
-    return allowed, { allowed and 1 or 0, tat }, commit
+    return allowed, { allowed and 1 or 0, base }, commit
   end,
 
   -- Back by the charge's debt less the time since it was taken (see
-  -- crate::algorithm::gcra::refund), never before now.
+  -- crate::algorithm::gcra::refund), never before now. Rust bounds the
+  -- amount by limit + 1, so T·amount is at most tau + T, below 2^43 µs: a
+  -- receipt held that long or longer owes nothing.
   refund = function(key, t, _, amount, now, receipt)
-    local tat, err = gcra_tat(key)
-    if not tat then
+    gcra_clock(now)
+    local d, err = gcra_tat(key)
+    if not d then
       error({ err = err })
     end
-    local owed = math.max(t * amount - math.max(now - receipt.at, 0), 0)
-    local back = math.max(tat - owed, now)
-    if back <= now then
+    local held = math.min(math.max(now - receipt.at, 0), GCRA_WRAP_US) * 1000
+    local back = d - math.max(t * amount - held, 0)
+    if back <= 0 then
       redis.call('DEL', key)
     else
       -- Written whole: the expiry moves back to the refunded tat's.
-      gcra_write(key, nil, back, now)
+      gcra_stored[key] = nil
+      gcra_write(key, back)
     end
   end,
 }

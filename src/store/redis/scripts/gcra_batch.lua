@@ -3,37 +3,43 @@
 -- check.lua would, with a leaner wire format on both sides: no per-check
 -- arguments, and one number per check in the reply.
 -- KEYS: one per check (a key may repeat: the later check sees the earlier).
--- ARGV[3] = T (µs), ARGV[4] = tau (µs), ARGV[5] = cost.
--- Reply: { now (µs), then per check: the stored tat when admitted, -tat - 1
--- when denied (exact: |tat| < 2^53), or the error message of a check that
--- failed alone (a key of another type) }.
+-- ARGV[3] = T (ns), ARGV[4] = tau (ns), ARGV[5] = cost.
+-- Reply: { now (µs), then per check: the tat's offset from now in ns (0
+-- when past) when admitted, −offset − 1 when denied, or the error message
+-- of a check that failed alone (a key of another type) }.
 
 local now = now_us()
 local t, tau, cost = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local out = { now }
 
-gcra_prefetch(KEYS)
-local horizon = now + tau
+gcra_clock(now)
+local vals = call_redis('MGET', unpack(KEYS))
 local inc = t * cost
+-- A cost beyond tau is denied whatever the state (see gcra.lua).
+local fits = inc <= tau
 gcra_step = inc
 for i = 1, #KEYS do
   local key = KEYS[i]
-  local tat, failed = gcra_tats[key], nil
-  if tat == nil then
-    tat, failed = gcra_tat(key)
+  local d, failed = gcra_d[key], nil
+  if d == nil then
+    if vals[i] then
+      d, failed = gcra_read(key, vals[i])
+    else
+      d, failed = gcra_tat(key)
+    end
   end
   if failed then
     out[i + 1] = failed
   else
-    local new_tat = (tat > now and tat or now) + inc
-    if new_tat <= horizon then
+    local base = d > 0 and d or 0
+    local new_d = base + inc
+    if fits and new_d <= tau then
       if cost > 0 then
-        gcra_tats[key] = new_tat
-        gcra_dirty[key] = new_tat
+        gcra_d[key], gcra_dirty[key] = new_d, new_d
       end
-      out[i + 1] = tat
+      out[i + 1] = base
     else
-      out[i + 1] = -tat - 1
+      out[i + 1] = -base - 1
     end
   end
 end

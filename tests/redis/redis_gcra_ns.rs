@@ -1,9 +1,7 @@
-//! GCRA at intervals that are not whole microseconds, where
-//! `gcra_ns_batch.lua` decides a busy key from one approximate reading of
-//! its stored tat (within about a microsecond) and falls back to the exact
-//! pair near any boundary: decisions within microseconds of the horizon,
-//! several checks of one key in one batch, and expiries at whole seconds
-//! must all be the exact ones.
+//! GCRA on Redis in nanoseconds, its tats stored modulo 1000·2^43 ns
+//! (`gcra.lua`): decisions within microseconds of the horizon at intervals
+//! whole in µs or not, across the 2^53 ns wrap, several checks of one key
+//! in one batch, and expiries at whole seconds must all be the exact ones.
 
 use crate::redis_support;
 
@@ -44,9 +42,17 @@ fn memory_on(clock: &ManualClock) -> MemoryStore<ManualClock> {
 }
 
 /// Emission intervals of 333.333 µs, 999,999.667 µs, 1,000,000.333 µs and
-/// 8,571,428.571 µs, each with its whole µs.
+/// 8,571,428.571 µs, and of 1 ms and 1 s exactly, each with its whole µs.
 fn policies() -> Vec<(Policy, u64)> {
     vec![
+        (
+            Policy::cell(4, 1_000, Duration::from_secs(1)).unwrap(),
+            1_000,
+        ),
+        (
+            Policy::cell(2, 1, Duration::from_secs(1)).unwrap(),
+            1_000_000,
+        ),
         (Policy::cell(4, 3_000, Duration::from_secs(1)).unwrap(), 333),
         (
             Policy::cell(3, 1, Duration::from_nanos(999_999_667)).unwrap(),
@@ -172,6 +178,55 @@ fn expiries_next_to_a_whole_second_are_the_exact_ones() {
                     "T {t_ns} ns, admission {k}: PTTL {ttl} ms, want {want} (slack {slack} ms)"
                 );
             }
+        }
+    });
+}
+
+/// Tats stored modulo 1000·2^43 ns: admissions, denials, refunds and a key
+/// gone stale (kept alive by TTL padding) on both sides of a multiple of it
+/// decide as the memory store does, and every stored value stays below it.
+#[test]
+fn tats_across_the_wrap_match_the_memory_store() {
+    let wrap = 1000u64 << 43;
+    // 194 wraps is 2024-01-27; start 2 s before it.
+    let start = 194 * wrap - 2_000_000_000;
+    let server = RedisServer::start();
+    let clock = ManualClock::starting_at(start);
+    runtime().block_on(async {
+        let redis = redis_on(&server, &clock, Duration::from_secs(600)).await;
+        let mem = memory_on(&clock);
+        let policies = [
+            Policy::cell(4, 10, Duration::from_secs(3)).unwrap(),
+            Policy::cell(2, 3_000, Duration::from_secs(1)).unwrap(),
+        ];
+        for (p, policy) in policies.iter().enumerate() {
+            let user = format!("wrap{p}");
+            let key = user.as_bytes();
+            clock.set_ns(start);
+            // 4 s in steps of 37 ms: across the wrap, admitted and denied.
+            for step in 0..110u64 {
+                let cost = step % 3;
+                let m = mem.check(Charge::new(key, policy, cost)).await.unwrap();
+                let r = redis.check(Charge::new(key, policy, cost)).await.unwrap();
+                assert_eq!(m, r, "{policy:?} step {step}");
+                if step % 10 == 5 {
+                    if let Some(receipt) = m.receipt() {
+                        mem.refund(key, policy, &receipt).await.unwrap();
+                        redis.refund(key, policy, &receipt).await.unwrap();
+                    }
+                }
+                let stored: Option<u64> = redis::cmd("GET")
+                    .arg(redis.redis_key(key, policy))
+                    .query(&mut server.conn())
+                    .unwrap();
+                assert!(stored.is_none_or(|v| v < wrap), "{stored:?}");
+                clock.advance(Duration::from_millis(37));
+            }
+            // Stale by 5 minutes (the padding keeps the key): fresh again.
+            clock.advance(Duration::from_secs(300));
+            let m = mem.check(Charge::new(key, policy, 1)).await.unwrap();
+            let r = redis.check(Charge::new(key, policy, 1)).await.unwrap();
+            assert_eq!(m, r, "{policy:?} stale");
         }
     });
 }
