@@ -38,7 +38,7 @@ use redis::cluster_async::ClusterConnection;
 use tower_throttle::decision::{DecidedBy, PermitId, Receipt};
 use tower_throttle::policy::Algorithm;
 use tower_throttle::store::redis::{LazyRedisStore, SentinelConnection};
-use tower_throttle::store::{Answer, BoxStore, Charge, Decisions, Store, StoreError};
+use tower_throttle::store::{Answer, BoxStore, Charge, Decisions, RuleSpec, Store, StoreError};
 use tower_throttle::{Decision, Policy};
 
 use super::redis_errors;
@@ -298,5 +298,16 @@ impl Store for UpstreamCounters {
         permit: PermitId,
     ) -> Result<(), StoreError> {
         self.inner.release(key, policy, permit).await
+    }
+
+    /// Upstream's counters count any fixed window; every other limit is the
+    /// store's under them to refuse.
+    fn validate(&self, rules: &[RuleSpec<'_>]) -> Result<(), StoreError> {
+        let others: Vec<RuleSpec<'_>> = rules
+            .iter()
+            .filter(|r| counter_seconds(r.policy).is_none())
+            .copied()
+            .collect();
+        self.inner.validate(&others)
     }
 }

@@ -45,6 +45,21 @@ impl Table {
         self.domains.is_empty()
     }
 
+    /// Every limit, in no particular order.
+    pub fn limits(&self) -> Vec<&Limit> {
+        fn walk<'t>(node: &'t Node, out: &mut Vec<&'t Limit>) {
+            out.extend(node.limit.as_deref());
+            for child in node.children.values() {
+                walk(child, out);
+            }
+        }
+        let mut out = Vec::new();
+        for node in self.domains.values() {
+            walk(node, &mut out);
+        }
+        out
+    }
+
     /// The domains, sorted, and how many limits they hold in all.
     pub fn summary(&self) -> (Vec<&str>, usize) {
         fn limits(node: &Node) -> usize {

@@ -84,7 +84,9 @@ impl Reloader {
 
     /// Loads; the first load's outcome is said by the start line.
     fn apply(&self, first: bool) -> Result<(), config::ConfigError> {
-        match config::load_dir(&self.dir, self.options) {
+        let loaded = config::load_dir(&self.dir, self.options)
+            .and_then(|table| self.limiter.check_table(&table).map(|()| table));
+        match loaded {
             Ok(table) => {
                 let (domains, limits) = table.summary();
                 if domains.is_empty() && !first {

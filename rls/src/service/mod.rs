@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use arc_swap::ArcSwapOption;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use tower_throttle::clock::Clock;
-use tower_throttle::store::BoxStore;
+use tower_throttle::store::{BoxStore, RuleSpec, Store as _};
 
 pub use counting::{reset_secs, Counted};
 pub use grpc::RateLimitGrpc;
@@ -21,7 +21,7 @@ pub use wire::{
     RequestDecoder, ResponseEncoder, WireCodec, WireDescriptor, WireEntry, WireRequest,
 };
 
-use crate::config::{Algorithm, Limit, Table};
+use crate::config::{Algorithm, ConfigError, Limit, Table};
 use crate::health::Health;
 use crate::matching::{get_limit, Matched, Query};
 use crate::metrics::{Metrics, Stat};
@@ -87,6 +87,28 @@ impl RateLimiter {
             metrics,
             health,
         }
+    }
+
+    /// Whether the store can count every limit of `table` (Redis refuses a
+    /// GCRA tolerance of 50 days or more, a sliding log above 10,000 a
+    /// window): asked before a table is put in force, at start, on a reload
+    /// and on an xDS update alike, so a limit the store refuses is a refused
+    /// configuration, never an error on every request.
+    pub fn check_table(&self, table: &Table) -> Result<(), ConfigError> {
+        for limit in table.limits() {
+            let Some(policy) = &limit.policy else {
+                continue;
+            };
+            self.store
+                .validate(&[RuleSpec::new(policy, b"")])
+                .map_err(|e| ConfigError {
+                    file: "configuration".into(),
+                    line: None,
+                    field: Some(limit.full_key.clone()),
+                    message: format!("the store cannot count this limit: {e}"),
+                })?;
+        }
+        Ok(())
     }
 
     /// Puts `table` in force (requests in flight finish on the old one)

@@ -318,7 +318,9 @@ impl XdsClient {
         };
         // Upstream's first config update event is sent below, once the
         // snapshot was loaded, well or not.
-        match convert::load(&configs, self.options) {
+        let loaded = convert::load(&configs, self.options)
+            .and_then(|table| self.limiter.check_table(&table).map(|()| table));
+        match loaded {
             Ok(table) => {
                 let (domains, limits) = table.summary();
                 tracing::info!(version = %version, domains = domains.len(), limits,

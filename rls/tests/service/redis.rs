@@ -225,3 +225,65 @@ async fn starts_unhealthy_until_redis_answers() {
     );
     rls.stop().await;
 }
+
+/// A limit the Redis store cannot count (a GCRA tolerance of 50 days or
+/// more, a sliding log above 10,000 a window) is a refused configuration,
+/// as a bad file is: the table in force stays, `/rlconfig` says why, and no
+/// request ever meets the refusal. Just inside the bounds, the reload takes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limit_redis_cannot_count_is_refused_at_reload() {
+    let redis = RedisServer::start();
+    let mut rls = start(&redis, &[]).await;
+    assert_eq!(
+        codes(&rls.ask("d", vec![d(&[("k", "x")])]).await),
+        vec![(OK, 4)]
+    );
+    let with =
+        |limit: &str| format!("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {limit}\n");
+    for (limit, why) in [
+        (
+            "{unit: year, requests_per_unit: 1, algorithm: gcra}",
+            "50 days",
+        ),
+        (
+            "{unit: month, requests_per_unit: 1, algorithm: gcra, max_burst: 1}",
+            "50 days",
+        ),
+        (
+            "{unit: minute, requests_per_unit: 10001, algorithm: sliding_log}",
+            "10,000",
+        ),
+    ] {
+        let err = rls.rewrite("d.yaml", &with(limit)).await.unwrap_err();
+        assert!(
+            err.contains("d.k")
+                && err.contains("the store cannot count this limit")
+                && err.contains(why),
+            "{limit}: {err}"
+        );
+        // The table in force still counts.
+        assert_eq!(codes(&rls.ask("d", vec![d(&[("k", "x")])]).await).len(), 1);
+        let (_, _, dump) = http(rls.running().debug_addr, "GET", "/rlconfig", "").await;
+        assert!(
+            dump.contains("d.k: unit=MINUTE requests_per_unit=5"),
+            "{dump}"
+        );
+        assert!(
+            dump.contains("previous configuration kept") && dump.contains(why),
+            "{dump}"
+        );
+    }
+    // Inside the bounds: 5 a month (a tolerance of 6 days), 10,000 a minute.
+    for limit in [
+        "{unit: month, requests_per_unit: 5, algorithm: gcra}",
+        "{unit: minute, requests_per_unit: 10000, algorithm: sliding_log}",
+    ] {
+        rls.rewrite("d.yaml", &with(limit)).await.unwrap();
+        assert_eq!(
+            codes(&rls.ask("d", vec![d(&[("k", "y")])]).await)[0].0,
+            OK,
+            "{limit}"
+        );
+    }
+    rls.stop().await;
+}
