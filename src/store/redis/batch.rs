@@ -129,7 +129,8 @@ enum Shape<'a> {
 
 impl<'a> Shape<'a> {
     fn of(checks: &[&'a [QueuedRule]]) -> Shape<'a> {
-        match uniform(checks).map(|r| (r, r.params.code.uniform_batch())) {
+        let batch = |r: &QueuedRule| r.params.algorithm.uniform_batch(r.params.whole_us());
+        match uniform(checks).map(|r| (r, batch(r))) {
             Some((rule, UniformBatch::Gcra(script))) => Shape::UniformGcra(rule, script),
             Some((rule, UniformBatch::SharedArguments(script))) => Shape::Uniform(rule, script),
             Some((rule, UniformBatch::Fixed(script))) => Shape::UniformFixed(rule, script),
@@ -180,7 +181,7 @@ impl<'a> Shape<'a> {
         }
         cmd.arg(policies.len());
         for r in &policies {
-            cmd.arg(r.params.code.wire())
+            cmd.arg(r.params.algorithm.wire())
                 .arg(r.params.p1)
                 .arg(r.params.p2);
         }
@@ -302,7 +303,7 @@ fn uniform_fixed_replies(
 ) -> Result<Vec<Result<Checked, StoreError>>, StoreError> {
     let sent = sent(rule);
     one_item_per_check(checks, items, |item| {
-        reply::uniform_fixed(&sent, rule.params.p2, item, now_ns)
+        reply::uniform_fixed(&sent, rule.params.p2 / 1000, item, now_ns)
     })
 }
 

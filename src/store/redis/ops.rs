@@ -323,7 +323,7 @@ where
                 .arg(&rk[..])
                 .arg(now)
                 .arg(self.cfg.ttl_padding_ms)
-                .arg(p.code.wire())
+                .arg(p.algorithm.wire())
                 .arg(p.p1)
                 .arg(p.p2)
                 .arg(p.script_amount(amount))

@@ -1,16 +1,16 @@
 //! Policies as script arguments, with the bounds that keep every Lua number
-//! an exact integer. GCRA's durations travel in nanoseconds (its tats are
-//! kept in ns modulo 2^53, see gcra.lua); a window, log or lease in
-//! microseconds when it is whole µs, else in nanoseconds (codes 'F', 'S',
-//! 'L' and 'C').
+//! an exact integer: a count and a duration in nanoseconds, under one code
+//! per algorithm. GCRA runs in ns throughout (its tats kept modulo
+//! 1000·2^43 ns, see gcra.lua); a window, log or lease runs in µs where it
+//! is whole µs, else in ns (`by_unit` in common.lua).
 //!
 //! Lua numbers are doubles: integers are exact below 2^53. Times are µs
 //! since the epoch (about 1.8·10^15 today, and the scripts refuse a `now`
 //! at or beyond 2^52, in the year 2112); each policy is checked here so that
 //! nothing a script computes from it can reach 2^53.
 
-use super::registry::{Code, ScriptAlgorithm};
-use crate::policy::{Algorithm, Policy, WindowParams};
+use super::registry::ScriptAlgorithm;
+use crate::policy::{Algorithm, Policy};
 use crate::store::StoreError;
 
 /// Largest duration a policy may span in the scripts: 2^50 µs (about 35 years).
@@ -29,60 +29,34 @@ pub(crate) const MAX_GCRA_NS: u128 = 1000 << 42;
 /// [`Policy::sliding_window`], which is O(1) per key.
 pub(crate) const MAX_LOG_ENTRIES: u64 = 10_000;
 
-/// A policy's two script parameters and its limit, validated.
+/// A policy's two script parameters (a count, and a duration in ns) and its
+/// limit, validated.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Params {
-    pub code: Code,
+    pub algorithm: ScriptAlgorithm,
     pub p1: u64,
     pub p2: u64,
     pub limit: u64,
 }
 
-fn micros(ns: u64, what: &'static str) -> Result<u64, StoreError> {
-    if !ns.is_multiple_of(1000) {
+/// A window, log or lease of `duration_ns`, within the scripts' span: in
+/// whole µs the scripts run it in µs; otherwise they take its exact (µs, ns)
+/// pair from its digits (`dur_param` in common.lua) and divide by it exactly
+/// (`win_divmod` in window.lua), so either way only its µs must stay below
+/// 2^50.
+fn span(duration_ns: u64, what: &'static str) -> Result<u64, StoreError> {
+    if u128::from(duration_ns / 1000) > MAX_SPAN_US {
         return Err(StoreError::Unsupported(what));
     }
-    Ok(ns / 1000)
+    Ok(duration_ns)
 }
 
-/// A window, log or lease in ns that is not a whole number of microseconds
-/// (codes 'F', 'S', 'L' and 'C'): the scripts take its exact (µs, ns) pair
-/// from its digits (`dur_param` in common.lua) and divide by it exactly
-/// (`win_divmod` in window.lua), so it only needs its µs below 2^50.
-fn ns_span(window_ns: u64, what: &'static str) -> Result<u64, StoreError> {
-    if u128::from(window_ns / 1000) > MAX_SPAN_US {
+/// A count the scripts hold exactly.
+fn count(max: u64, what: &'static str) -> Result<u64, StoreError> {
+    if u128::from(max) > MAX_SPAN_US {
         return Err(StoreError::Unsupported(what));
     }
-    Ok(window_ns)
-}
-
-/// A log's or window's window in whole µs, within the exact range.
-fn whole_window(p: &WindowParams) -> Result<u64, StoreError> {
-    let w = micros(
-        p.window_ns,
-        "windows that are not whole microseconds on Redis",
-    )?;
-    if u128::from(w) > MAX_SPAN_US {
-        return Err(StoreError::Unsupported(LONG_WINDOW));
-    }
-    if u128::from(p.max) > MAX_SPAN_US {
-        return Err(StoreError::Unsupported(BIG_COUNT));
-    }
-    Ok(w)
-}
-
-/// A fixed or sliding window that is not whole µs, as `code`.
-fn ns_window(code: Code, p: &WindowParams) -> Result<Params, StoreError> {
-    let w = ns_span(p.window_ns, LONG_WINDOW)?;
-    if u128::from(p.max) > MAX_SPAN_US {
-        return Err(StoreError::Unsupported(BIG_COUNT));
-    }
-    Ok(Params {
-        code,
-        p1: p.max,
-        p2: w,
-        limit: p.max,
-    })
+    Ok(max)
 }
 
 /// Why a GCRA policy beyond the scripts' range is refused.
@@ -90,8 +64,8 @@ const GCRA_TOO_LONG: &str = "GCRA policies whose tolerance (emission interval ×
                              1000·2^42 ns (50 days) on Redis (Lua numbers are doubles); use a \
                              fixed or sliding window for longer periods";
 /// Why a concurrency policy outside the exact range is refused.
-const TOO_BIG: &str = "concurrency limits or leases above 2^50 (permits, µs) on Redis \
-                       (Lua numbers are doubles)";
+const TOO_BIG: &str = "concurrency limits above 2^50 permits or leases above 2^50 µs \
+                       (35 years) on Redis (Lua numbers are doubles)";
 /// The refusal of windows (fixed or sliding) beyond the scripts' span.
 const LONG_WINDOW: &str = "windows and logs above 2^50 µs (35 years) on Redis";
 /// The refusal of limits the scripts' counts cannot hold exactly.
@@ -100,14 +74,7 @@ const BIG_COUNT: &str = "limits above 2^50 on Redis (Lua numbers are doubles)";
 impl Params {
     /// Validates `policy` for the scripts.
     pub(crate) fn of(policy: &Policy) -> Result<Params, StoreError> {
-        let params = Self::encode(policy)?;
-        debug_assert_eq!(params.code.algorithm(), ScriptAlgorithm::of(policy));
-        Ok(params)
-    }
-
-    fn encode(policy: &Policy) -> Result<Params, StoreError> {
-        let too_big = StoreError::Unsupported(TOO_BIG);
-        let (code, p1, p2, limit) = match *policy.algorithm() {
+        let (p1, p2, limit) = match *policy.algorithm() {
             Algorithm::Gcra(p) => {
                 // In ns (gcra.lua): tats are read modulo 1000·2^43 ns as
                 // offsets within half of that of now, and a check's T·cost
@@ -116,7 +83,7 @@ impl Params {
                 if u128::from(p.tolerance_ns) >= MAX_GCRA_NS || reach >= 2 * MAX_GCRA_NS {
                     return Err(StoreError::Unsupported(GCRA_TOO_LONG));
                 }
-                (Code::Gcra, p.emission_interval_ns, p.tolerance_ns, p.limit)
+                (p.emission_interval_ns, p.tolerance_ns, p.limit)
             }
             Algorithm::SlidingLog(p) if p.max > MAX_LOG_ENTRIES => {
                 return Err(StoreError::Unsupported(
@@ -124,62 +91,29 @@ impl Params {
                      the server); use Policy::sliding_window",
                 ));
             }
-            // Nanosecond windows (codes 'F' and 'S'), from 1 ns: see ns_span.
-            // Counts stay below 2^50, and the sliding window's products are
-            // exact at any size (`win_fits`).
-            Algorithm::FixedWindow(p) if !p.window_ns.is_multiple_of(1000) => {
-                return ns_window(Code::FixedWindowNs, &p);
-            }
-            Algorithm::SlidingWindow(p) if !p.window_ns.is_multiple_of(1000) => {
-                return ns_window(Code::SlidingWindowNs, &p);
-            }
-            Algorithm::SlidingLog(p) if !p.window_ns.is_multiple_of(1000) => {
-                // Code 'L': times stay whole µs, the window travels in ns
-                // (see sliding_log.lua).
-                let w = ns_span(
-                    p.window_ns,
-                    "sliding logs above 2^50 µs (35 years) on Redis",
-                )?;
-                return Ok(Params {
-                    code: Code::SlidingLogNs,
-                    p1: p.max,
-                    p2: w,
-                    limit: p.max,
-                });
-            }
-            Algorithm::SlidingLog(p) => (Code::SlidingLog, p.max, whole_window(&p)?, p.max),
-            Algorithm::FixedWindow(p) => (Code::FixedWindow, p.max, whole_window(&p)?, p.max),
-            Algorithm::SlidingWindow(p) => (Code::SlidingWindow, p.max, whole_window(&p)?, p.max),
-            Algorithm::Concurrency(p) if !p.lease_ns.is_multiple_of(1000) => {
-                // Code 'C': expiries as exact (µs, ns) pairs (concurrency.lua).
-                let lease = ns_span(p.lease_ns, "leases above 2^50 µs (35 years) on Redis")?;
-                if u128::from(p.max_in_flight) > MAX_SPAN_US {
-                    return Err(too_big);
-                }
-                return Ok(Params {
-                    code: Code::ConcurrencyNs,
-                    p1: p.max_in_flight,
-                    p2: lease,
-                    limit: p.max_in_flight,
-                });
+            // Windows from 1 ns; counts below 2^50, and the sliding window's
+            // products exact at any size (`win_fits`).
+            Algorithm::FixedWindow(p) | Algorithm::SlidingWindow(p) | Algorithm::SlidingLog(p) => {
+                let max = count(p.max, BIG_COUNT)?;
+                (max, span(p.window_ns, LONG_WINDOW)?, max)
             }
             Algorithm::Concurrency(p) => {
-                let lease = micros(
-                    p.lease_ns,
-                    "concurrency leases that are not whole microseconds on Redis",
-                )?;
-                if u128::from(lease) > MAX_SPAN_US || u128::from(p.max_in_flight) > MAX_SPAN_US {
-                    return Err(too_big);
-                }
-                (Code::Concurrency, p.max_in_flight, lease, p.max_in_flight)
+                let max = count(p.max_in_flight, TOO_BIG)?;
+                (max, span(p.lease_ns, TOO_BIG)?, max)
             }
         };
         Ok(Params {
-            code,
+            algorithm: ScriptAlgorithm::of(policy),
             p1,
             p2,
             limit,
         })
+    }
+
+    /// Whether the duration is whole µs (the scripts then run the window,
+    /// log or lease in µs).
+    pub(crate) fn whole_us(&self) -> bool {
+        self.p2.is_multiple_of(1000)
     }
 
     /// The cost the script sees: any cost above the limit is denied forever
@@ -191,18 +125,14 @@ impl Params {
     /// A refund the script can compute exactly: giving back more than the
     /// state can hold empties it all the same.
     pub(crate) fn script_amount(&self, amount: u64) -> u64 {
-        let cap = match self.code {
+        let cap = match self.algorithm {
             // tat − T·amount, exact: a receipt holds at most the limit,
             // and T·(limit + 1) stays below 2^53 ns.
-            Code::Gcra => self.limit.saturating_add(1),
-            Code::FixedWindow
-            | Code::FixedWindowNs
-            | Code::SlidingWindow
-            | Code::SlidingWindowNs
-            | Code::SlidingLog
-            | Code::SlidingLogNs
-            | Code::Concurrency
-            | Code::ConcurrencyNs => MAX_NOW_US,
+            ScriptAlgorithm::Gcra => self.limit.saturating_add(1),
+            ScriptAlgorithm::FixedWindow
+            | ScriptAlgorithm::SlidingWindow
+            | ScriptAlgorithm::SlidingLog
+            | ScriptAlgorithm::Concurrency => MAX_NOW_US,
         };
         amount.min(cap)
     }
@@ -219,7 +149,10 @@ mod tests {
         assert_eq!(Params::of(&ok).unwrap().p1, 2_000_000_000);
         let thirds = Policy::funnel(3, 3.0).unwrap(); // T = 333_333_333 ns
         let p = Params::of(&thirds).unwrap();
-        assert_eq!((p.code, p.p1, p.p2), (Code::Gcra, 333_333_333, 999_999_999));
+        assert_eq!(
+            (p.algorithm, p.p1, p.p2),
+            (ScriptAlgorithm::Gcra, 333_333_333, 999_999_999)
+        );
         let huge_log = Policy::sliding_log(MAX_LOG_ENTRIES + 1, Duration::from_secs(60)).unwrap();
         assert!(matches!(
             Params::of(&huge_log),
@@ -229,15 +162,19 @@ mod tests {
         assert!(Params::of(&log).is_ok());
         let ns = Policy::fixed_window(1, Duration::from_nanos(1500)).unwrap();
         let p = Params::of(&ns).unwrap();
-        assert_eq!((p.code, p.p2), (Code::FixedWindowNs, 1500));
+        assert_eq!(
+            (p.algorithm, p.p2, p.whole_us()),
+            (ScriptAlgorithm::FixedWindow, 1500, false)
+        );
         let third = Policy::sliding_window(10, Duration::from_nanos(333_333_333)).unwrap();
-        assert_eq!(Params::of(&third).unwrap().code, Code::SlidingWindowNs);
+        assert!(!Params::of(&third).unwrap().whole_us());
         let whole = Policy::sliding_window(10, Duration::from_micros(1500)).unwrap();
-        assert_eq!(Params::of(&whole).unwrap().code, Code::SlidingWindow);
+        assert_eq!(Params::of(&whole).unwrap().p2, 1_500_000);
+        assert!(Params::of(&whole).unwrap().whole_us());
         // Windows from 1 ns, and not whole µs beyond 2^49 ns, run in ns.
         for odd in [1, 999, (1 << 49) + 1, (1 << 53) + 1] {
             let p = Policy::fixed_window(1, Duration::from_nanos(odd)).unwrap();
-            assert_eq!(Params::of(&p).unwrap().code, Code::FixedWindowNs);
+            assert!(!Params::of(&p).unwrap().whole_us());
         }
         let beyond = Policy::fixed_window(1, Duration::from_nanos((1 << 60) + 1)).unwrap();
         assert!(matches!(
@@ -245,14 +182,14 @@ mod tests {
             Err(StoreError::Unsupported(_))
         ));
         let short = Policy::sliding_log(1, Duration::from_nanos(999)).unwrap();
-        assert_eq!(Params::of(&short).unwrap().code, Code::SlidingLogNs);
+        assert!(!Params::of(&short).unwrap().whole_us());
         let lease = Policy::concurrency_with_lease(1, Duration::from_nanos(1)).unwrap();
-        assert_eq!(Params::of(&lease).unwrap().code, Code::ConcurrencyNs);
+        assert_eq!(Params::of(&lease).unwrap().p2, 1);
         // Any product of a count and a window: the script compares in limbs.
         let odd = Policy::sliding_window(1 << 20, Duration::from_nanos(1 << 40 | 1)).unwrap();
-        assert_eq!(Params::of(&odd).unwrap().code, Code::SlidingWindowNs);
+        assert!(!Params::of(&odd).unwrap().whole_us());
         let big = Policy::sliding_window(1 << 40, Duration::from_secs(3600)).unwrap();
-        assert_eq!(Params::of(&big).unwrap().code, Code::SlidingWindow);
+        assert!(Params::of(&big).unwrap().whole_us());
         let huge = Policy::sliding_window((1 << 50) + 1, Duration::from_secs(1)).unwrap();
         assert!(matches!(Params::of(&huge), Err(StoreError::Unsupported(_))));
         let fine = Policy::sliding_window(1_000_000, Duration::from_secs(60)).unwrap();
@@ -294,7 +231,10 @@ mod tests {
         let at = |tau_ns: u64| Policy::cell(0, 1, Duration::from_nanos(tau_ns)).unwrap();
         let last = (1000u64 << 42) - 1;
         let p = Params::of(&at(last)).unwrap();
-        assert_eq!((p.code, p.p1, p.p2), (Code::Gcra, last, last));
+        assert_eq!(
+            (p.algorithm, p.p1, p.p2),
+            (ScriptAlgorithm::Gcra, last, last)
+        );
         for refused in [last + 1, 1 << 53, u64::MAX / 2] {
             let e = Params::of(&at(refused)).unwrap_err();
             assert!(

@@ -1,12 +1,12 @@
-//! The one table of what the Redis store runs: the algorithms, the encodings
-//! their policies travel in ([`Code`]) and the Lua scripts ([`ScriptId`]).
+//! The one table of what the Redis store runs: the algorithms, each one code
+//! on the wire ([`ScriptAlgorithm`]), and the Lua scripts ([`ScriptId`]).
 //!
 //! Every script is assembled here from the Lua sources its algorithms need,
 //! [`RedisStore::load_scripts`](super::RedisStore::load_scripts) loads
-//! [`ScriptId::ALL`], the batch code picks its script from a [`Code`], and
-//! the parameter encoding (`params.rs`) names a [`Code`]. Every `match` here
-//! is exhaustive: a new algorithm does not compile until it has a key code,
-//! Lua sources, a check script and a batch mode.
+//! [`ScriptId::ALL`], and the batch code picks its script from a
+//! [`ScriptAlgorithm`]. Every `match` here is exhaustive: a new algorithm
+//! does not compile until it has a key code, a wire code, Lua sources, a
+//! check script and a batch mode.
 
 use std::sync::LazyLock;
 
@@ -81,10 +81,13 @@ impl ScriptAlgorithm {
     }
 
     /// Its name in Redis keys (`<prefix>:{<tag>}:<code>:<key>`): stable,
-    /// since changing it orphans every stored state.
+    /// since changing it orphans every stored state. A new state format
+    /// takes a new code, so that no reader misreads the old one: GCRA's
+    /// tats are in ns modulo 1000·2^43 under `gn` (under `g`, builds before
+    /// 0.1.0 kept µs, and those keys expire by themselves).
     pub(crate) fn key_code(self) -> &'static str {
         match self {
-            ScriptAlgorithm::Gcra => "g",
+            ScriptAlgorithm::Gcra => "gn",
             ScriptAlgorithm::FixedWindow => "f",
             ScriptAlgorithm::SlidingWindow => "s",
             ScriptAlgorithm::SlidingLog => "l",
@@ -115,31 +118,6 @@ impl ScriptAlgorithm {
     }
 }
 
-/// How a policy travels to the scripts: its algorithm and the unit of its
-/// durations. The Lua side names each by a one-letter [`wire`](Code::wire)
-/// code.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Code {
-    /// GCRA, T and tau in ns.
-    Gcra,
-    /// Fixed window in µs.
-    FixedWindow,
-    /// Fixed window in ns.
-    FixedWindowNs,
-    /// Sliding window in µs.
-    SlidingWindow,
-    /// Sliding window in ns.
-    SlidingWindowNs,
-    /// Sliding log in µs.
-    SlidingLog,
-    /// Sliding log, window in ns.
-    SlidingLogNs,
-    /// Concurrency, lease in µs.
-    Concurrency,
-    /// Concurrency, lease in ns.
-    ConcurrencyNs,
-}
-
 /// How a batch of identical single-rule checks (one policy and cost) is sent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum UniformBatch {
@@ -156,59 +134,33 @@ pub(crate) enum UniformBatch {
     PerCheck,
 }
 
-impl Code {
-    /// Every code.
-    #[cfg(test)]
-    pub(crate) const ALL: [Code; 9] = [
-        Code::Gcra,
-        Code::FixedWindow,
-        Code::FixedWindowNs,
-        Code::SlidingWindow,
-        Code::SlidingWindowNs,
-        Code::SlidingLog,
-        Code::SlidingLogNs,
-        Code::Concurrency,
-        Code::ConcurrencyNs,
-    ];
-
-    /// The code as the scripts read it (`algo[code]` in `common.lua`).
+impl ScriptAlgorithm {
+    /// Its code as the scripts read it (`algo[code]` in `common.lua`). Its
+    /// parameters travel as a count and a duration in ns; the windows, the
+    /// log and the lease run in µs where the duration is whole µs (`by_unit`
+    /// in `common.lua`), GCRA in ns throughout.
     pub(crate) fn wire(self) -> &'static str {
         match self {
-            Code::Gcra => "g",
-            Code::FixedWindow => "f",
-            Code::FixedWindowNs => "F",
-            Code::SlidingWindow => "s",
-            Code::SlidingWindowNs => "S",
-            Code::SlidingLog => "l",
-            Code::SlidingLogNs => "L",
-            Code::Concurrency => "c",
-            Code::ConcurrencyNs => "C",
+            ScriptAlgorithm::Gcra => "g",
+            ScriptAlgorithm::FixedWindow => "f",
+            ScriptAlgorithm::SlidingWindow => "s",
+            ScriptAlgorithm::SlidingLog => "l",
+            ScriptAlgorithm::Concurrency => "c",
         }
     }
 
-    /// The algorithm it encodes.
-    pub(crate) fn algorithm(self) -> ScriptAlgorithm {
+    /// How a uniform batch of it is sent: `whole_us` says whether its
+    /// duration is whole µs (the fixed window's batch loop runs in µs).
+    /// Concurrency checks carry a permit id each, so they always go per
+    /// check.
+    pub(crate) fn uniform_batch(self, whole_us: bool) -> UniformBatch {
         match self {
-            Code::Gcra => ScriptAlgorithm::Gcra,
-            Code::FixedWindow | Code::FixedWindowNs => ScriptAlgorithm::FixedWindow,
-            Code::SlidingWindow | Code::SlidingWindowNs => ScriptAlgorithm::SlidingWindow,
-            Code::SlidingLog | Code::SlidingLogNs => ScriptAlgorithm::SlidingLog,
-            Code::Concurrency | Code::ConcurrencyNs => ScriptAlgorithm::Concurrency,
-        }
-    }
-
-    /// How a uniform batch of it is sent. Concurrency checks carry a permit
-    /// id each, so they always go per check.
-    pub(crate) fn uniform_batch(self) -> UniformBatch {
-        match self {
-            Code::Gcra => UniformBatch::Gcra(ScriptId::GcraBatch),
-            Code::FixedWindow => UniformBatch::Fixed(ScriptId::FixedBatch),
-            Code::FixedWindowNs
-            | Code::SlidingWindow
-            | Code::SlidingWindowNs
-            | Code::SlidingLog
-            | Code::SlidingLogNs => UniformBatch::SharedArguments(self.algorithm().check_script()),
-            Code::Concurrency | Code::ConcurrencyNs => UniformBatch::PerCheck,
+            ScriptAlgorithm::Gcra => UniformBatch::Gcra(ScriptId::GcraBatch),
+            ScriptAlgorithm::FixedWindow if whole_us => UniformBatch::Fixed(ScriptId::FixedBatch),
+            ScriptAlgorithm::FixedWindow
+            | ScriptAlgorithm::SlidingWindow
+            | ScriptAlgorithm::SlidingLog => UniformBatch::SharedArguments(self.check_script()),
+            ScriptAlgorithm::Concurrency => UniformBatch::PerCheck,
         }
     }
 }

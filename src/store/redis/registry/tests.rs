@@ -1,6 +1,6 @@
 //! The registry's table, checked whole.
 
-use super::{lua, Code, ScriptAlgorithm, ScriptId, UniformBatch, SCRIPTS};
+use super::{lua, ScriptAlgorithm, ScriptId, UniformBatch, SCRIPTS};
 
 #[test]
 fn every_script_is_in_the_table_and_every_code_maps_to_one() {
@@ -19,39 +19,40 @@ fn every_script_is_in_the_table_and_every_code_maps_to_one() {
         ScriptId::ALL.len(),
         "two scripts are identical"
     );
-    // Every code's algorithm has a check script that defines it, and its
-    // uniform batches a script in the table.
+    // Every algorithm has a check script that defines it, and its uniform
+    // batches (whatever the unit of its duration) a script in the table.
     let mut wires = Vec::new();
-    for code in Code::ALL {
-        let algorithm = code.algorithm();
-        assert!(ScriptAlgorithm::ALL.contains(&algorithm));
+    for algorithm in ScriptAlgorithm::ALL {
         let check = algorithm.check_script();
         assert!(ScriptId::ALL.contains(&check));
         for source in algorithm.sources() {
-            assert!(check.sources().contains(source), "{code:?}");
-            assert!(ScriptId::Check.sources().contains(source), "{code:?}");
-            assert!(ScriptId::Refund.sources().contains(source), "{code:?}");
+            assert!(check.sources().contains(source), "{algorithm:?}");
+            assert!(ScriptId::Check.sources().contains(source), "{algorithm:?}");
+            assert!(ScriptId::Refund.sources().contains(source), "{algorithm:?}");
         }
-        match code.uniform_batch() {
-            UniformBatch::Gcra(id) => assert!(ScriptId::ALL.contains(&id)),
-            UniformBatch::SharedArguments(id) | UniformBatch::Fixed(id) => {
-                // The check script's arguments: its algorithm's sources.
-                assert!(ScriptId::ALL.contains(&id));
-                for source in algorithm.sources() {
-                    assert!(id.sources().contains(source), "{code:?}");
+        for whole_us in [true, false] {
+            match algorithm.uniform_batch(whole_us) {
+                UniformBatch::Gcra(id) => assert!(ScriptId::ALL.contains(&id)),
+                UniformBatch::SharedArguments(id) | UniformBatch::Fixed(id) => {
+                    // The check script's arguments: its algorithm's sources.
+                    assert!(ScriptId::ALL.contains(&id));
+                    for source in algorithm.sources() {
+                        assert!(id.sources().contains(source), "{algorithm:?}");
+                    }
                 }
+                UniformBatch::PerCheck => {}
             }
-            UniformBatch::PerCheck => {}
         }
-        wires.push(code.wire());
+        wires.push(algorithm.wire());
     }
     wires.sort_unstable();
     wires.dedup();
-    assert_eq!(wires.len(), Code::ALL.len(), "two codes share a wire code");
-    // Each algorithm has codes; each Lua source is used by some script.
-    for a in ScriptAlgorithm::ALL {
-        assert!(Code::ALL.iter().any(|c| c.algorithm() == a), "{a:?}");
-    }
+    assert_eq!(
+        wires.len(),
+        ScriptAlgorithm::ALL.len(),
+        "two algorithms share a wire code"
+    );
+    // Each Lua source is used by some script.
     let all: Vec<&str> = ScriptId::ALL.iter().flat_map(|id| id.sources()).collect();
     for source in [lua::GCRA_BATCH, lua::FIXED_BATCH, lua::RELEASE, lua::CHECK] {
         assert!(all.contains(&source));

@@ -23,10 +23,8 @@ for i = 1, n_pol do
   if not a then
     error({ err = 'ERR tower-throttle: unknown algorithm' })
   end
-  pol_a[i], pol_c[i] = a, ARGV[b] == 'c' or ARGV[b] == 'C'
-  -- Parameters are numbers, or what the algorithm's `param` makes of them.
-  local param = a.param or tonumber
-  pol_1[i], pol_2[i] = param(ARGV[b + 1]), param(ARGV[b + 2])
+  pol_c[i] = ARGV[b] == 'c'
+  pol_a[i], pol_1[i], pol_2[i] = pick(a, ARGV[b + 1], ARGV[b + 2])
 end
 
 -- Rule i of a check: its key, policy index and cost, permit.

@@ -37,9 +37,9 @@ local function fdiv(a, b)
   return q
 end
 
--- A script parameter of a duration in ns (codes 'F', 'S', 'L', 'C'): a
--- number where it is exact, else (a duration of 2^53 ns, 104 days, or more)
--- the exact pair { µs, ns remainder } cut from its decimal digits.
+-- A duration parameter in ns: a number where it is exact, else (a duration
+-- of 2^53 ns, 104 days, or more) the exact pair { µs, ns remainder } cut
+-- from its decimal digits.
 local str_sub = string.sub
 
 -- A decimal string of ns as the exact pair (µs, ns remainder).
@@ -101,7 +101,33 @@ end
 -- Every algorithm registers { check = ..., refund = ... } here under its code.
 --   check(key, p1, p2, cost, permit, now) -> allowed, reply, commit-or-nil
 --   refund(key, p1, p2, amount, now)
+-- p1 and p2 are numbers, unless the algorithm `pick`s the form that runs
+-- its parameters as sent (see by_unit).
 local algo = {}
+
+-- The parameters of a policy as sent (p1, a count; p2, a duration in ns):
+-- its algorithm's form and the parameters that form takes.
+local function pick(a, p1, p2)
+  if a.pick then
+    return a.pick(p1, p2)
+  end
+  return a, tonumber(p1), tonumber(p2)
+end
+
+-- An algorithm that runs in µs where its duration is whole µs (below 2^53
+-- ns, so exact) and in ns otherwise, as two forms of one code: the duration
+-- reaches the µs form in µs, the ns form as dur_param reads it.
+local function by_unit(us_form, ns_form)
+  return {
+    pick = function(p1, p2)
+      local d = tonumber(p2)
+      if d and d < 9007199254740992 and d % 1000 == 0 then
+        return us_form, tonumber(p1), d / 1000
+      end
+      return ns_form, tonumber(p1), dur_param(p2)
+    end,
+  }
+end
 -- Functions run once at the end of a check batch, after every check: write
 -- back state an algorithm kept in a table during the batch.
 local flush = {}

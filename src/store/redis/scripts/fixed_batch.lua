@@ -1,5 +1,5 @@
 -- fixed_batch: a batch of single-rule fixed-window checks under ONE policy
--- (window in whole µs, code 'f') and cost, the common shape of a busy
+-- (a window of whole µs) and cost, the common shape of a busy
 -- batch. The check script's `U` mode arguments in one loop: a packed
 -- state is read and its admission written (one INCRBY of the units)
 -- inline, and anything else — an absent key, a string state, a key of
@@ -7,7 +7,7 @@
 -- every check decides exactly as its `single` would, in order (the same
 -- key twice sees the first one's effect).
 -- KEYS: one per check. ARGV[3] = '1', ARGV[4] = 'f', ARGV[5] = max,
--- ARGV[6] = window (µs), ARGV[7] = 'U', ARGV[8] = cost.
+-- ARGV[6] = window (ns, whole µs), ARGV[7] = 'U', ARGV[8] = cost.
 -- Reply: { now (µs), then per check one item }: 2·count + allowed, the
 -- count the key holds in the window of `now` (the window Rust computes
 -- from `now`; a past window's count is 0 there); for a state in a later
@@ -18,7 +18,7 @@ local now = now_us()
 if ARGV[3] ~= '1' or ARGV[4] ~= 'f' or ARGV[7] ~= 'U' then
   error({ err = 'ERR tower-throttle: fixed_batch runs uniform µs fixed-window batches' })
 end
-local max, w, cost = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[8])
+local max, w, cost = tonumber(ARGV[5]), tonumber(ARGV[6]) / 1000, tonumber(ARGV[8])
 local floor = math.floor
 local out = { now }
 local vals = redis.call('MGET', unpack(KEYS))
@@ -46,8 +46,8 @@ for i = 1, #KEYS do
   if s then
     sw, sc, exists, stored = s[1], s[2], s[3], s[4]
   end
-  -- Indices are numbers here but for a state an 'F' policy wrote in its
-  -- index pairs: the window.lua comparisons then.
+  -- Indices are numbers here but for a state a window under 1 µs wrote in
+  -- its index pairs: the window.lua comparisons then.
   local numeric = type(sw) == 'number'
   -- A window after now's (a clock that went back) holds only with the
   -- expiry every write sets (fixed_state).

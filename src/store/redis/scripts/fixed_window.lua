@@ -5,11 +5,11 @@
 --   INCRBY of the units (keeping the key's expiry), as GCRA's tat is;
 -- * else the string "<window index>:<count>".
 -- Both read back to the same (index, count); each write picks the form.
--- p1 = max, p2 = window: in µs under code 'f', in ns under code 'F' (windows
--- that are not whole µs, from 1 ns to 2^50 µs: the index is
+-- p1 = max, p2 = window, sent in ns: run in µs when it is whole µs, else in
+-- ns (windows from 1 ns to 2^50 µs, by_unit in common.lua: the index is
 -- floor(1000·now / w), computed exactly by win_divmod in window.lua, and
 -- from 2^53 on, for windows under 1 µs, an index pair). The index is the
--- same number in either unit, so both codes share the key and its state. The reply carries the stored state; Rust
+-- same number in either unit, so both forms share the key and its state. The reply carries the stored state; Rust
 -- renders the decision with crate::algorithm::fixed_window::check.
 --
 -- As for GCRA, a batch reads each key once (one MGET for all of them),
@@ -185,6 +185,4 @@ local function fixed_algo(ns)
   }
 end
 
-algo.f = fixed_algo(false)
-algo.F = fixed_algo(true)
-algo.F.param = dur_param
+algo.f = by_unit(fixed_algo(false), fixed_algo(true))

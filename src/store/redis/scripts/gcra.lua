@@ -5,7 +5,7 @@
 -- same code the memory store runs.
 --
 -- Lua numbers are doubles, exact below 2^53, and ns since the epoch (about
--- 1.8·10^18) are not. So a tat is stored modulo GCRA_WRAP = 1000·2^43 ns
+-- 1.8·10^18) are not. So a tat is stored modulo the wrap, 1000·2^43 ns
 -- (102 days, below 2^53), and read as its offset from now, taken within
 -- half of that (51 days) either way: exact, and unambiguous because a live
 -- tat is never further from now. Rust refuses policies whose tau reaches
@@ -28,65 +28,61 @@
 -- a new one: a key admitted faster than once a second gets one PEXPIRE a
 -- second, not one per admission.
 
-local GCRA_WRAP_US = 8796093022208 -- 2^43
-local GCRA_WRAP = 8796093022208000 -- ns: tats are stored modulo it
-local GCRA_HALF = 4398046511104000 -- ns
-local GCRA_SECOND = 1000000000 -- ns
--- The offset of a fresh key: long past, so its tat counts as now.
-local GCRA_FRESH = -GCRA_HALF
+-- Constants are literals, not locals: every script call creates this
+-- file's closures, and each local a closure names costs it an upvalue.
+--   8796093022208000 ns = 1000·2^43 (the wrap), 8796093022208 µs = 2^43,
+--   4398046511104000 ns = half the wrap; -4398046511104000, the offset of a
+--   fresh key: long past, so its tat counts as now.
 
 local pcall_redis, call_redis, type_of = redis.pcall, redis.call, type
 
--- The script's now (whole µs, below 2^52) in ns modulo GCRA_WRAP (exact:
+-- The script's now (whole µs, below 2^52) in ns modulo the wrap (exact:
 -- a power of two divides a µs number exactly), and its ns into the current
 -- second; set by gcra_clock.
 local gcra_nowm, gcra_frac = nil, nil
 local function gcra_clock(now)
   if gcra_nowm == nil then
-    gcra_nowm = (now % GCRA_WRAP_US) * 1000
+    gcra_nowm = (now % 8796093022208) * 1000
     gcra_frac = (now % 1000000) * 1000
   end
 end
 
 -- Per batch: each key's offset from now (read, then as admissions move
--- it), the value Redis held when the batch read it (nil: absent) and its
--- offset, and the keys to write back.
-local gcra_d, gcra_stored, gcra_stored_d, gcra_dirty = {}, {}, {}, {}
+-- it), the value Redis held when the batch read it (nil: absent), and the
+-- keys to write back.
+local gcra_d, gcra_stored, gcra_dirty = {}, {}, {}
 
--- A stored value as this crate writes it: an integer below GCRA_WRAP;
--- nil for anything else ("abc", "-5", "1e30", "1.5").
-local function gcra_number(v)
-  local x = tonumber(v)
-  if x and x >= 0 and x < GCRA_WRAP and x % 1 == 0 then
-    return x
-  end
-  return nil
-end
-
--- Keeps the stored value `x` of `key` for the batch; returns its offset.
-local function gcra_keep(key, x)
+-- The offset from now of a stored value `x` (below the wrap), taken
+-- within half the wrap either way.
+local function gcra_offset(x)
   local d = x - gcra_nowm
-  if d >= GCRA_HALF then
-    d = d - GCRA_WRAP
-  elseif d < -GCRA_HALF then
-    d = d + GCRA_WRAP
+  if d >= 4398046511104000 then
+    return d - 8796093022208000
+  elseif d < -4398046511104000 then
+    return d + 8796093022208000
   end
-  gcra_stored[key], gcra_stored_d[key], gcra_d[key] = x, d, d
   return d
 end
 
--- The offset of stored value `v` (nil or false: absent), or nil and the
--- error of data this crate never writes, which is deleted.
-local function gcra_read(key, v)
+-- The offset of stored value `v` (nil or false: absent), kept for the
+-- batch. A value this crate never writes ("abc", "-5", "1e30", "1.5") is
+-- deleted and its error returned after nil; `prefetching`, it is left for
+-- the check to report.
+local function gcra_read(key, v, prefetching)
   if not v then
-    gcra_stored[key], gcra_d[key] = nil, GCRA_FRESH
-    return GCRA_FRESH
+    gcra_stored[key], gcra_d[key] = nil, -4398046511104000
+    return -4398046511104000
   end
-  local x = gcra_number(v)
-  if not x then
+  local x = tonumber(v)
+  if not (x and x >= 0 and x < 8796093022208000 and x % 1 == 0) then
+    if prefetching then
+      return nil
+    end
     return nil, foreign(key, 'a value that is no tat')
   end
-  return gcra_keep(key, x)
+  local d = gcra_offset(x)
+  gcra_stored[key], gcra_d[key] = x, d
+  return d
 end
 
 -- The offset of `key`, or nil and an error (another type, foreign data).
@@ -109,21 +105,10 @@ local function gcra_prefetch(keys)
   gcra_clock(script_now)
   local vals = call_redis('MGET', unpack(keys))
   for i = 1, #keys do
-    local x = vals[i] and gcra_d[keys[i]] == nil and gcra_number(vals[i])
-    if x then
-      gcra_keep(keys[i], x)
+    if vals[i] and gcra_d[keys[i]] == nil then
+      gcra_read(keys[i], vals[i], true)
     end
   end
-end
-
--- The value stored for a tat `d` ns after now (0 <= d < GCRA_HALF): now + d
--- modulo GCRA_WRAP, without a sum past 2^53 (which doubles would round).
-local function gcra_value(d)
-  local room = GCRA_WRAP - gcra_nowm
-  if d >= room then
-    return d - room
-  end
-  return gcra_nowm + d
 end
 
 local floor = math.floor
@@ -134,38 +119,41 @@ local floor = math.floor
 -- correction downwards makes the floor exact.
 local function gcra_second(d)
   local n = gcra_frac + d + 999999999
-  local q = floor(n / GCRA_SECOND)
-  if q * GCRA_SECOND > n then
+  local q = floor(n / 1000000000)
+  if q * 1000000000 > n then
     q = q - 1
   end
   return q
 end
 
--- PEXPIRE argument for a key whose tat is `d` ns after now.
-local function gcra_ttl(d)
-  return ttl_ms(gcra_second(d) * 1000000 - gcra_frac / 1000)
-end
-
--- Stores the tat `d` ns after now for `key`, keeping the expiry invariant
--- above: an INCRBY of the change where the batch read a value (`by`: that
--- change formatted, when known), else a SET.
+-- Stores the tat `d` ns after now (0 <= d < half the wrap) for `key`,
+-- keeping the expiry invariant above: an INCRBY of the change where the
+-- batch read a value (`step_str`: the change formatted, when it is `step`),
+-- else a SET. The value is now + d modulo the wrap, without a sum past
+-- 2^53 (which doubles would round).
 local function gcra_write(key, d, step, step_str)
-  local value, stored = gcra_value(d), gcra_stored[key]
+  local room, value = 8796093022208000 - gcra_nowm, nil
+  if d >= room then
+    value = d - room
+  else
+    value = gcra_nowm + d
+  end
+  local stored = gcra_stored[key]
   if stored then
     local change = value - stored
     -- pcall: a value INCRBY cannot parse (never written by this crate) is
     -- replaced whole instead of failing the batch.
     local r = pcall_redis('INCRBY', key, change == step and step_str or int(change))
+    -- The expiry moves once the tat passes the second the stored one
+    -- rounded up to.
     if type_of(r) ~= 'table' then
-      -- The expiry moves once the tat passes the second the stored one
-      -- rounded up to.
-      if d > gcra_second(gcra_stored_d[key]) * GCRA_SECOND - gcra_frac then
-        call_redis('PEXPIRE', key, gcra_ttl(d))
+      if d > gcra_second(gcra_offset(stored)) * 1000000000 - gcra_frac then
+        call_redis('PEXPIRE', key, ttl_ms(gcra_second(d) * 1000000 - gcra_frac / 1000))
       end
       return
     end
   end
-  call_redis('SET', key, int(value), 'PX', gcra_ttl(d))
+  call_redis('SET', key, int(value), 'PX', ttl_ms(gcra_second(d) * 1000000 - gcra_frac / 1000))
 end
 
 -- The batch's admissions move a tat that is still ahead of now (a busy
@@ -242,7 +230,7 @@ algo.g = {
     if not d then
       error({ err = err })
     end
-    local held = math.min(math.max(now - receipt.at, 0), GCRA_WRAP_US) * 1000
+    local held = math.min(math.max(now - receipt.at, 0), 8796093022208) * 1000
     local back = d - math.max(t * amount - held, 0)
     if back <= 0 then
       redis.call('DEL', key)

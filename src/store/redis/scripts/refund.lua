@@ -8,11 +8,11 @@ local a = algo[ARGV[3]]
 if not a then
   return redis.error_reply('ERR tower-throttle: unknown algorithm')
 end
-local param = a.param or tonumber
+local form, p1, p2 = pick(a, ARGV[4], ARGV[5])
 -- Foreign data at the key (of another type, or no state of this crate) is
 -- deleted and answered as a FOREIGN error naming it (see `foreign`).
 local receipt = { at = tonumber(ARGV[7]), permit = ARGV[8] }
-local ok, err = pcall(a.refund, KEYS[1], param(ARGV[4]), param(ARGV[5]), tonumber(ARGV[6]), now, receipt)
+local ok, err = pcall(form.refund, KEYS[1], p1, p2, tonumber(ARGV[6]), now, receipt)
 if not ok then
   return redis.error_reply(call_error(KEYS[1], err))
 end

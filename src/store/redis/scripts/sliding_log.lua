@@ -8,7 +8,7 @@
 -- p1 = max, p2 = window (µs). Every reported value is a difference of
 -- timestamps, so the decision is computed here, exactly, in µs.
 --
--- Code 'L': a window W in ns that is not whole µs, W = 1000·wq + wr with
+-- The ns form: a window W in ns that is not whole µs, W = 1000·wq + wr with
 -- 0 < wr < 1000. Times stay whole µs (every unit is recorded at a `now`). A
 -- unit at t has left when 1000·t + W <= 1000·now, which for integers t, now
 -- is t + wq + 1 <= now: pruning uses the width wq + 1 (µs) and is exact. The
@@ -102,7 +102,7 @@ local function log_left(wv, ns, now, t)
 end
 
 -- One check's reply fields and whether it is admitted (nothing written):
--- wp = prune width (µs), wv = the window's whole µs, ns = code 'L'.
+-- wp = prune width (µs), wv = the window's whole µs, ns = the ns form.
 local function log_decide(key, max, wp, wv, ns, cost, now)
   local total = log_prune(key, wp, now)
   local allowed = total + cost <= max
@@ -222,6 +222,4 @@ local function log_algo(ns)
   }
 end
 
-algo.l = log_algo(false)
-algo.L = log_algo(true)
-algo.L.param = dur_param
+algo.l = by_unit(log_algo(false), log_algo(true))

@@ -1,8 +1,8 @@
 -- Sliding-window counter: a string "<window index>:<current>:<previous>".
--- p1 = max, p2 = window: in µs under code 's', in ns under code 'S' (windows
--- that are not whole µs; index and elapsed ns come exactly from win_divmod
--- in window.lua, and the index is the same number in either unit, so both
--- codes share the key). Admission compares integers scaled by the window,
+-- p1 = max, p2 = window, sent in ns: run in µs when it is whole µs, else in
+-- ns (index and elapsed ns come exactly from win_divmod in window.lua, and
+-- the index is the same number in either unit, so both forms share the
+-- key). Admission compares integers scaled by the window,
 -- prev*(w - elapsed) + cur*w + cost*w <= max*w, exactly whatever their size
 -- (win_fits: in limbs where a product passes 2^53). The reply carries the
 -- stored state; Rust renders the decision with
@@ -140,6 +140,4 @@ local function sliding_algo(ns)
   }
 end
 
-algo.s = sliding_algo(false)
-algo.S = sliding_algo(true)
-algo.S.param = dur_param
+algo.s = by_unit(sliding_algo(false), sliding_algo(true))

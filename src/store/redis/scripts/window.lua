@@ -82,7 +82,7 @@ local function win_parse(d)
   return nil
 end
 
--- For windows in NANOSECONDS (codes 'F', 'S'): the index q = floor(1000·now
+-- For windows in NANOSECONDS (the ns forms of 'f' and 's'): the index q = floor(1000·now
 -- / w) and the ns r = 1000·now − q·w elapsed in it, exactly, although 1000·now
 -- (about 1.8·10^18) is no exact double. r is a number, or a { µs, ns } pair
 -- when w is one. `now` is one value per script run: results are kept.
