@@ -2,7 +2,7 @@
 //! an exact integer: a count and a duration in nanoseconds, under one code
 //! per algorithm. GCRA runs in ns throughout (its tats kept modulo
 //! 1000·2^43 ns, see gcra.lua); a window, log or lease runs in µs where it
-//! is whole µs, else in ns (`by_unit` in common.lua).
+//! is whole µs, else in ns (`pick` in common.lua).
 //!
 //! Lua numbers are doubles: integers are exact below 2^53. Times are µs
 //! since the epoch (about 1.8·10^15 today, and the scripts refuse a `now`

@@ -137,7 +137,7 @@ pub(crate) enum UniformBatch {
 impl ScriptAlgorithm {
     /// Its code as the scripts read it (`algo[code]` in `common.lua`). Its
     /// parameters travel as a count and a duration in ns; the windows, the
-    /// log and the lease run in µs where the duration is whole µs (`by_unit`
+    /// log and the lease run in µs where the duration is whole µs (`pick`
     /// in `common.lua`), GCRA in ns throughout.
     pub(crate) fn wire(self) -> &'static str {
         match self {

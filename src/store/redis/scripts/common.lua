@@ -101,33 +101,23 @@ end
 -- Every algorithm registers { check = ..., refund = ... } here under its code.
 --   check(key, p1, p2, cost, permit, now) -> allowed, reply, commit-or-nil
 --   refund(key, p1, p2, amount, now)
--- p1 and p2 are numbers, unless the algorithm `pick`s the form that runs
--- its parameters as sent (see by_unit).
+-- An algorithm whose duration runs in µs where it is whole µs (below 2^53
+-- ns, so exact) and in ns otherwise keeps its ns form in `ns`.
 local algo = {}
 
 -- The parameters of a policy as sent (p1, a count; p2, a duration in ns):
--- its algorithm's form and the parameters that form takes.
+-- the form of algorithm `a` that runs them, and the parameters it takes
+-- (the µs form a duration in µs, the ns form what dur_param reads).
 local function pick(a, p1, p2)
-  if a.pick then
-    return a.pick(p1, p2)
+  local d = tonumber(p2)
+  if a.ns == nil then
+    return a, tonumber(p1), d
+  elseif d and d < 9007199254740992 and d % 1000 == 0 then
+    return a, tonumber(p1), d / 1000
   end
-  return a, tonumber(p1), tonumber(p2)
+  return a.ns, tonumber(p1), dur_param(p2)
 end
 
--- An algorithm that runs in µs where its duration is whole µs (below 2^53
--- ns, so exact) and in ns otherwise, as two forms of one code: the duration
--- reaches the µs form in µs, the ns form as dur_param reads it.
-local function by_unit(us_form, ns_form)
-  return {
-    pick = function(p1, p2)
-      local d = tonumber(p2)
-      if d and d < 9007199254740992 and d % 1000 == 0 then
-        return us_form, tonumber(p1), d / 1000
-      end
-      return ns_form, tonumber(p1), dur_param(p2)
-    end,
-  }
-end
 -- Functions run once at the end of a check batch, after every check: write
 -- back state an algorithm kept in a table during the batch.
 local flush = {}

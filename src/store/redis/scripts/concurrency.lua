@@ -237,4 +237,5 @@ local function lease_algo(ns)
   }
 end
 
-algo.c = by_unit(lease_algo(false), lease_algo(true))
+algo.c = lease_algo(false)
+algo.c.ns = lease_algo(true)

@@ -6,7 +6,7 @@
 -- * else the string "<window index>:<count>".
 -- Both read back to the same (index, count); each write picks the form.
 -- p1 = max, p2 = window, sent in ns: run in µs when it is whole µs, else in
--- ns (windows from 1 ns to 2^50 µs, by_unit in common.lua: the index is
+-- ns (windows from 1 ns to 2^50 µs, `pick` in common.lua: the index is
 -- floor(1000·now / w), computed exactly by win_divmod in window.lua, and
 -- from 2^53 on, for windows under 1 µs, an index pair). The index is the
 -- same number in either unit, so both forms share the key and its state. The reply carries the stored state; Rust
@@ -185,4 +185,5 @@ local function fixed_algo(ns)
   }
 end
 
-algo.f = by_unit(fixed_algo(false), fixed_algo(true))
+algo.f = fixed_algo(false)
+algo.f.ns = fixed_algo(true)

@@ -222,4 +222,5 @@ local function log_algo(ns)
   }
 end
 
-algo.l = by_unit(log_algo(false), log_algo(true))
+algo.l = log_algo(false)
+algo.l.ns = log_algo(true)

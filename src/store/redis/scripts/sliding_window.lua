@@ -140,4 +140,5 @@ local function sliding_algo(ns)
   }
 end
 
-algo.s = by_unit(sliding_algo(false), sliding_algo(true))
+algo.s = sliding_algo(false)
+algo.s.ns = sliding_algo(true)
