@@ -25,7 +25,7 @@ use crate::decision::Decision;
 use crate::grpc::Reply;
 use crate::info::{Meta, RateLimitInfo};
 use crate::key::RequestHead;
-use crate::limiter::Reservation;
+use crate::limiter::{Reservation, WaitBudget};
 use crate::mode::Mode;
 use crate::rule::RuleCfg;
 use crate::settings::Settings;
@@ -242,12 +242,11 @@ pub(crate) async fn later<St: Store>(
         Mode::Delay { max_wait } => Some(max_wait),
         _ => None,
     };
-    let mut waited = Duration::ZERO;
-    let mut attempts = 0;
+    let mut budget = WaitBudget::new(delay.unwrap_or_default());
     loop {
         let reserve = delay
             .filter(|_| shared.store.reserves_slots() && plan.reservable(shared))
-            .map(|max_wait| max_wait.saturating_sub(waited));
+            .map(|_| budget.left());
         // Registered before the check, so a release between the check and
         // the wait still wakes this request.
         let concurrency = plan
@@ -265,7 +264,7 @@ pub(crate) async fn later<St: Store>(
             Ruling::Decided(_, wait) => *wait,
             _ => Duration::ZERO,
         };
-        let retry = match settle(shared, plan, answer, waited, attempts, reply).await {
+        let pause = match settle(shared, plan, answer, &budget, reply).await {
             ControlFlow::Break(verdict) => {
                 if let (false, Verdict::Forward(carried)) = (slot_wait.is_zero(), &verdict) {
                     let info = carried.as_ref().and_then(|c| c.info.as_ref());
@@ -279,23 +278,11 @@ pub(crate) async fn later<St: Store>(
                 }
                 return verdict;
             }
-            ControlFlow::Continue(retry) => retry,
+            ControlFlow::Continue(pause) => pause,
         };
-        if retry.on_release {
-            // Woken by this layer's next release, or by the estimate
-            // running out (a permit of another instance, a lapsed lease).
-            // Only the timeouts count as attempts: each wake-up is a permit
-            // freed, so they are as many as the releases.
-            let started = tokio::time::Instant::now();
-            if tokio::time::timeout(retry.wait, released).await.is_err() {
-                attempts += 1;
-            }
-            waited += started.elapsed();
-        } else {
-            attempts += 1;
-            waited += retry.wait;
-            tokio::time::sleep(retry.wait).await;
-        }
+        // Woken by this layer's next release, or by the estimate running
+        // out (a permit of another instance, a lapsed lease).
+        budget.take(pause, Some(released)).await;
     }
 }
 

@@ -2,7 +2,6 @@
 //! request under the layer's mode, as a [`Verdict`] or a wait.
 
 use std::ops::ControlFlow;
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::Response;
@@ -12,7 +11,8 @@ use super::{
 };
 use crate::grpc::{respond, Reply};
 use crate::info::{NotLimited, RateLimitInfo};
-use crate::mode::{FailMode, Mode, MAX_DELAY_ATTEMPTS};
+use crate::limiter::{Pause, WaitBudget};
+use crate::mode::{FailMode, Mode};
 use crate::response::Rejection;
 use crate::store::{Store, StoreError};
 use crate::upgrade::UpgradePermit;
@@ -59,28 +59,19 @@ impl<St: Store> Verdict<St> {
     }
 }
 
-/// Delay mode's next step: wait this long (or, with `on_release`, until
-/// this layer releases a permit, if sooner), then decide again.
-pub(super) struct Retry {
-    pub(super) wait: Duration,
-    pub(super) on_release: bool,
-}
-
 /// Applies the mode to one answer of the store, through the store's
-/// futures: the request's [`Verdict`], or in delay mode a [`Retry`]. A
+/// futures: the request's [`Verdict`], or in delay mode a [`Pause`]. A
 /// rejection under a lock-out first records its strikes (see
-/// [`super::lockout`]), which may lock the key. `waited` and `attempts`
-/// count the delays so far; `reply` gives the protocol a rejection is
-/// answered in.
+/// [`super::lockout`]), which may lock the key. `budget` is what is left
+/// of the delay; `reply` gives the protocol a rejection is answered in.
 pub(super) async fn settle<St: Store>(
     shared: &LayerState<St>,
     plan: &Plan,
     answer: Ruling,
-    waited: Duration,
-    attempts: u32,
+    budget: &WaitBudget,
     reply: &impl Fn() -> Reply,
-) -> ControlFlow<Verdict<St>, Retry> {
-    match judge(shared, plan, answer, waited, attempts, reply) {
+) -> ControlFlow<Verdict<St>, Pause> {
+    match judge(shared, plan, answer, Some(budget), reply) {
         Ok(settled) => settled,
         Err(mut info) => {
             // Boxed: a rare path, kept out of the future of every check.
@@ -100,7 +91,7 @@ pub(super) fn settle_now<St: Store>(
     answer: Ruling,
     reply: &impl Fn() -> Reply,
 ) -> Verdict<St> {
-    match judge(shared, plan, answer, Duration::ZERO, 0, reply) {
+    match judge(shared, plan, answer, None, reply) {
         Ok(ControlFlow::Break(verdict)) => verdict,
         Ok(ControlFlow::Continue(_)) => unreachable!("only delay mode waits, never in process"),
         Err(mut info) => {
@@ -119,10 +110,9 @@ fn judge<St: Store>(
     shared: &LayerState<St>,
     plan: &Plan,
     answer: Ruling,
-    waited: Duration,
-    attempts: u32,
+    budget: Option<&WaitBudget>,
     reply: &impl Fn() -> Reply,
-) -> Result<ControlFlow<Verdict<St>, Retry>, RateLimitInfo> {
+) -> Result<ControlFlow<Verdict<St>, Pause>, RateLimitInfo> {
     let mut info = match answer {
         Ruling::Admitted => {
             count(shared, "allowed", None);
@@ -155,25 +145,13 @@ fn judge<St: Store>(
             tracing::info!(target: "tower_throttle", retry_after = ?info.retry_after(), "dry run: request would be rate-limited");
             return Ok(ControlFlow::Break(Verdict::carrying(info, None, None)));
         }
-        Mode::Delay { max_wait } => {
-            let left = max_wait.saturating_sub(waited);
-            if let Some(wait) = info.retry_after().filter(|_| attempts < MAX_DELAY_ATTEMPTS) {
-                // Only concurrency rules deny: a release may come before the
-                // estimate, so wait for it within whatever budget is left.
-                if only_concurrency_denies(&info) && !left.is_zero() {
-                    count(shared, "delayed", Some(info.binding().rule));
-                    return Ok(ControlFlow::Continue(Retry {
-                        wait: wait.min(left),
-                        on_release: true,
-                    }));
-                }
-                if wait <= left {
-                    count(shared, "delayed", Some(info.binding().rule));
-                    return Ok(ControlFlow::Continue(Retry {
-                        wait,
-                        on_release: false,
-                    }));
-                }
+        Mode::Delay { .. } => {
+            // Only concurrency rules deny: a release may come before the
+            // estimate, so wait for it within whatever budget is left.
+            let on_release = only_concurrency_denies(&info);
+            if let Some(pause) = budget.and_then(|b| b.pause(info.retry_after(), on_release)) {
+                count(shared, "delayed", Some(info.binding().rule));
+                return Ok(ControlFlow::Continue(pause));
             }
         }
         Mode::Reject => {}

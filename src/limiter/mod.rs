@@ -30,7 +30,9 @@ use crate::store::{all_allowed, Charge, MemoryStore, Store, StoreError};
 mod all_rules;
 mod one_rule;
 mod permit;
+mod wait;
 pub(crate) use permit::Reservation;
+pub(crate) use wait::{Pause, WaitBudget};
 
 pub use all_rules::{AllRules, RuleDecisions};
 pub use one_rule::OneRule;
@@ -288,9 +290,9 @@ enum Attempt<T> {
     Denied(T, Option<Duration>),
 }
 
-/// Runs `attempt` (given the budget left) until it admits, or until its
-/// denial's wait no longer fits in `max_wait` or [`MAX_DELAY_ATTEMPTS`] ran
-/// out. Returns the last answer.
+/// Runs `attempt` (given the time left) until it admits, or until its
+/// denial's wait no longer fits in the [`WaitBudget`] of `max_wait`.
+/// Returns the last answer.
 async fn retry_within<T, Fut>(
     max_wait: Duration,
     mut attempt: impl FnMut(Duration) -> Fut,
@@ -298,22 +300,15 @@ async fn retry_within<T, Fut>(
 where
     Fut: Future<Output = Result<Attempt<T>, StoreError>>,
 {
-    let mut waited = Duration::ZERO;
-    let mut attempts = 0;
+    let mut budget = WaitBudget::new(max_wait);
     loop {
-        let left = max_wait.saturating_sub(waited);
-        let (answer, retry) = match attempt(left).await? {
+        let (answer, retry) = match attempt(budget.left()).await? {
             Attempt::Done(answer) => return Ok(answer),
             Attempt::Denied(answer, retry) => (answer, retry),
         };
-        match retry {
-            Some(retry) if retry <= left && attempts < MAX_DELAY_ATTEMPTS => {
-                attempts += 1;
-                let retry = retry.max(Duration::from_millis(1));
-                tokio::time::sleep(retry).await;
-                waited += retry;
-            }
-            _ => return Ok(answer),
+        match budget.pause(retry, false) {
+            Some(pause) => budget.take(pause, None).await,
+            None => return Ok(answer),
         }
     }
 }
