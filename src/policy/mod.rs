@@ -339,7 +339,7 @@ fn window_params(max: u64, window: Duration) -> Result<WindowParams, PolicyError
 
 mod reserve;
 
-pub(crate) use reserve::{effective_policy, rebase};
+pub(crate) use reserve::{effective_policy, rebase, MAX_RESERVED_TOLERANCE_NS};
 
 #[cfg(test)]
 mod tests;

@@ -230,3 +230,31 @@ fn tats_across_the_wrap_match_the_memory_store() {
         }
     });
 }
+
+/// A wait (here `Limiter::wait`) longer than the GCRA tolerances Redis runs
+/// reserves no further than them (`MAX_RESERVED_TOLERANCE_NS`): it is
+/// answered as the memory store answers it, never refused as a policy
+/// Redis cannot run. One a month: the next slot is 30 days out, beyond a
+/// 25-day wait, and the policy stretched by 25 days (55 days) beyond the
+/// range; a 20-day wait stretches it within.
+#[test]
+fn a_wait_beyond_the_range_of_redis_gcra_is_answered_not_refused() {
+    let server = RedisServer::start();
+    let clock = ManualClock::starting_at(START);
+    runtime().block_on(async {
+        let redis = redis_on(&server, &clock, Duration::ZERO).await;
+        let policy = Policy::cell(0, 1, Duration::from_secs(30 * 86_400)).unwrap();
+        let on_redis = tower_throttle::Limiter::new(redis, policy);
+        let in_memory = tower_throttle::Limiter::new(memory_on(&clock), policy);
+        assert!(on_redis.check("u").await.unwrap().allowed);
+        assert!(in_memory.check("u").await.unwrap().allowed);
+        for days in [25, 20] {
+            let max_wait = Duration::from_secs(days * 86_400);
+            let r = on_redis.wait("u", max_wait).await;
+            let m = in_memory.wait("u", max_wait).await.unwrap();
+            let r = r.unwrap_or_else(|e| panic!("a wait of {days} days: {e}"));
+            assert!(!r.allowed, "{days} days");
+            assert_eq!(r, m, "{days} days");
+        }
+    });
+}
