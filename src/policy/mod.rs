@@ -337,9 +337,9 @@ fn window_params(max: u64, window: Duration) -> Result<WindowParams, PolicyError
     })
 }
 
-mod reserve;
+pub(crate) mod reserve;
 
-pub(crate) use reserve::{effective_policy, rebase, MAX_RESERVED_TOLERANCE_NS};
+pub(crate) use reserve::{effective_policy, rebase};
 
 #[cfg(test)]
 mod tests;

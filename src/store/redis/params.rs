@@ -24,7 +24,7 @@ pub(crate) const MAX_NOW_US: u64 = 1 << 52;
 pub(crate) const MAX_GCRA_NS: u128 = 1000 << 42;
 
 // A reservation's stretched policy always runs here.
-const _: () = assert!((crate::policy::MAX_RESERVED_TOLERANCE_NS as u128) < MAX_GCRA_NS);
+const _: () = assert!((crate::policy::reserve::MAX_RESERVED_TOLERANCE_NS as u128) < MAX_GCRA_NS);
 
 /// Largest sliding-log limit on Redis: the log holds one sorted-set member per
 /// admitted unit, and one check of cost `max` writes `max` members while the

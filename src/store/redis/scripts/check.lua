@@ -2,7 +2,8 @@
 -- after another (the same key twice sees the first one's effect). Each check
 -- decides every one of its rules, then commits them only if all allow.
 -- KEYS: every rule's key, check after check (all in one slot on a cluster).
--- ARGV[3] = number of policies P, then P × (algorithm code, p1, p2);
+-- ARGV[3] = number of policies P, then P × (algorithm code, p1 a count, p2 a
+-- duration in ns);
 -- then the number of checks, and per check its rule count n followed by
 -- n × (policy index, cost[, permit id if the policy is a concurrency one]);
 -- or, for a uniform batch, 'U' and the cost (see below).

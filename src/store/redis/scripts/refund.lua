@@ -1,7 +1,8 @@
 -- refund: gives ARGV[6] units of a charge back to KEYS[1], into the slot its
 -- receipt names: ARGV[7] = the charge's instant (µs), ARGV[8] = its permit
 -- id or ''.
--- ARGV[3..5] = algorithm code, p1, p2. Reply: now (µs).
+-- ARGV[3..5] = algorithm code, p1 (a count), p2 (a duration in ns).
+-- Reply: now (µs).
 
 local now = now_us()
 local a = algo[ARGV[3]]
