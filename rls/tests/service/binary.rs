@@ -1,21 +1,13 @@
 //! The `throttle-rls` binary: bad settings exit non-zero with the variable
 //! named; SIGTERM turns health off and exits cleanly.
 
-use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::process::free_port;
 use crate::support::*;
 
 const BIN: &str = env!("CARGO_BIN_EXE_throttle-rls");
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 #[test]
 fn bad_settings_exit_non_zero_naming_the_variable() {

@@ -9,12 +9,23 @@ use tokio::sync::mpsc;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_throttle-rls");
 
+/// A port free now for the binary to listen on. Taken below Linux's
+/// ephemeral range (32768–60999), where the outgoing connections of tests
+/// running beside this one draw their ports: a port of that range found free
+/// here could be a client's before the binary binds it ("Address already in
+/// use"). Each test process walks its own stretch of 20000–31999.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let stretch = std::process::id() % 1000 * 12;
+    for _ in 0..12_000 {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = u16::try_from(20_000 + (stretch + n) % 12_000).unwrap_or(20_000);
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in 20000–31999")
 }
 
 /// A running binary; killed on drop.
