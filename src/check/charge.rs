@@ -12,11 +12,11 @@ use super::{LayerState, Plan};
 use crate::body::{BodyEnd, BodySettle};
 use crate::decision::Receipt;
 use crate::info::RateLimitInfo;
-use crate::limiter::release_detached;
 use crate::meter::{ActualCost, ReportedCost};
 use crate::outcome::{in_trailers, AtHead, Outcome};
 use crate::policy::Policy;
 use crate::settings::CountIf;
+use crate::store::release_detached;
 use crate::store::{Charge, Store};
 
 /// What an admitted request was charged, to settle once its response shows

@@ -8,18 +8,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::planned::PlannedRule;
-use super::{LayerState, Plan, Reach, Ruling};
-use crate::decision::Decision;
+use super::{LayerState, Plan, Ruling};
 use crate::info::{RateLimitInfo, RuleDecision};
-use crate::lockout::{lock_left, Penalty};
+use crate::lockout::Penalty;
 use crate::mode::Mode;
-use crate::store::{budget, Store, StoreError};
+use crate::store::{budget, Reach, Store, StoreError};
 
-/// The lock-out's check of the plan's keys, before the store decides:
-/// `Some(None)` when no key is locked, `Some(Some(answer))` when one is (or
-/// the check failed), `None` when `reach` is [`Reach::Now`] and the store
-/// answers later (a peek: nothing was read). Through the store's futures it
-/// runs within the layer's timeout. A dry run checks nothing.
+/// The lock-out's check of the plan's keys ([`Penalty::locks`]), before
+/// the store decides: `Some(None)` when no key is locked, `Some(Some(answer))`
+/// when one is (or the check failed), `None` when `reach` is [`Reach::Now`]
+/// and the store answers later (a peek: nothing was read). Through the
+/// store's futures it runs within the layer's timeout. A dry run checks
+/// nothing.
 pub(super) async fn locked<St: Store>(
     shared: &LayerState<St>,
     penalty: &Penalty,
@@ -29,27 +29,20 @@ pub(super) async fn locked<St: Store>(
     if shared.settings.mode == Mode::DryRun {
         return Some(None);
     }
-    let lookups = async {
-        let mut entries = Vec::new();
-        for a in plan.actives() {
-            let lock_key = penalty.lock_key(plan.key(a));
-            let charges = [penalty.lock_peek(&lock_key)];
-            let Some(peek) = reach.answer(shared.store.decide(&charges)).await else {
-                return Ok(None);
-            };
-            if let Some(left) = lock_left(&peek?.into_one()?) {
-                entries.push(entry(penalty, shared, plan, a, left));
-            }
-        }
-        Ok(Some(entries))
-    };
+    let lookups = penalty.locks(&*shared.store, plan.active_keys(), reach);
     let looked_up = match shared.settings.timeout.filter(|_| reach == Reach::Later) {
         Some(limit) => budget::within(limit, lookups).await,
         None => lookups.await,
     };
     Some(match looked_up {
         Ok(None) => return None,
-        Ok(Some(entries)) => info(shared, entries).map(|info| Ruling::Locked(Box::new(info))),
+        Ok(Some(locks)) => {
+            let entries = locks
+                .into_iter()
+                .map(|(i, left)| entry(penalty, shared, plan, &plan.actives()[i], left))
+                .collect();
+            info(shared, entries).map(|info| Ruling::Locked(Box::new(info)))
+        }
         Err(error) => Some(Ruling::Failed(error)),
     })
 }
@@ -122,10 +115,7 @@ fn apply(info: &mut RateLimitInfo, (penalty, results): Recorded) {
             Ok(None) => {}
             Ok(Some(lock)) => {
                 let e = &mut entries[i];
-                e.decision = Decision {
-                    decided_by: e.decision.decided_by,
-                    ..penalty.locked(&e.policy, lock)
-                };
+                e.decision = penalty.lock_denial(&e.policy, lock, Some(&e.decision));
             }
             // The request is refused anyway; only its strike is lost.
             Err(error) => {

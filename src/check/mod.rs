@@ -29,7 +29,7 @@ use crate::limiter::{Reservation, WaitBudget};
 use crate::mode::Mode;
 use crate::rule::RuleCfg;
 use crate::settings::Settings;
-use crate::store::{Answer, Decisions, Store, StoreError};
+use crate::store::{Decisions, Reach, Store, StoreError};
 
 mod charge;
 mod choose;
@@ -91,54 +91,6 @@ pub(super) enum Ruling {
     Locked(Box<RateLimitInfo>),
     /// The store failed (or timed out).
     Failed(StoreError),
-}
-
-/// How a stage reaches the store.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub(super) enum Reach {
-    /// In process: each call answers at once, or not at all (the plan then
-    /// goes on [`Reach::Later`]); nothing waits.
-    Now,
-    /// Through the store's futures, waiting where the mode says.
-    Later,
-}
-
-impl Reach {
-    /// A store's answer as this reach takes it: [`Reach::Now`] reads an
-    /// answer given at once and leaves a future unpolled (`None`: nothing
-    /// was charged); [`Reach::Later`] awaits it.
-    async fn answer<F>(self, answer: Answer<F>) -> Option<Result<Decisions, StoreError>>
-    where
-        F: Future<Output = Result<Decisions, StoreError>>,
-    {
-        match (answer, self) {
-            (Answer::Now(result), _) => Some(result),
-            (Answer::Later(_), Reach::Now) => None,
-            (Answer::Later(future), Reach::Later) => Some(future.await),
-        }
-    }
-
-    /// Work that owns what it needs (a lock-out's strikes): awaited
-    /// [`Reach::Later`]; [`Reach::Now`] polls it once and, if it must wait,
-    /// lets it finish in the background (`None`).
-    async fn finish<F>(self, mut work: Pin<Box<F>>) -> Option<F::Output>
-    where
-        F: Future + Send + 'static,
-        F::Output: Send,
-    {
-        if self == Reach::Later {
-            return Some(work.await);
-        }
-        match work.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
-            Poll::Ready(output) => Some(output),
-            Poll::Pending => {
-                crate::limiter::release_detached(async move {
-                    work.await;
-                });
-                None
-            }
-        }
-    }
 }
 
 /// Checks a request in process: the fast lane, or [`plan`], the lock-out's

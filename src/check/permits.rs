@@ -7,8 +7,8 @@ use tokio::time::Instant;
 use super::{Holds, LayerState, Plan};
 use crate::decision::PermitId;
 use crate::info::RateLimitInfo;
-use crate::limiter::release_detached;
 use crate::policy::Policy;
+use crate::store::release_detached;
 use crate::store::Store;
 
 /// Concurrency permits held while the inner service runs; released on drop

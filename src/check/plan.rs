@@ -99,6 +99,11 @@ impl Plan {
         &self.keys[a.start..a.end]
     }
 
+    /// Every active rule's key, in order.
+    pub(super) fn active_keys(&self) -> impl Iterator<Item = &[u8]> + Send + '_ {
+        self.actives().iter().map(|a| self.key(a))
+    }
+
     /// The `pk` of `a`'s key part, when the layer writes partition keys.
     pub(super) fn partition_key<St>(
         &self,

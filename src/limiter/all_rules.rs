@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{assert_valid_name, locked_out, Limiter};
+use super::{assert_valid_name, Limiter};
 use crate::decision::Decision;
 use crate::lockout::Penalty;
 use crate::policy::Policy;
@@ -206,7 +206,7 @@ impl<S: Store> Limiter<S, AllRules> {
             .rules
             .iter()
             .enumerate()
-            .map(|(i, r)| locked_out(penalty, &r.policy, left, struck.map(|s| &s.decisions[i])))
+            .map(|(i, r)| penalty.lock_denial(&r.policy, left, struck.map(|s| &s.decisions[i])))
             .collect();
         RuleDecisions {
             rules: self.rules.rules.clone(),

@@ -18,7 +18,6 @@
 use std::borrow::Cow;
 use std::future::Future;
 use std::sync::Arc;
-use std::task::{Context, Waker};
 use std::time::Duration;
 
 use crate::decision::Decision;
@@ -169,12 +168,13 @@ impl<S: Store, R> Limiter<S, R> {
         }
     }
 
-    /// The lock-out around one check (or wait) of the caller's `key`, the
-    /// one sequence every check of a limiter takes: refused without a store
-    /// call while the key is locked; a denial the check ends with counts a
-    /// strike (a peek, `cost` 0, never does), and the strike that locks
-    /// answers with the whole lock. `locked_out` renders a lock's denial
-    /// from the time left and the denial that locked, if any.
+    /// The lock-out's sequence ([`crate::lockout`]) around one check (or
+    /// wait) of the caller's `key`, as every check of a limiter takes it:
+    /// refused without a store call while the key is locked; a denial the
+    /// check ends with counts a strike (a peek, `cost` 0, never does), and
+    /// the strike that locks answers with the whole lock. `locked_out`
+    /// renders a lock's denial ([`Penalty::lock_denial`]) from the time left
+    /// and the denial that locked, if any.
     async fn guarded<T>(
         &self,
         key: &[u8],
@@ -269,20 +269,6 @@ impl<S: Store, R> Limiter<S, R> {
     }
 }
 
-/// A lock's denial of a rule of `policy`, `left` to run; the denial that
-/// locked, if any, stays named as the decider.
-fn locked_out(
-    penalty: &Penalty,
-    policy: &Policy,
-    left: Duration,
-    struck: Option<&Decision>,
-) -> Decision {
-    Decision {
-        decided_by: struck.map(|d| d.decided_by).unwrap_or_default(),
-        ..penalty.locked(policy, left)
-    }
-}
-
 /// One attempt of a wait: done (admitted), or denied with the wait after
 /// which the quota may be there.
 enum Attempt<T> {
@@ -328,18 +314,6 @@ fn assert_valid_name(name: &str) {
         valid_name(name),
         "rate-limit rule name {name:?} must be 1-64 of [A-Za-z0-9_.-]"
     );
-}
-
-/// Runs `fut` to completion without awaiting it: inline if it finishes on the
-/// first poll (memory store), else on the current tokio runtime if any.
-pub(crate) fn release_detached<F: Future<Output = ()> + Send + 'static>(fut: F) {
-    let mut fut = Box::pin(fut);
-    let mut cx = Context::from_waker(Waker::noop());
-    if fut.as_mut().poll(&mut cx).is_pending() {
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            handle.spawn(fut);
-        }
-    }
 }
 
 /// The `prefix:` a limiter puts before every key.

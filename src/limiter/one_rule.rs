@@ -4,8 +4,9 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{assert_valid_name, locked_out, AllRules, KeyPrefix, Limiter, Permit};
+use super::{assert_valid_name, AllRules, KeyPrefix, Limiter, Permit};
 use crate::decision::{Decision, PermitId, Receipt};
+use crate::lockout::Penalty;
 use crate::policy::Policy;
 use crate::store::{Charge, RuleSpec, Store, StoreError};
 
@@ -135,7 +136,7 @@ impl<S: Store> Limiter<S, OneRule> {
         let charge = Charge::new(rule_key, policy, cost);
         let check = self.store.check(charge);
         let locked =
-            |penalty: &_, left, struck: Option<&_>| locked_out(penalty, policy, left, struck);
+            |penalty: &Penalty, left, struck: Option<&_>| penalty.lock_denial(policy, left, struck);
         self.guarded(key, cost, check, |d| !d.allowed, locked).await
     }
 
@@ -235,7 +236,7 @@ impl<S: Store> Limiter<S, OneRule> {
                 .ok_or_else(|| StoreError::Protocol("no decision for the rule".into()))
         };
         let locked =
-            |penalty: &_, left, struck: Option<&_>| locked_out(penalty, &real, left, struck);
+            |penalty: &Penalty, left, struck: Option<&_>| penalty.lock_denial(&real, left, struck);
         self.guarded(caller, cost, waited, |d| !d.allowed, locked)
             .await
     }

@@ -2,9 +2,9 @@
 
 use std::sync::Arc;
 
-use super::release_detached;
 use crate::decision::{Decision, PermitId, Receipt};
 use crate::policy::Policy;
+use crate::store::release_detached;
 use crate::store::{Store, StoreError};
 
 /// A held concurrency permit; dropping it releases it.

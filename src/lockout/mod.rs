@@ -26,15 +26,20 @@
 //!
 //! [`Limiter::lockout`](crate::Limiter::lockout) is the direct API, and
 //! [`ThrottleLayer::lockout`](crate::ThrottleLayer::lockout) applies a
-//! penalty to every rule key of a layer. Any other caller uses the hooks
-//! [`Penalty::check_locked`] (before the check) and
+//! penalty to every rule key of a layer. Both take one sequence, built from
+//! this module's steps: the locks of the keys (a limiter's caller key, or a
+//! layer's per-client rule keys) are read once; a locked key is refused
+//! without a check; otherwise the check runs (and, waiting, retries); each
+//! key its final denial names counts a strike (a peek never does), and a
+//! strike that locks answers with the lock's denial. Any other caller uses
+//! the hooks [`Penalty::check_locked`] (before the check) and
 //! [`Penalty::record_denial`] (after a denial) the same way.
 
 use std::time::Duration;
 
 use crate::decision::Decision;
 use crate::policy::{Policy, PolicyError};
-use crate::store::{Charge, RuleSpec, Store, StoreError};
+use crate::store::{Charge, Reach, RuleSpec, Store, StoreError};
 
 /// Locks a key out for `lock` after `strikes` denials within `within`.
 /// See the [module docs](self).
@@ -108,20 +113,37 @@ impl Penalty {
         store: &S,
         key: &[u8],
     ) -> Result<Option<Duration>, StoreError> {
-        let lock_key = self.lock_key(key);
-        let peek = store.decide(&[self.lock_peek(&lock_key)]).await?;
-        Ok(lock_left(&peek.into_one()?))
+        let locks = self.locks(store, [key], Reach::Later).await?;
+        Ok(locks.into_iter().flatten().next().map(|(_, left)| left))
+    }
+
+    /// The first step of the sequence: the locks of `keys`, as each locked
+    /// key's position and the time left on its lock. Through `reach`:
+    /// `None` when [`Reach::Now`] meets a store that answers later (nothing
+    /// was read, and peeks charge nothing).
+    pub(crate) async fn locks<'k, S: Store>(
+        &self,
+        store: &S,
+        keys: impl IntoIterator<Item = &'k [u8]>,
+        reach: Reach,
+    ) -> Result<Option<Vec<(usize, Duration)>>, StoreError> {
+        let mut locked = Vec::new();
+        for (i, key) in keys.into_iter().enumerate() {
+            let lock_key = self.lock_key(key);
+            let peek = Charge::new(&lock_key, &self.lock, 0).of_penalty();
+            let Some(answer) = reach.answer(store.decide(&[peek])).await else {
+                return Ok(None);
+            };
+            if let Some(left) = lock_left(&answer?.into_one()?) {
+                locked.push((i, left));
+            }
+        }
+        Ok(Some(locked))
     }
 
     /// The store key of `key`'s lock.
-    pub(crate) fn lock_key(&self, key: &[u8]) -> Vec<u8> {
+    fn lock_key(&self, key: &[u8]) -> Vec<u8> {
         self.derived(b"lock:", key)
-    }
-
-    /// The peek of a lock's key that [`Penalty::check_locked`] makes: read
-    /// its answer with [`lock_left`].
-    pub(crate) fn lock_peek<'a>(&'a self, lock_key: &'a [u8]) -> Charge<'a> {
-        Charge::new(lock_key, &self.lock, 0).of_penalty()
     }
 
     /// Counts a denial of `key`. `Some(lock)` when it was the strike that
@@ -180,12 +202,27 @@ impl Penalty {
             decided_by: Default::default(),
         }
     }
+
+    /// The last step of the sequence: [`Penalty::locked`] answering a check
+    /// whose denial (`struck`, if any) locked its key; that denial stays
+    /// named as the decider.
+    pub(crate) fn lock_denial(
+        &self,
+        policy: &Policy,
+        left: Duration,
+        struck: Option<&Decision>,
+    ) -> Decision {
+        Decision {
+            decided_by: struck.map(|d| d.decided_by).unwrap_or_default(),
+            ..self.locked(policy, left)
+        }
+    }
 }
 
 /// The time left on a lock from a peek of its key: GCRA of one unit and no
 /// burst has nothing remaining exactly while locked, and returns to a fresh
 /// state (`reset_after`) when the lock ends.
-pub(crate) fn lock_left(peek: &Decision) -> Option<Duration> {
+fn lock_left(peek: &Decision) -> Option<Duration> {
     (peek.remaining == 0 && !peek.reset_after.is_zero()).then_some(peek.reset_after)
 }
 

@@ -4,7 +4,7 @@
 use std::future::{Future, IntoFuture};
 use std::ops::{Deref, DerefMut};
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 use pin_project_lite::pin_project;
 
@@ -65,6 +65,67 @@ impl<F: Future<Output = Result<Decisions, StoreError>>> IntoFuture for Answer<F>
             Answer::Later(future) => State::Later { future },
         };
         AnswerFuture { state }
+    }
+}
+
+/// How a caller reaches the store: the layer checks in process first
+/// ([`Reach::Now`]), and through the store's futures only when it must.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reach {
+    /// In process: each call answers at once, or not at all (the caller then
+    /// goes on through [`Reach::Later`]); nothing waits.
+    Now,
+    /// Through the store's futures, waiting where the mode says.
+    Later,
+}
+
+impl Reach {
+    /// A store's answer as this reach takes it: [`Reach::Now`] reads an
+    /// answer given at once and leaves a future unpolled (`None`: nothing
+    /// was charged); [`Reach::Later`] awaits it.
+    pub(crate) async fn answer<F>(self, answer: Answer<F>) -> Option<Result<Decisions, StoreError>>
+    where
+        F: Future<Output = Result<Decisions, StoreError>>,
+    {
+        match (answer, self) {
+            (Answer::Now(result), _) => Some(result),
+            (Answer::Later(_), Reach::Now) => None,
+            (Answer::Later(future), Reach::Later) => Some(future.await),
+        }
+    }
+
+    /// Work that owns what it needs (a lock-out's strikes): awaited
+    /// [`Reach::Later`]; [`Reach::Now`] polls it once and, if it must wait,
+    /// lets it finish in the background (`None`).
+    pub(crate) async fn finish<F>(self, mut work: Pin<Box<F>>) -> Option<F::Output>
+    where
+        F: Future + Send + 'static,
+        F::Output: Send,
+    {
+        if self == Reach::Later {
+            return Some(work.await);
+        }
+        match work.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+            Poll::Ready(output) => Some(output),
+            Poll::Pending => {
+                release_detached(async move {
+                    work.await;
+                });
+                None
+            }
+        }
+    }
+}
+
+/// Runs `fut` to completion without awaiting it: inline if it finishes on the
+/// first poll (memory store), else on the current tokio runtime if any.
+pub(crate) fn release_detached<F: Future<Output = ()> + Send + 'static>(fut: F) {
+    let mut fut = Box::pin(fut);
+    let mut cx = Context::from_waker(Waker::noop());
+    if fut.as_mut().poll(&mut cx).is_pending() {
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(fut);
+        }
     }
 }
 

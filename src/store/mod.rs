@@ -30,6 +30,7 @@ pub use self::governor::GovernorStore;
 pub use self::redis::{CellStore, LazyRedisStore, RedisClusterStore, RedisStore};
 #[cfg(test)]
 pub(crate) use answer::AtOnce;
+pub(crate) use answer::{release_detached, Reach};
 pub use answer::{Answer, AnswerFuture, Decisions, LaterBox};
 pub use boxed::BoxStore;
 pub use error::{BoxError, Outage, StoreError};

@@ -7,6 +7,8 @@
 
 #[path = "../support/counting_store.rs"]
 mod counting_store;
+#[path = "../support/peek.rs"]
+mod peek;
 
 mod conforming;
 mod layer;

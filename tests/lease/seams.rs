@@ -14,6 +14,8 @@ use tower_throttle::Policy;
 
 use crate::counting_store::CountingStore;
 
+use crate::peek::remaining;
+
 const S: u64 = 1_000_000_000;
 
 type Shared = Arc<CountingStore<MemoryStore<ManualClock>>>;
@@ -34,14 +36,6 @@ fn leasing<S: Store>(inner: S, clock: &ManualClock) -> LeasingStore<S> {
         .expiry_margin(Duration::ZERO)
         .build()
         .unwrap()
-}
-
-async fn remaining<S: Store>(store: &S, key: &[u8], policy: &Policy) -> u64 {
-    store
-        .check(Charge::new(key, policy, 0))
-        .await
-        .unwrap()
-        .remaining
 }
 
 #[tokio::test]

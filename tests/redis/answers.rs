@@ -16,6 +16,8 @@ use tower_throttle::{MemoryStore, Policy, Store};
 
 use crate::redis_support::{current_thread_runtime, RedisServer};
 
+use crate::peek::remaining;
+
 const MIN: Duration = Duration::from_secs(60);
 
 async fn redis(server: &RedisServer, clock: &ManualClock, prefix: &str) -> RedisStore {
@@ -52,14 +54,6 @@ async fn drop_then_await<S: Store>(store: &S, key: &[u8], policy: &Policy) -> bo
     let awaited = store.decide(&charge).await.unwrap();
     assert!(awaited[0].allowed);
     later
-}
-
-async fn remaining<S: Store>(store: &S, key: &[u8], policy: &Policy) -> u64 {
-    store
-        .check(Charge::new(key, policy, 0))
-        .await
-        .unwrap()
-        .remaining
 }
 
 #[test]

@@ -10,6 +10,8 @@ mod counting_store;
 mod decided_by;
 #[path = "../support/faults.rs"]
 mod faults;
+#[path = "../support/peek.rs"]
+mod peek;
 #[macro_use]
 #[path = "../support/model_bench.rs"]
 mod model_bench;
