@@ -83,6 +83,16 @@ impl Settings {
             && !self.info_on_allowed()
     }
 
+    /// Whether an admission's figures (`remaining`, the resets) are read
+    /// whatever the log level: by the near-limit count of the `metrics`
+    /// feature, unless its ratio is 1 (nothing is counted then).
+    pub(crate) fn counts_near_limit(&self) -> bool {
+        #[cfg(feature = "metrics")]
+        return self.near_limit < 1.0;
+        #[cfg(not(feature = "metrics"))]
+        false
+    }
+
     /// Whether an admitted request needs its [`RateLimitInfo`] (for the
     /// request extension or the response headers).
     pub(crate) fn info_on_allowed(&self) -> bool {

@@ -63,6 +63,12 @@ pub(crate) struct LayerState<St> {
     /// delay, and nothing an admission carries forward: [`now`] takes the
     /// fast lane of `simple` (see [`Settings::simple`]).
     pub(crate) simple: bool,
+    /// No admission's figures are read but by a debug log: `simple` asks
+    /// the store for a bare admission ([`Charge::without_figures`]) while
+    /// no debug subscriber listens.
+    ///
+    /// [`Charge::without_figures`]: crate::store::Charge::without_figures
+    pub(crate) spares_figures: bool,
     /// A simple layer whose denials are answered with the default
     /// plain-text 429 and need no estimate of a release (not a concurrency
     /// limit): `simple` renders the common one straight from the store's
@@ -245,7 +251,7 @@ pub(crate) async fn later<St: Store>(
 #[inline]
 pub(super) fn near_limit<St>(shared: &LayerState<St>, rule: usize, d: &Decision) {
     #[cfg(feature = "metrics")]
-    if d.allowed {
+    if d.allowed && shared.settings.counts_near_limit() {
         let used = d.limit.saturating_sub(d.remaining);
         // Whole units, as Envoy's rate-limit service counts: with 0.8, the
         // 5th of 5 and the 81st of 100.

@@ -54,9 +54,9 @@ pub(super) fn check<St: Store>(
     let policy = picked.as_ref().unwrap_or(&rule.policy);
     let mut charge = Charge::new(&keys, policy, cost);
     // An admission's figures are read only by the debug log and the
-    // near-limit count of the `metrics` feature; without them, a simple
-    // layer (which carries nothing) forwards any admission without a permit.
-    let spare = !cfg!(feature = "metrics")
+    // near-limit count; without them, a simple layer (which carries
+    // nothing) forwards any admission without a permit.
+    let spare = shared.spares_figures
         && !tracing::enabled!(target: "tower_throttle", tracing::Level::DEBUG);
     if spare {
         charge = charge.without_figures();

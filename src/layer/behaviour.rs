@@ -199,6 +199,8 @@ impl<St: Store> ThrottleLayer<St> {
     /// `tower_throttle_near_limit_total` (default 0.8, as Envoy's
     /// rate-limit service: the 5th request of 5 and the 81st of 100). A
     /// value outside `0.0..=1.0` is clamped into it; NaN keeps the default.
+    /// At 1.0 nothing is counted, and a layer of one plain rule asks the
+    /// store for no admission's figures, as it does without the feature.
     #[cfg(feature = "metrics")]
     #[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
     pub fn near_limit_ratio(mut self, ratio: f64) -> Self {

@@ -138,6 +138,7 @@ impl<St: Store> ThrottleLayer<St> {
             store: self.store.clone(),
             holds: Arc::new(crate::check::Holds::new(self.limits.len())),
             simple: settings.simple(&rules),
+            spares_figures: !settings.counts_near_limit(),
             plain_denials: settings.simple(&rules)
                 && matches!(settings.body, crate::response::BodyFormat::PlainText)
                 && !rules[0].policy.is_concurrency(),

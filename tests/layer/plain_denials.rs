@@ -6,13 +6,15 @@
 //! fields, for every algorithm, across window boundaries, with legacy
 //! fields, another body format, partition keys and in gRPC.
 //!
-//! The fast lane runs when nothing asks for an admission's figures: not
-//! with the `metrics` feature (its near-limit count reads them) or a debug
-//! subscriber. CI's `cargo test --no-default-features` runs these tests on
-//! the lane; under `--all-features` they hold the general path to the
-//! reference.
+//! The fast lane asks the store for no admission's figures when nothing
+//! reads them: not under a debug subscriber, nor with the `metrics`
+//! feature's near-limit count (unless its ratio is 1). Every comparison
+//! drives a layer on that lane too, so the ordinary test run holds it to
+//! the general path with or without the feature.
 
 use std::convert::Infallible;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -20,10 +22,12 @@ use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full};
 use tower::{Layer, Service, ServiceExt};
 use tower_throttle::clock::ManualClock;
+use tower_throttle::decision::Receipt;
 use tower_throttle::grpc::ResponseProtocol;
 use tower_throttle::key::Global;
 use tower_throttle::response::PartitionKeys;
-use tower_throttle::{MemoryStore, Policy, ThrottleLayer};
+use tower_throttle::store::{Answer, Charge, Decisions};
+use tower_throttle::{MemoryStore, Policy, Store, StoreError, ThrottleLayer};
 
 type Parts = (StatusCode, Vec<(String, Vec<u8>)>, Bytes);
 
@@ -95,6 +99,8 @@ async fn agree_on(
     let clock = ManualClock::new();
     let store = || MemoryStore::builder().clock(clock.clone()).build();
     let simple = configure(ThrottleLayer::new(store(), policy).key(Global)).layer(ok());
+    let spared = spare_figures(configure(ThrottleLayer::new(store(), policy).key(Global)));
+    let spared = spared.layer(ok());
     let general = configure(ThrottleLayer::new(store(), policy).key(Global))
         .request_info(true)
         .layer(ok());
@@ -118,7 +124,9 @@ async fn agree_on(
             let a = send(&simple, grpc, tier).await;
             let b = send(&general, grpc, tier).await;
             let c = send(&reference, grpc, tier).await;
+            let d = send(&spared, grpc, tier).await;
             assert_eq!(a, b, "{policy:?}, {tier:?} at step {step}");
+            assert_eq!(a, d, "{policy:?}, {tier:?} at step {step}");
             assert_eq!(
                 without_legacy(a.clone()),
                 without_legacy(c),
@@ -133,6 +141,15 @@ async fn agree_on(
         clock.advance(Duration::from_millis(350));
     }
     denials
+}
+
+/// `layer` with nothing reading an admission's figures: the near-limit
+/// count off where the `metrics` feature has one.
+fn spare_figures<S: Store>(layer: ThrottleLayer<S>) -> ThrottleLayer<S> {
+    #[cfg(feature = "metrics")]
+    return layer.near_limit_ratio(1.0);
+    #[cfg(not(feature = "metrics"))]
+    layer
 }
 
 fn policies() -> [Policy; 5] {
@@ -196,4 +213,88 @@ async fn per_request_policies_in_the_fast_lane_answer_as_the_general_path() {
         denials += agree_on(base, by_fn, false, &tiers, 80).await;
     }
     assert!(denials > 150, "{denials} denials compared");
+}
+
+/// The memory store, noting whether each charge asked for its admission's
+/// figures.
+struct Noting {
+    inner: MemoryStore,
+    figures: Arc<Mutex<Vec<bool>>>,
+}
+
+impl Store for Noting {
+    fn decide<'a>(
+        &'a self,
+        charges: &'a [Charge<'a>],
+    ) -> Answer<impl Future<Output = Result<Decisions, StoreError>> + Send + 'a> {
+        let mut noted = self.figures.lock().unwrap();
+        noted.extend(charges.iter().map(|c| c.figures));
+        self.inner.decide(charges)
+    }
+
+    fn refund(
+        &self,
+        key: &[u8],
+        policy: &Policy,
+        receipt: &Receipt,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.inner.refund(key, policy, receipt)
+    }
+
+    fn reset(
+        &self,
+        key: &[u8],
+        policy: &Policy,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send {
+        self.inner.reset(key, policy)
+    }
+}
+
+/// Listens to everything at every level, as a debug subscriber does.
+struct Listening;
+
+impl tracing::Subscriber for Listening {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, _: &tracing::Event<'_>) {}
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+/// Whether each of 3 requests through a simple layer (configured by
+/// `configure`) asked the store for its admission's figures.
+async fn figures_asked(
+    configure: impl FnOnce(ThrottleLayer<Noting>) -> ThrottleLayer<Noting>,
+) -> Vec<bool> {
+    let figures = Arc::new(Mutex::new(Vec::new()));
+    let store = Noting {
+        inner: MemoryStore::new(),
+        figures: figures.clone(),
+    };
+    let policy = Policy::cell(10, 1, Duration::from_secs(1)).unwrap();
+    let svc = configure(ThrottleLayer::new(store, policy).key(Global)).layer(ok());
+    for _ in 0..3 {
+        assert_eq!(send(&svc, false, None).await.0, StatusCode::OK);
+    }
+    let asked = figures.lock().unwrap().clone();
+    asked
+}
+
+/// The lane the comparisons above rely on is the one taken: no figures
+/// while nothing reads them, figures for the near-limit count and under a
+/// debug subscriber.
+#[tokio::test]
+async fn a_simple_layer_asks_for_figures_only_when_something_reads_them() {
+    assert_eq!(figures_asked(spare_figures).await, [false; 3]);
+    let default = figures_asked(|l| l).await;
+    assert_eq!(default, [cfg!(feature = "metrics"); 3], "near-limit count");
+    let listening = tracing::subscriber::set_default(Listening);
+    assert_eq!(figures_asked(spare_figures).await, [true; 3], "debug");
+    drop(listening);
 }

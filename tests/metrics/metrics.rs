@@ -343,4 +343,22 @@ async fn near_limit_admissions_and_the_applied_limits_are_recorded() {
         recorded.get("tower_throttle_rule_window_seconds{prefix=near-two,rule=hour}"),
         3_600
     );
+
+    // The ratio's edges: 0 counts every admission, 1 none (not even the
+    // last unit, and the fast lane reads no figures), in the fast lane and
+    // on the general path (`request_info`).
+    for (ratio, counted) in [(0.0, 5), (1.0, 0)] {
+        for info in [false, true] {
+            let prefix = format!("near-edge-{ratio}-{info}");
+            let edge = ThrottleLayer::new(store(), Policy::fixed_window(5, minute).unwrap())
+                .key(HeaderKey::new(USER))
+                .prefix(prefix.as_str())
+                .near_limit_ratio(ratio)
+                .request_info(info)
+                .layer(tower::service_fn(ok));
+            assert_eq!(send(&edge, "u", 6).await, [200, 200, 200, 200, 200, 429]);
+            let series = format!("{near}{{limit=5,prefix={prefix},rule=default}}");
+            assert_eq!(recorded.get(&series), counted, "{series}");
+        }
+    }
 }
