@@ -15,6 +15,8 @@ mod redis_support;
 mod served;
 #[path = "../support/tokio_clock.rs"]
 mod tokio_clock;
+#[path = "../support/warns.rs"]
+mod warns;
 
 #[cfg(feature = "axum")]
 mod admin_example;

@@ -29,6 +29,8 @@ use tower_throttle::response::PartitionKeys;
 use tower_throttle::store::{Answer, Charge, Decisions};
 use tower_throttle::{MemoryStore, Policy, Store, StoreError, ThrottleLayer};
 
+use crate::warns::Warns;
+
 type Parts = (StatusCode, Vec<(String, Vec<u8>)>, Bytes);
 
 fn ok() -> impl Service<
@@ -250,23 +252,6 @@ impl Store for Noting {
     }
 }
 
-/// Listens to everything at every level, as a debug subscriber does.
-struct Listening;
-
-impl tracing::Subscriber for Listening {
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, _: &tracing::Event<'_>) {}
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
-
 /// Whether each of 3 requests through a simple layer (configured by
 /// `configure`) asked the store for its admission's figures.
 async fn figures_asked(
@@ -291,10 +276,14 @@ async fn figures_asked(
 /// debug subscriber.
 #[tokio::test]
 async fn a_simple_layer_asks_for_figures_only_when_something_reads_them() {
+    // This thread's own subscribers: a test of this binary may have
+    // installed a global one that listens at every level.
+    let quiet = tracing::subscriber::set_default(tracing::subscriber::NoSubscriber::default());
     assert_eq!(figures_asked(spare_figures).await, [false; 3]);
     let default = figures_asked(|l| l).await;
     assert_eq!(default, [cfg!(feature = "metrics"); 3], "near-limit count");
-    let listening = tracing::subscriber::set_default(Listening);
+    drop(quiet);
+    let listening = tracing::subscriber::set_default(Warns(Arc::default()));
     assert_eq!(figures_asked(spare_figures).await, [true; 3], "debug");
     drop(listening);
 }

@@ -2,12 +2,12 @@
 //! appear on the wire, each citing the product's documentation.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 
 use tower_throttle::key::{
     Cidr, ClientAddr, ClientIp, ForwardedHeader, KeyExtractor, KeyWriter, RequestHead,
 };
+
+use crate::warns::warnings_during;
 
 /// Parses a raw HTTP/1.1 request head into a request from `peer`.
 fn wire(peer: &str, head: &str) -> http::Request<()> {
@@ -245,39 +245,6 @@ fn rfc7239_forwarded() {
         "GET / HTTP/1.1\r\nForwarded: for=\"[::ffff:192.0.2.9]:80\"\r\n\r\n",
     );
     assert_eq!(key(&ip, &req), "192.0.2.9");
-}
-
-/// Counts `WARN` events on the current thread.
-struct Warns(Arc<AtomicUsize>);
-
-impl tracing::Subscriber for Warns {
-    fn register_callsite(
-        &self,
-        _: &'static tracing::Metadata<'static>,
-    ) -> tracing::subscriber::Interest {
-        tracing::subscriber::Interest::sometimes()
-    }
-    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
-        tracing::span::Id::from_u64(1)
-    }
-    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
-    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
-    fn event(&self, event: &tracing::Event<'_>) {
-        if *event.metadata().level() == tracing::Level::WARN {
-            self.0.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-    fn enter(&self, _: &tracing::span::Id) {}
-    fn exit(&self, _: &tracing::span::Id) {}
-}
-
-fn warnings_during(f: impl FnOnce()) -> usize {
-    let count = Arc::new(AtomicUsize::new(0));
-    tracing::subscriber::with_default(Warns(count.clone()), f);
-    count.load(Ordering::Relaxed)
 }
 
 #[test]
