@@ -27,11 +27,12 @@
 //! [`Limiter::lockout`](crate::Limiter::lockout) is the direct API, and
 //! [`ThrottleLayer::lockout`](crate::ThrottleLayer::lockout) applies a
 //! penalty to every rule key of a layer. Both take one sequence, built from
-//! this module's steps: the locks of the keys (a limiter's caller key, or a
-//! layer's per-client rule keys) are read once; a locked key is refused
-//! without a check; otherwise the check runs (and, waiting, retries); each
-//! key its final denial names counts a strike (a peek never does), and a
-//! strike that locks answers with the lock's denial. Any other caller uses
+//! this module's steps: the locks of the keys (a limiter's caller key, or
+//! every rule key of a layer's request) are read once; a locked key is
+//! refused without a check; otherwise the check runs (and, waiting,
+//! retries); each key its final denial names counts a strike (a peek never
+//! does, nor a layer's key every client shares), and a strike that locks
+//! answers with the lock's denial. Any other caller uses
 //! the hooks [`Penalty::check_locked`] (before the check) and
 //! [`Penalty::record_denial`] (after a denial) the same way.
 

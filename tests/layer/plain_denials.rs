@@ -98,6 +98,9 @@ async fn agree_on(
     tiers: &[Option<&str>],
     steps: usize,
 ) -> usize {
+    // No subscriber on this thread, whatever another test installed
+    // globally: `spared` takes the lane without figures.
+    let _quiet = tracing::subscriber::set_default(tracing::subscriber::NoSubscriber::default());
     let clock = ManualClock::new();
     let store = || MemoryStore::builder().clock(clock.clone()).build();
     let simple = configure(ThrottleLayer::new(store(), policy).key(Global)).layer(ok());

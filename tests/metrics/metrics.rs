@@ -344,13 +344,16 @@ async fn near_limit_admissions_and_the_applied_limits_are_recorded() {
         3_600
     );
 
-    // The ratio's edges: 0 counts every admission, 1 none (not even the
-    // last unit, and the fast lane reads no figures), in the fast lane and
-    // on the general path (`request_info`).
-    for (ratio, counted) in [(0.0, 5), (1.0, 0)] {
+    // The ratio's edges on GCRA, whose admissions the memory store gives
+    // without figures when none are read: 0 counts every admission, 0.99
+    // the 5th of 5 (figures read: a figure-free admission would look full
+    // and count every time), 1 none; in the fast lane and on the general
+    // path (`request_info`).
+    for (ratio, counted) in [(0.0, 5), (0.99, 1), (1.0, 0)] {
         for info in [false, true] {
             let prefix = format!("near-edge-{ratio}-{info}");
-            let edge = ThrottleLayer::new(store(), Policy::fixed_window(5, minute).unwrap())
+            let five = Policy::cell(4, 1, minute).unwrap();
+            let edge = ThrottleLayer::new(store(), five)
                 .key(HeaderKey::new(USER))
                 .prefix(prefix.as_str())
                 .near_limit_ratio(ratio)
