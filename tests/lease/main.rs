@@ -10,6 +10,7 @@ mod counting_store;
 #[path = "../support/peek.rs"]
 mod peek;
 
+mod answers;
 mod conforming;
 mod layer;
 mod seams;

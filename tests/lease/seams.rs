@@ -13,7 +13,6 @@ use tower_throttle::store::{Charge, FallbackStore, MemoryStore, Outage, Store, S
 use tower_throttle::Policy;
 
 use crate::counting_store::CountingStore;
-
 use crate::peek::remaining;
 
 const S: u64 = 1_000_000_000;

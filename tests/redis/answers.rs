@@ -14,9 +14,8 @@ use tower_throttle::store::redis::{RedisStore, TimeSource};
 use tower_throttle::store::{Answer, BoxStore, Charge, FallbackStore, Hottest};
 use tower_throttle::{MemoryStore, Policy, Store};
 
-use crate::redis_support::{current_thread_runtime, RedisServer};
-
 use crate::peek::remaining;
+use crate::redis_support::{current_thread_runtime, RedisServer};
 
 const MIN: Duration = Duration::from_secs(60);
 

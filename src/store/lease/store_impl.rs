@@ -204,6 +204,16 @@ impl<S: Store> Store for LeasingStore<S> {
         })
     }
 
+    /// [`Store::decide`] of one charge, without wrapping a lease's
+    /// decision in [`Decisions`] to unwrap it again.
+    async fn check(&self, charge: Charge<'_>) -> Result<Decision, StoreError> {
+        let charge = read_figures(&charge);
+        match self.decide_now(charge) {
+            Some(answer) => answer,
+            None => self.check_one(charge).await,
+        }
+    }
+
     async fn refund(
         &self,
         key: &[u8],
