@@ -246,9 +246,28 @@ fn join(host: &str, port: u16) -> String {
 }
 
 impl Settings {
-    /// From the process environment.
+    /// From the process environment. A variable the service reads whose
+    /// value is not UTF-8 is refused by name, never taken for unset.
     pub fn from_env() -> Result<Settings, SettingsError> {
-        Self::from_lookup(&|name| std::env::var(name).ok())
+        let not_unicode = std::cell::RefCell::new(None);
+        let settings = Self::from_lookup(&|name| match std::env::var(name) {
+            Ok(value) => Some(value),
+            Err(std::env::VarError::NotPresent) => None,
+            Err(std::env::VarError::NotUnicode(_)) => {
+                not_unicode
+                    .borrow_mut()
+                    .get_or_insert_with(|| name.to_owned());
+                None
+            }
+        });
+        match not_unicode.into_inner() {
+            // Leaked once: the process stops with this error.
+            Some(name) => Err(SettingsError {
+                name: Box::leak(name.into_boxed_str()),
+                message: "its value is not valid UTF-8".to_owned(),
+            }),
+            None => settings,
+        }
     }
 
     /// From any lookup of variable names (unset = `None`).

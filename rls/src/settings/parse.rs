@@ -37,7 +37,12 @@ pub(super) fn ratio_value(name: &'static str, raw: &str) -> Result<f32, Settings
     }
 }
 
-/// Go's `time.ParseDuration`: `300ms`, `1h30m`, `-` not allowed, `0` alone.
+/// The longest duration Go's `time.Duration` holds (2^63 − 1 ns, about 292
+/// years): `time.ParseDuration` refuses longer ones, and so does this.
+const GO_MAX_DURATION: Duration = Duration::from_nanos(i64::MAX as u64);
+
+/// Go's `time.ParseDuration`: `300ms`, `1h30m`, `-` not allowed, `0` alone,
+/// at most 2562047h47m16.854775807s.
 pub(super) fn duration_value(name: &'static str, raw: &str) -> Result<Duration, SettingsError> {
     let bad =
         || SettingsError::invalid(name, raw, "expected a duration such as 10s, 1h30m or 500ms");
@@ -72,7 +77,14 @@ pub(super) fn duration_value(name: &'static str, raw: &str) -> Result<Duration, 
         total += number * scale;
         rest = &rest[u_end..];
     }
-    Duration::try_from_secs_f64(total).map_err(|_| bad())
+    match Duration::try_from_secs_f64(total) {
+        Ok(d) if d <= GO_MAX_DURATION => Ok(d),
+        _ => Err(SettingsError::invalid(
+            name,
+            raw,
+            "longer than Go's longest duration, 2562047h47m16.854775807s",
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -94,9 +106,31 @@ mod tests {
             Duration::from_millis(250)
         );
         assert_eq!(duration_value("X", "0").unwrap(), Duration::ZERO);
-        for bad in ["", "10", "-1s", "1x", "s"] {
+        assert_eq!(duration_value("X", "1ns").unwrap(), Duration::from_nanos(1));
+        // Go's range: up to 2^63 − 1 ns; beyond it, refused as Go refuses.
+        assert_eq!(
+            duration_value("X", "2562047h").unwrap(),
+            Duration::from_secs(2_562_047 * 3_600)
+        );
+        for bad in [
+            "",
+            "10",
+            "-1s",
+            "1x",
+            "s",
+            "2562048h",
+            "99999999999999999999h",
+            "1e400s",
+        ] {
             assert!(duration_value("X", bad).is_err(), "{bad:?}");
         }
+        let err = duration_value("STATS_FLUSH_INTERVAL", "2562048h")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("STATS_FLUSH_INTERVAL") && err.contains("longest"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -36,8 +36,23 @@ pub(super) fn jitter(env: &Env<'_>) -> Result<u64, SettingsError> {
     let Some(raw) = (env.0)(NAME) else {
         return Ok(300);
     };
-    raw.trim()
+    let seconds = raw
+        .trim()
         .parse::<i64>()
-        .map(|n| u64::try_from(n).unwrap_or(0))
-        .map_err(|_| SettingsError::invalid(NAME, &raw, "expected a whole number of seconds"))
+        .map_err(|_| SettingsError::invalid(NAME, &raw, "expected a whole number of seconds"))?;
+    // Upstream adds no jitter below 1; Redis refuses an `EXPIRE` whose
+    // time in ms overflows, from about 9.2e15 s on: refused here, before
+    // every counting request fails.
+    match u64::try_from(seconds).unwrap_or(0) {
+        s if s > MAX_JITTER_SECONDS => Err(SettingsError::invalid(
+            NAME,
+            &raw,
+            "at most 10^15 seconds (Redis refuses longer expiries)",
+        )),
+        s => Ok(s),
+    }
 }
+
+/// The longest jitter: with a year's window, far below the expiry Redis
+/// refuses (about 9.2e15 s).
+const MAX_JITTER_SECONDS: u64 = 1_000_000_000_000_000;

@@ -80,6 +80,13 @@ fn bad_values_name_the_variable() {
         ("REDIS_TYPE", "RING"),
         ("BACKEND_TYPE", "etcd"),
         ("REDIS_TIMEOUT", "10"),
+        // Upstream's "no timeout": every request would wait on a stall.
+        ("REDIS_TIMEOUT", "0"),
+        ("REDIS_TIMEOUT", "0s"),
+        // Beyond Go's longest duration (an interval or a retry would
+        // overflow the clock).
+        ("STATS_FLUSH_INTERVAL", "2562048h"),
+        ("RLS_SHUTDOWN_GRACE", "99999999999999999999h"),
         ("LOG_LEVEL", "loud"),
         ("RLS_MAX_DESCRIPTORS", "0"),
         ("RLS_RELOAD_INTERVAL", "0"),
@@ -309,6 +316,8 @@ fn bad_xds_settings_are_refused_naming_the_variable() {
         ("CONFIG_GRPC_XDS_SERVER_URL", "http://eg:18001"),
         ("CONFIG_GRPC_XDS_SERVER_URL", "eg"),
         ("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "3"),
+        ("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "0"),
+        ("CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "0ms"),
         ("CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "novalue"),
         ("CONFIG_GRPC_XDS_SERVER_USE_TLS", "yes"),
         ("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "soon"),

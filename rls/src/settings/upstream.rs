@@ -101,7 +101,22 @@ pub(super) fn backend(env: &Env<'_>) -> Result<Backend, SettingsError> {
         tls: env.flag("REDIS_TLS", false)?,
         tls_ca_cert: path("REDIS_TLS_CACERT"),
         tls_client,
-        timeout: env.duration("REDIS_TIMEOUT", Duration::from_secs(10))?,
+        timeout: redis_timeout(env)?,
         fallback_to_memory,
     }))
+}
+
+/// `REDIS_TIMEOUT` (default 10s), above zero: upstream's 0 means no timeout
+/// at all, which a stalled Redis would turn into every request waiting.
+fn redis_timeout(env: &Env<'_>) -> Result<Duration, SettingsError> {
+    const NAME: &str = "REDIS_TIMEOUT";
+    match env.duration(NAME, Duration::from_secs(10))? {
+        Duration::ZERO => Err(SettingsError {
+            name: NAME,
+            message:
+                "0 (no timeout) is not supported: give the longest wait for Redis, such as 10s"
+                    .to_owned(),
+        }),
+        timeout => Ok(timeout),
+    }
 }

@@ -149,10 +149,13 @@ pub(super) fn xds(env: &Env<'_>) -> Result<Option<XdsSettings>, SettingsError> {
         port,
         node_id: env.string("CONFIG_GRPC_XDS_NODE_ID", "default"),
         node_metadata,
-        connect_retry_interval: duration(
-            env,
+        connect_retry_interval: above_zero(
             "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
-            Duration::from_secs(3),
+            duration(
+                env,
+                "CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL",
+                Duration::from_secs(3),
+            )?,
         )?,
         additional_headers,
         tls,
@@ -172,6 +175,18 @@ pub(super) fn xds(env: &Env<'_>) -> Result<Option<XdsSettings>, SettingsError> {
         },
         max_msg_size,
     }))
+}
+
+/// `d`, refused when zero: a retry without a pause spins while the
+/// control plane refuses connections.
+fn above_zero(name: &'static str, d: Duration) -> Result<Duration, SettingsError> {
+    match d {
+        Duration::ZERO => Err(SettingsError {
+            name,
+            message: "0 retries without a pause: give one above zero, such as 3s".to_owned(),
+        }),
+        d => Ok(d),
+    }
 }
 
 /// As `envconfig` reads a duration: unset or empty is the default.

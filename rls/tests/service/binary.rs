@@ -27,6 +27,34 @@ fn bad_settings_exit_non_zero_naming_the_variable() {
     }
 }
 
+/// A value that is not UTF-8 is refused by name, never read as unset: here
+/// TLS asked for with bytes the service cannot read (unset would serve
+/// plain text), and an unsupported feature behind bytes that would hide it.
+#[cfg(unix)]
+#[test]
+fn a_value_that_is_not_utf8_is_refused_naming_the_variable() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    for (name, value) in [
+        ("GRPC_SERVER_USE_TLS", &b"tru\xffe"[..]),
+        ("REDIS_PERSECOND", b"\xc3\x28"),
+        ("RLS_LEASES", b"\xff"),
+    ] {
+        // A bad port too: were the bytes read as unset, the service would
+        // stop on the port instead (and not start serving).
+        let out = Command::new(BIN)
+            .env(name, OsStr::from_bytes(value))
+            .env("GRPC_PORT", "eighty")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{name}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(name) && err.contains("UTF-8"), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
 #[cfg(unix)]
 #[tokio::test]
 async fn sigterm_fails_health_then_exits_cleanly() {

@@ -264,13 +264,13 @@ async fn the_memory_fallback_decides_while_redis_is_down() {
 #[test]
 fn the_settings_of_the_keys_and_their_jitter() {
     use throttle_rls::settings::{RedisKeys, Settings};
-    let of = |vars: &'static [(&'static str, &'static str)]| {
+    fn of(vars: &[(&str, &str)]) -> Result<Settings, throttle_rls::settings::SettingsError> {
         Settings::from_lookup(&|name| {
             vars.iter()
                 .find(|(k, _)| *k == name)
                 .map(|(_, v)| (*v).to_owned())
         })
-    };
+    }
     let s = of(&[]).unwrap();
     assert_eq!(
         (s.redis_keys, s.expiration_jitter_max_seconds),
@@ -288,6 +288,24 @@ fn the_settings_of_the_keys_and_their_jitter() {
     let e = of(&[("RLS_REDIS_KEYS", "throttle")]).unwrap_err();
     assert_eq!(e.name, "RLS_REDIS_KEYS");
     let e = of(&[("EXPIRATION_JITTER_MAX_SECONDS", "5m")]).unwrap_err();
+    assert_eq!(e.name, "EXPIRATION_JITTER_MAX_SECONDS");
+    // 1 is the least jitter; 10^15 s the most, far below the expiry Redis
+    // refuses (about 9.2e15 s); beyond, refused before any counting fails.
+    for (raw, jitter) in [
+        ("1", Some(1)),
+        ("1000000000000000", Some(1_000_000_000_000_000)),
+    ]
+    .into_iter()
+    .chain([("1000000000000001", None), ("9223372036854775807", None)])
+    {
+        let s = of(&[("EXPIRATION_JITTER_MAX_SECONDS", raw)]);
+        assert_eq!(
+            s.map(|s| s.expiration_jitter_max_seconds).ok(),
+            jitter,
+            "{raw}"
+        );
+    }
+    let e = of(&[("EXPIRATION_JITTER_MAX_SECONDS", "9223372036854775808")]).unwrap_err();
     assert_eq!(e.name, "EXPIRATION_JITTER_MAX_SECONDS");
 }
 
