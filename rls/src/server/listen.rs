@@ -5,12 +5,15 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio_stream::StreamExt;
 use tonic::transport::server::Router;
 
+use super::aged::aging;
 use super::StartError;
 use crate::settings::Settings;
 use crate::tls::{self, ServerTls};
@@ -71,12 +74,14 @@ impl Grpc {
     }
 
     /// Serves `router` here until `stopped`; with `tls`, over TLS (the
-    /// task that accepts and handshakes is returned too).
+    /// task that accepts and handshakes is returned too). Each connection
+    /// ends after `life` (`GRPC_MAX_CONNECTION_AGE` and its grace).
     pub(super) fn serve(
         self,
         router: Router,
         tls: Option<Arc<ServerTls>>,
         stopped: watch::Receiver<bool>,
+        life: Option<Duration>,
     ) -> (GrpcServe, Option<JoinHandle<()>>) {
         let signal = {
             let mut rx = stopped.clone();
@@ -86,11 +91,15 @@ impl Grpc {
         };
         match (self, tls) {
             (Grpc::Tcp(l), None) => (
-                Box::pin(router.serve_with_incoming_shutdown(
-                    // Small replies must not wait for delayed ACKs.
-                    tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true)),
-                    signal,
-                )),
+                Box::pin(
+                    router.serve_with_incoming_shutdown(
+                        // Small replies must not wait for delayed ACKs.
+                        tonic::transport::server::TcpIncoming::from(l)
+                            .with_nodelay(Some(true))
+                            .map(aging(life)),
+                        signal,
+                    ),
+                ),
                 None,
             ),
             (Grpc::Tcp(l), Some(tls)) => {
@@ -105,14 +114,16 @@ impl Grpc {
                 };
                 let (incoming, task) = tls::incoming(accept, tls, stopped);
                 (
-                    Box::pin(router.serve_with_incoming_shutdown(incoming, signal)),
+                    Box::pin(
+                        router.serve_with_incoming_shutdown(incoming.map(aging(life)), signal),
+                    ),
                     Some(task),
                 )
             }
             #[cfg(unix)]
             (Grpc::Unix(l), None) => (
                 Box::pin(router.serve_with_incoming_shutdown(
-                    tokio_stream::wrappers::UnixListenerStream::new(l),
+                    tokio_stream::wrappers::UnixListenerStream::new(l).map(aging(life)),
                     signal,
                 )),
                 None,
@@ -126,7 +137,9 @@ impl Grpc {
                 };
                 let (incoming, task) = tls::incoming(accept, tls, stopped);
                 (
-                    Box::pin(router.serve_with_incoming_shutdown(incoming, signal)),
+                    Box::pin(
+                        router.serve_with_incoming_shutdown(incoming.map(aging(life)), signal),
+                    ),
                     Some(task),
                 )
             }

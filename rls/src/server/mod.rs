@@ -6,6 +6,7 @@
 //! first turns health unhealthy, then stops accepting; calls in flight
 //! finish, for at most `RLS_SHUTDOWN_GRACE`.
 
+mod aged;
 mod banner;
 mod listen;
 
@@ -127,12 +128,17 @@ pub async fn start(settings: &Settings, mut hooks: TestHooks) -> Result<Running,
     background.extend(core.watchers(settings, tls.as_ref()));
 
     let (age, grace) = settings.grpc_max_connection_age;
-    let grpc_router = tonic::transport::Server::builder()
-        .max_connection_age(age)
-        .max_connection_age_grace(grace)
+    let mut grpc_builder = tonic::transport::Server::builder();
+    if !age.is_zero() {
+        // The age alone: with a grace, tonic would drop the connection at
+        // its end instead of sending a GOAWAY at its age (aged.rs).
+        grpc_builder = grpc_builder.max_connection_age(age);
+    }
+    let grpc_router = grpc_builder
         .add_service(health_service)
         .add_service(RateLimitGrpc(core.limiter.clone()));
-    let (grpc_server, accepting) = grpc.serve(grpc_router, tls.clone(), stopped.clone());
+    let life = aged::life(age, grace);
+    let (grpc_server, accepting) = grpc.serve(grpc_router, tls.clone(), stopped.clone(), life);
     background.extend(accepting);
     let mut listeners = vec![tokio::spawn(async move {
         if let Err(e) = grpc_server.await {

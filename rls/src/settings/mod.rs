@@ -168,8 +168,9 @@ pub struct Settings {
     /// after SIGTERM.
     pub shutdown_grace: Duration,
     /// `GRPC_MAX_CONNECTION_AGE` (default 24h) and `GRPC_MAX_CONNECTION_AGE_GRACE`
-    /// (default 1h): gRPC connections are closed (GOAWAY) after this age, so
-    /// clients rebalance.
+    /// (default 1h): a gRPC connection gets a GOAWAY at this age, so clients
+    /// rebalance, and is closed under any call still open at age + grace.
+    /// Zero is never, as in grpc-go.
     pub grpc_max_connection_age: (Duration, Duration),
     /// `RLS_TEST_CLOCK` (default false): time stands still and moves only by
     /// `POST /test/clock?now_unix=N` on the debug listener. For conformance

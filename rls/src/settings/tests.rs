@@ -125,6 +125,13 @@ fn grpc_connection_age_and_uds() {
         (Duration::from_secs(5_400), Duration::from_secs(3_600))
     );
     assert_eq!(s.grpc_uds, Some(PathBuf::from("/run/rls.sock")));
+    // Zero is grpc-go's "never", for either.
+    let s = settings(&[
+        ("GRPC_MAX_CONNECTION_AGE", "0"),
+        ("GRPC_MAX_CONNECTION_AGE_GRACE", "0s"),
+    ])
+    .unwrap();
+    assert_eq!(s.grpc_max_connection_age, (Duration::ZERO, Duration::ZERO));
 }
 
 #[test]

@@ -14,6 +14,7 @@ mod shared_pki;
 
 mod binary;
 mod cluster;
+mod connection_age;
 mod envoy_gateway;
 mod extension;
 mod flood;
