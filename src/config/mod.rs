@@ -49,7 +49,7 @@
 //! | `mode`, `delay_up_to`, `dry_run` | `mode` | `reject`, `dry_run`, `{ delay_up_to: .. }` |
 //! | `near_limit_ratio` | `near_limit_ratio` | 0 to 1 |
 //! | `fail_mode`, `fail_open`, `fail_closed` | `on_store_failure` | `closed`, `open` |
-//! | `store_timeout` | `store_timeout` | |
+//! | `store_timeout` | `store_timeout` | above 0 |
 //! | `on_missing_key` | `on_missing_key` | `skip`, `{ reject: 401 }` |
 //! | `headers_on_allowed` | `headers_on_allowed` | |
 //! | `request_info` | `request_info` | |

@@ -36,8 +36,9 @@ pub struct LayerConfig {
     /// What a store failure does (default `closed`: a 503).
     #[serde(default)]
     pub on_store_failure: FailConfig,
-    /// How long a check may wait for the store (default: the store's own).
-    #[serde(default, deserialize_with = "optional_duration")]
+    /// How long a check may wait for the store (default: the store's own),
+    /// above zero.
+    #[serde(default, deserialize_with = "timeout")]
     pub store_timeout: Option<Duration>,
     /// Locks a key out after repeated denials.
     #[serde(default)]
@@ -156,6 +157,17 @@ pub struct LockoutConfig {
 impl LockoutConfig {
     pub(super) fn penalty(&self) -> Result<Penalty, String> {
         Penalty::new(self.strikes, self.within, self.lock).map_err(|e| e.to_string())
+    }
+}
+
+/// A timeout above zero: one of 0 would fail every call through a future
+/// (every Redis check) over to the fail mode.
+fn timeout<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+    match optional_duration(d)? {
+        Some(Duration::ZERO) => Err(D::Error::custom(
+            "a timeout of 0 would fail every store call: give one above zero, such as 50ms",
+        )),
+        t => Ok(t),
     }
 }
 

@@ -237,6 +237,20 @@ impl Env<'_> {
     }
 }
 
+/// A header name the service sends Envoy: checked at start, not by Envoy
+/// on every response.
+fn header_name(env: &Env<'_>, name: &'static str, default: &str) -> Result<String, SettingsError> {
+    let value = env.string(name, default);
+    match tonic::codegen::http::HeaderName::from_bytes(value.as_bytes()) {
+        Ok(_) => Ok(value),
+        Err(_) => Err(SettingsError::invalid(
+            name,
+            &value,
+            "expected an HTTP header name (letters, digits and !#$%&'*+-.^_`|~)",
+        )),
+    }
+}
+
 /// `host:port`, bracketing an IPv6 host.
 fn join(host: &str, port: u16) -> String {
     if host.contains(':') && !host.starts_with('[') {
@@ -280,13 +294,14 @@ impl Settings {
         };
         let disable_stats = env.flag("DISABLE_STATS", false)?;
         let prometheus = stats::prometheus(&env, disable_stats)?;
-        let response_headers = env.flag("LIMIT_RESPONSE_HEADERS_ENABLED", false)?.then(|| {
-            [
-                env.string("LIMIT_LIMIT_HEADER", "RateLimit-Limit"),
-                env.string("LIMIT_REMAINING_HEADER", "RateLimit-Remaining"),
-                env.string("LIMIT_RESET_HEADER", "RateLimit-Reset"),
-            ]
-        });
+        let response_headers = match env.flag("LIMIT_RESPONSE_HEADERS_ENABLED", false)? {
+            true => Some([
+                header_name(&env, "LIMIT_LIMIT_HEADER", "RateLimit-Limit")?,
+                header_name(&env, "LIMIT_REMAINING_HEADER", "RateLimit-Remaining")?,
+                header_name(&env, "LIMIT_RESET_HEADER", "RateLimit-Reset")?,
+            ]),
+            false => None,
+        };
         let (log_level, log_json) = logs::logs(&env)?;
         let statsd = stats::statsd(&env, prometheus.is_some(), disable_stats)?;
         stats::refuse_extra_tags(&env)?;
@@ -300,6 +315,8 @@ impl Settings {
             statsd: statsd.is_some(),
             prometheus: prometheus.is_some(),
             redis_tls: matches!(&backend, Backend::Redis(r) if r.tls || r.url.contains("rediss://")),
+            redis: matches!(&backend, Backend::Redis(_)),
+            response_headers: response_headers.is_some(),
         };
         let notices = notices::notices(&env, &decided)?;
         let prometheus_mapper = prometheus

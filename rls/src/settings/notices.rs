@@ -11,6 +11,8 @@ pub(super) struct Decided {
     pub statsd: bool,
     pub prometheus: bool,
     pub redis_tls: bool,
+    pub redis: bool,
+    pub response_headers: bool,
 }
 
 const NO_POOL: &str = "no effect: the Redis stores multiplex one connection per server, \
@@ -171,7 +173,35 @@ pub(super) fn notices(env: &Env<'_>, d: &Decided) -> Result<Vec<String>, Setting
             "only read with USE_PROMETHEUS=true (and DISABLE_STATS not true)",
         );
     }
-    if !d.redis_tls {
+    if !d.redis {
+        note(
+            &[
+                "REDIS_URL",
+                "REDIS_TYPE",
+                "REDIS_SOCKET_TYPE",
+                "REDIS_TIMEOUT",
+                "REDIS_AUTH",
+                "REDIS_SENTINEL_AUTH",
+                "REDIS_TLS",
+                "REDIS_TLS_CACERT",
+                "REDIS_TLS_CLIENT_CERT",
+                "REDIS_TLS_CLIENT_KEY",
+                "RLS_REDIS_FALLBACK",
+            ],
+            "only read with BACKEND_TYPE=redis: the counters are in memory",
+        );
+    }
+    if !d.response_headers {
+        note(
+            &[
+                "LIMIT_LIMIT_HEADER",
+                "LIMIT_REMAINING_HEADER",
+                "LIMIT_RESET_HEADER",
+            ],
+            "only read with LIMIT_RESPONSE_HEADERS_ENABLED=true, as upstream",
+        );
+    }
+    if d.redis && !d.redis_tls {
         note(
             &[
                 "REDIS_TLS_CACERT",

@@ -62,7 +62,17 @@ pub(super) fn statsd(
     }
     Ok(Some(Statsd {
         host: env.string("STATSD_HOST", "localhost"),
-        port: env.port("STATSD_PORT", 8125)?,
+        port: match env.port("STATSD_PORT", 8125)? {
+            // A destination, not a listener: no port picks itself.
+            0 => {
+                return Err(SettingsError::invalid(
+                    "STATSD_PORT",
+                    "0",
+                    "expected a port from 1",
+                ))
+            }
+            port => port,
+        },
         tcp,
         flush_interval,
     }))

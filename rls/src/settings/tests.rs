@@ -90,10 +90,22 @@ fn bad_values_name_the_variable() {
         ("LOG_LEVEL", "loud"),
         ("RLS_MAX_DESCRIPTORS", "0"),
         ("RLS_RELOAD_INTERVAL", "0"),
+        // Header names Envoy would refuse on every response.
+        ("LIMIT_LIMIT_HEADER", "Rate Limit"),
+        ("LIMIT_REMAINING_HEADER", ""),
+        ("LIMIT_RESET_HEADER", "reset\u{e9}"),
+        // A destination has no port 0.
+        ("STATSD_PORT", "0"),
     ] {
         let mut vars = vec![(name, value)];
         if name.starts_with("REDIS") {
             vars.push(("REDIS_URL", "127.0.0.1:1"));
+        }
+        if name.starts_with("LIMIT_") {
+            vars.push(("LIMIT_RESPONSE_HEADERS_ENABLED", "true"));
+        }
+        if name.starts_with("STATSD") {
+            vars.push(("USE_STATSD", "true"));
         }
         let err = settings(&vars).unwrap_err();
         assert_eq!(err.name, name, "{err}");
@@ -357,4 +369,35 @@ fn bad_xds_settings_are_refused_naming_the_variable() {
     // Without CONFIG_TYPE=GRPC_XDS_SOTW they are not read (only named).
     let s = settings(&[("XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "soon")]).unwrap();
     assert!(s.notices[0].contains("only read with CONFIG_TYPE=GRPC_XDS_SOTW"));
+}
+
+/// Settings the chosen mode does not read are named at start: Redis ones
+/// with the memory store, header names without the headers; and in range
+/// they load (`STATSD_PORT` 1 and 65535, any header token).
+#[test]
+fn settings_the_mode_does_not_read_are_named_and_edges_in_range_load() {
+    let s = settings(&[
+        ("BACKEND_TYPE", "memory"),
+        ("REDIS_URL", "127.0.0.1:6379"),
+        ("REDIS_TIMEOUT", "banana"),
+        ("LIMIT_RESET_HEADER", "X-Reset"),
+    ])
+    .unwrap();
+    let notices = s.notices.join("\n");
+    for said in [
+        "REDIS_URL, REDIS_TIMEOUT: only read with BACKEND_TYPE=redis",
+        "LIMIT_RESET_HEADER: only read with LIMIT_RESPONSE_HEADERS_ENABLED=true",
+    ] {
+        assert!(notices.contains(said), "{notices}");
+    }
+    for port in ["1", "65535"] {
+        let s = settings(&[("USE_STATSD", "true"), ("STATSD_PORT", port)]).unwrap();
+        assert_eq!(s.statsd.unwrap().port.to_string(), port);
+    }
+    let s = settings(&[
+        ("LIMIT_RESPONSE_HEADERS_ENABLED", "true"),
+        ("LIMIT_LIMIT_HEADER", "x-rl~limit"),
+    ])
+    .unwrap();
+    assert_eq!(s.response_headers.unwrap()[0], "x-rl~limit");
 }

@@ -54,6 +54,10 @@ fn bad_values_are_refused_naming_the_field() {
         ("on_missing_key: { reject: 200 }", "on_missing_key.reject"),
         ("near_limit_ratio: 1.5", "near_limit_ratio"),
         ("near_limit_ratio: -0.1", "near_limit_ratio"),
+        ("near_limit_ratio: .nan", "near_limit_ratio"),
+        ("store_timeout: 0ms", "store_timeout"),
+        ("store_timeout: 0s", "store_timeout"),
+        ("store_timeout: 99999999999999999d", "store_timeout"),
         ("field_profile: draft12", "field_profile"),
         ("body: html", "body"),
     ];
@@ -64,6 +68,15 @@ fn bad_values_are_refused_naming_the_field() {
             e.field.as_deref().is_some_and(|f| f.starts_with(field)),
             "{line}: {e}"
         );
+    }
+    // Their edges inside the range load.
+    for line in [
+        "near_limit_ratio: 0",
+        "near_limit_ratio: 1",
+        "store_timeout: 1ms",
+    ] {
+        let text = format!("{line}\n{RULE}");
+        assert!(LayerConfig::parse("l.yaml", &text).is_ok(), "{line}");
     }
     let rule = |extra: &str| {
         format!("rules: [{{ name: r, policy: {{ fixed_window: {{ limit: 2, window: 60s }} }}, {extra} }}]")
