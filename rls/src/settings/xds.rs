@@ -302,7 +302,9 @@ fn tls(env: &Env<'_>, host: &str) -> Result<Option<XdsTls>, SettingsError> {
     Ok(Some(tls))
 }
 
-/// The files must be readable PEM now (upstream panics at start otherwise).
+/// The files must be readable PEM now (upstream panics at start otherwise),
+/// the key the certificate's, and the CA's certificates valid: each would
+/// otherwise fail every connection to the control plane, retried for ever.
 fn check_files(tls: &XdsTls) -> Result<(), SettingsError> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -312,10 +314,10 @@ fn check_files(tls: &XdsTls) -> Result<(), SettingsError> {
             message: format!("cannot read {}: {e}", path.display()),
         })
     };
-    let certs = |name: &'static str, path: &PathBuf| -> Result<(), SettingsError> {
+    let certs = |name: &'static str, path: &PathBuf| {
         let pem = read(name, path)?;
         match CertificateDer::pem_slice_iter(&pem).collect::<Result<Vec<_>, _>>() {
-            Ok(c) if !c.is_empty() => Ok(()),
+            Ok(c) if !c.is_empty() => Ok(c),
             Ok(_) => Err(SettingsError {
                 name,
                 message: format!("{}: no CERTIFICATE block in it", path.display()),
@@ -327,15 +329,30 @@ fn check_files(tls: &XdsTls) -> Result<(), SettingsError> {
         }
     };
     if let Some((cert, key)) = &tls.client {
-        certs("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", cert)?;
+        let chain = certs("CONFIG_GRPC_XDS_CLIENT_TLS_CERT", cert)?;
         let pem = read("CONFIG_GRPC_XDS_CLIENT_TLS_KEY", key)?;
-        PrivateKeyDer::from_pem_slice(&pem).map_err(|e| SettingsError {
+        let der = PrivateKeyDer::from_pem_slice(&pem).map_err(|e| SettingsError {
             name: "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
             message: format!("{}: no private key in it: {e}", key.display()),
         })?;
+        let provider = rustls::crypto::ring::default_provider();
+        rustls::sign::CertifiedKey::from_der(chain, der, &provider).map_err(|e| SettingsError {
+            name: "CONFIG_GRPC_XDS_CLIENT_TLS_KEY",
+            message: format!(
+                "{} is not the key of {}: {e}",
+                key.display(),
+                cert.display()
+            ),
+        })?;
     }
     if let Some(ca) = &tls.ca {
-        certs("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", ca)?;
+        let mut roots = rustls::RootCertStore::empty();
+        for c in certs("CONFIG_GRPC_XDS_SERVER_TLS_CACERT", ca)? {
+            roots.add(c).map_err(|e| SettingsError {
+                name: "CONFIG_GRPC_XDS_SERVER_TLS_CACERT",
+                message: format!("{}: a certificate that cannot be used: {e}", ca.display()),
+            })?;
+        }
     }
     Ok(())
 }

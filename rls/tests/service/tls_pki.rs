@@ -104,4 +104,8 @@ impl Pki {
     pub fn read(&self, file: &str) -> Vec<u8> {
         self.certs.read(file)
     }
+
+    pub fn write(&self, file: &str, text: &str) {
+        self.certs.write(file, text)
+    }
 }

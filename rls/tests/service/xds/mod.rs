@@ -5,6 +5,7 @@
 //! closed) and comes back on the same port.
 
 mod control_plane;
+mod tls_files;
 
 use std::collections::HashMap;
 use std::time::Duration;
