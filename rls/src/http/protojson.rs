@@ -46,15 +46,55 @@ fn string(v: &Value, what: &str) -> Result<String, String> {
         .ok_or_else(|| format!("{what} must be a string"))
 }
 
-/// A number, or a decimal string (how protojson writes 64-bit integers).
+/// An unsigned integer as the proto3 JSON mapping reads one: a number or
+/// a string, exponent notation accepted (`1e3`, `"2.5e1"`) when the value
+/// is whole; `null` is the default (0).
 fn whole(v: &Value, what: &str, max: u64) -> Result<u64, String> {
     let n = match v {
-        Value::Number(n) => n.as_u64(),
-        Value::String(s) => s.parse().ok(),
+        Value::Null => Some(0),
+        Value::Number(n) => integral(&n.to_string()),
+        Value::String(s) => integral(s),
         _ => None,
     };
-    n.filter(|n| *n <= max)
+    n.filter(|n| *n <= u128::from(max))
+        .map(|n| n as u64)
         .ok_or_else(|| format!("{what} must be a whole number up to {max}"))
+}
+
+/// The whole number a JSON number's text (no sign) spells exactly: digits,
+/// a fraction and an exponent, so long as no fractional part remains.
+fn integral(text: &str) -> Option<u128> {
+    let (mantissa, exponent) = match text.find(['e', 'E']) {
+        Some(i) => (&text[..i], text[i + 1..].parse::<i32>().ok()?),
+        None => (text, 0),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digits = || int.bytes().chain(frac.bytes());
+    if int.is_empty() || !digits().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let shift = exponent.checked_sub(i32::try_from(frac.len()).ok()?)?;
+    let all: Vec<u8> = digits().collect();
+    let kept = match usize::try_from(shift.unsigned_abs()).ok()? {
+        // A fraction left: only zeros may be dropped.
+        cut if shift < 0 => {
+            let (kept, dropped) = all.split_at(all.len().checked_sub(cut)?);
+            dropped.iter().all(|&b| b == b'0').then_some(kept)?
+        }
+        _ => &all[..],
+    };
+    let mut n: u128 = 0;
+    for &b in kept {
+        n = n.checked_mul(10)?.checked_add(u128::from(b - b'0'))?;
+    }
+    if n == 0 {
+        return Some(0);
+    }
+    // Overflows within 39 steps for anything but 0.
+    for _ in 0..shift.max(0) {
+        n = n.checked_mul(10)?;
+    }
+    Some(n)
 }
 
 /// Parses a request body.
@@ -102,6 +142,8 @@ fn descriptor(v: &Value) -> Result<RateLimitDescriptor, String> {
                     d.entries = list.iter().map(entry).collect::<Result<_, _>>()?;
                 }
                 "limit" => d.limit = Some(limit(v)?),
+                // A wrapper: `null` leaves it unset (the request's count).
+                "hits_addend" if v.is_null() => d.hits_addend = None,
                 "hits_addend" => {
                     d.hits_addend = Some(UInt64Value {
                         value: whole(v, "hitsAddend", u64::MAX)?,
@@ -228,5 +270,58 @@ mod tests {
         assert_eq!(r.descriptors[0].limit.as_ref().unwrap().unit, 2);
         assert!(request(br#"{"domain":"d","bogus":1}"#).is_err());
         assert!(request(b"not json").is_err());
+        // A wrapper's null is unset; a scalar's is its default.
+        let r = request(
+            br#"{"domain":"d","hitsAddend":null,"descriptors":[{"entries":[],"hitsAddend":null}]}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (r.hits_addend, r.descriptors[0].hits_addend.clone()),
+            (0, None)
+        );
+    }
+
+    /// Integers as the proto3 JSON mapping reads them: numbers or strings,
+    /// exponent notation when the value is whole, within the type. (A
+    /// number in exponent form is read through an `f64`: exact up to 2^53;
+    /// one beyond `f64`'s range is invalid JSON to the parser.)
+    #[test]
+    fn whole_numbers_at_their_edges() {
+        let read = |json: &str, max| whole(&serde_json::from_str(json).unwrap(), "n", max);
+        let u32max = u64::from(u32::MAX);
+        for (json, n) in [
+            ("0", 0),
+            ("1", 1),
+            ("\"7\"", 7),
+            ("1e3", 1_000),
+            ("\"1E3\"", 1_000),
+            ("2.5e1", 25),
+            ("1.0", 1),
+            ("4294967295", u32max),
+            ("42949672.95e2", u32max),
+            ("null", 0),
+        ] {
+            assert_eq!(read(json, u32max), Ok(n), "{json}");
+        }
+        for json in [
+            "4294967296",
+            "-1",
+            "\"-1\"",
+            "1.5",
+            "2.55e1",
+            "1e-1",
+            "\"\"",
+            "\"x\"",
+            "\" 1\"",
+            "\"+1\"",
+            "\".5\"",
+            "true",
+            "[]",
+        ] {
+            assert!(read(json, u32max).is_err(), "{json}");
+        }
+        assert_eq!(read("18446744073709551615", u64::MAX), Ok(u64::MAX));
+        assert!(read("18446744073709551616", u64::MAX).is_err());
+        assert!(read("1.8446744073709551616e19", u64::MAX).is_err());
     }
 }

@@ -27,6 +27,33 @@ async fn json_endpoint_speaks_protojson_with_upstream_status_codes() {
         !text.contains("limitRemaining"),
         "zero values are left out: {text}"
     );
+    // hitsAddend as protojson writes a uint32: a number or a decimal
+    // string, 0 (counted as 1) to 4294967295; beyond, refused.
+    let hits = |h: &str, i: usize| {
+        format!(
+            r#"{{"domain":"d","hitsAddend":{h},"descriptors":[{{"entries":[{{"key":"k","value":"h{i}"}}]}}]}}"#
+        )
+    };
+    let counted = [
+        ("0", 200),
+        ("null", 200),
+        ("1", 200),
+        ("\"2\"", 200),
+        ("1e0", 200),
+        ("4294967295", 429),
+    ];
+    for (i, (h, status)) in counted.into_iter().enumerate() {
+        let (got, _, text) = http(addr, "POST", "/json", &hits(h, i)).await;
+        assert_eq!(got, status, "hitsAddend {h}: {text}");
+    }
+    for h in ["4294967296", "-1", "1.5", "\"x\"", "4.294967296e9"] {
+        let (got, _, text) = http(addr, "POST", "/json", &hits(h, 9)).await;
+        assert_eq!(
+            (got, text.as_str()),
+            (400, "Bad Request\n"),
+            "hitsAddend {h}"
+        );
+    }
     for bad in [
         "{",
         r#"{"domain":"d","nope":1}"#,

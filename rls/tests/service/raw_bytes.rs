@@ -176,6 +176,18 @@ async fn values_that_are_not_utf8_are_counted_as_their_bytes() {
             "request too large: an entry key or value of more than 4096 bytes"
         )
     );
+    // A domain is bounded as a value is: 4096 bytes answer (no such
+    // domain: no limit), one more is refused.
+    let r = raw.ask(&[b'd'; 4096], &[(b"k", b"v")]).await.unwrap();
+    assert_eq!(codes(&r), vec![(OK, 0)]);
+    let e = raw.ask(&[b'd'; 4097], &[(b"k", b"v")]).await.unwrap_err();
+    assert_eq!(
+        (e.code(), e.message()),
+        (
+            Code::InvalidArgument,
+            "request too large: a domain of more than 4096 bytes"
+        )
+    );
     // A wildcard's prefix matches the bytes before any.
     let r = raw.ask(b"d", &[(b"w", b"pre\xff\x00")]).await.unwrap();
     assert_eq!(codes(&r), vec![(OK, 2)]);
