@@ -275,10 +275,7 @@ mod tests {
             br#"{"domain":"d","hitsAddend":null,"descriptors":[{"entries":[],"hitsAddend":null}]}"#,
         )
         .unwrap();
-        assert_eq!(
-            (r.hits_addend, r.descriptors[0].hits_addend.clone()),
-            (0, None)
-        );
+        assert_eq!((r.hits_addend, r.descriptors[0].hits_addend), (0, None));
     }
 
     /// Integers as the proto3 JSON mapping reads them: numbers or strings,
