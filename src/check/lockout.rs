@@ -4,15 +4,14 @@
 //! except the keys every client shares
 //! ([`KeyExtractor::per_client`](crate::key::KeyExtractor::per_client)).
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::planned::PlannedRule;
 use super::{LayerState, Plan, Ruling};
 use crate::info::{RateLimitInfo, RuleDecision};
-use crate::lockout::Penalty;
+use crate::lockout::{Penalty, Struck};
 use crate::mode::Mode;
-use crate::store::{budget, Reach, Store, StoreError};
+use crate::store::{budget, Reach, Store};
 
 /// The lock-out's check of the plan's keys ([`Penalty::locks`]), before
 /// the store decides: `Some(None)` when no key is locked, `Some(Some(answer))`
@@ -63,9 +62,9 @@ pub(super) async fn strike<St: Store>(
     };
     let keys = strikes(shared, plan, info);
     // Boxed: it may finish in the background.
-    let recording = Box::pin(record(shared.store.clone(), penalty.clone(), keys));
-    if let Some(results) = reach.finish(recording).await {
-        apply(info, results);
+    let recording = Box::pin(penalty.clone().strike_each(shared.store.clone(), keys));
+    if let Some(struck) = reach.finish(recording).await {
+        apply(info, struck);
     }
 }
 
@@ -89,28 +88,10 @@ fn strikes<St>(
         .collect()
 }
 
-type Recorded = (
-    Arc<Penalty>,
-    Vec<(usize, Result<Option<Duration>, StoreError>)>,
-);
-
-/// Owns what it needs, so that it can finish in the background.
-async fn record<St: Store>(
-    store: Arc<St>,
-    penalty: Arc<Penalty>,
-    keys: Vec<(usize, Vec<u8>)>,
-) -> Recorded {
-    let mut results = Vec::with_capacity(keys.len());
-    for (i, key) in keys {
-        results.push((i, penalty.record_denial(&*store, &key).await));
-    }
-    (penalty, results)
-}
-
 /// Turns the entries whose strike locked their key into the lock's denial.
-fn apply(info: &mut RateLimitInfo, (penalty, results): Recorded) {
+fn apply(info: &mut RateLimitInfo, Struck { penalty, locks }: Struck) {
     let entries = info.entries_mut();
-    for (i, result) in results {
+    for (i, result) in locks {
         match result {
             Ok(None) => {}
             Ok(Some(lock)) => {

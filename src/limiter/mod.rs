@@ -183,7 +183,7 @@ impl<S: Store, R> Limiter<S, R> {
         denied: impl Fn(&T) -> bool,
         locked_out: impl Fn(&Penalty, Duration, Option<&T>) -> T,
     ) -> Result<T, StoreError> {
-        let Some(penalty) = self.penalty.as_deref() else {
+        let Some(penalty) = &self.penalty else {
             return check.await;
         };
         let caller = self.prefix.apply(key);
@@ -194,7 +194,12 @@ impl<S: Store, R> Limiter<S, R> {
         if !denied(&answer) || cost == 0 {
             return Ok(answer);
         }
-        Ok(match penalty.record_denial(&*self.store, &caller).await? {
+        let keys = vec![(0, caller.to_vec())];
+        let struck = Arc::clone(penalty)
+            .strike_each(self.store.clone(), keys)
+            .await;
+        let lock = struck.locks.into_iter().next().map(|(_, lock)| lock);
+        Ok(match lock.transpose()?.flatten() {
             Some(left) => locked_out(penalty, left, Some(&answer)),
             None => answer,
         })

@@ -36,6 +36,7 @@
 //! the hooks [`Penalty::check_locked`] (before the check) and
 //! [`Penalty::record_denial`] (after a denial) the same way.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::decision::Decision;
@@ -179,6 +180,24 @@ impl Penalty {
         }))
     }
 
+    /// The sequence's strike step: one strike ([`Penalty::record_denial`])
+    /// for each of `keys` (its position and key), in order. Owns what it
+    /// needs, so that it can finish in the background.
+    pub(crate) async fn strike_each<S: Store>(
+        self: Arc<Self>,
+        store: Arc<S>,
+        keys: Vec<(usize, Vec<u8>)>,
+    ) -> Struck {
+        let mut locks = Vec::with_capacity(keys.len());
+        for (i, key) in keys {
+            locks.push((i, self.record_denial(&*store, &key).await));
+        }
+        Struck {
+            penalty: self,
+            locks,
+        }
+    }
+
     /// Lifts `key`'s lock and forgets its strikes.
     pub async fn unlock<S: Store>(&self, store: &S, key: &[u8]) -> Result<(), StoreError> {
         let lock_key = self.lock_key(key);
@@ -218,6 +237,13 @@ impl Penalty {
             ..self.locked(policy, left)
         }
     }
+}
+
+/// What [`Penalty::strike_each`] recorded: per struck key, its position and
+/// the lock its strike set (`None`: not locked yet), or the store's error.
+pub(crate) struct Struck {
+    pub(crate) penalty: Arc<Penalty>,
+    pub(crate) locks: Vec<(usize, Result<Option<Duration>, StoreError>)>,
 }
 
 /// The time left on a lock from a peek of its key: GCRA of one unit and no
